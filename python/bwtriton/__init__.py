@@ -1,0 +1,29 @@
+"""bwtriton: Blackwell (sm_100a) lowering passes, verifier and emulator on top of Triton 3.6."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import BwTritonError, CompileError, InputError, UnknownPassError, UnknownTargetError  # noqa: E402
+from .targets import TARGETS, Target, get_target  # noqa: E402
+
+
+def compile(*args, **kwargs):  # noqa: A001 - mirrors triton.compile
+    """Compile a `@triton.jit`/Gluon kernel or a .ttir/.ttgir file; see `bwtriton.driver.compile`."""
+    from .driver import compile as _compile
+    return _compile(*args, **kwargs)
+
+
+def enable(*args, **kwargs):
+    """Route ordinary `@triton.jit` launches through bwtriton's pipeline; see `bwtriton.pipeline.enable`."""
+    from .pipeline import enable as _enable
+    return _enable(*args, **kwargs)
+
+
+def disable() -> None:
+    """Stop routing `@triton.jit` launches through bwtriton's pipeline."""
+    from .pipeline import disable as _disable
+    _disable()
+
+
+__all__ = ["__version__", "compile", "enable", "disable", "get_target", "Target", "TARGETS", "BwTritonError",
+           "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]

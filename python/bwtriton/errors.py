@@ -1,0 +1,37 @@
+"""Exception types. Every error bwtriton raises on purpose derives from `BwTritonError`,
+so the CLI can print a short message instead of a traceback."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class BwTritonError(Exception):
+    """Base class of bwtriton's deliberate errors."""
+
+
+class UnknownTargetError(BwTritonError, ValueError):
+    """A target name that bwtriton does not know."""
+
+
+class UnknownPassError(BwTritonError, ValueError):
+    """A pass name that is not in the registry."""
+
+
+class CompileError(BwTritonError):
+    """Compilation failed: a pass refused the kernel, or Triton itself failed."""
+
+    def __init__(self, message: str, *, pass_name: str | None = None, findings: list | None = None):
+        super().__init__(message)
+        self.pass_name = pass_name
+        self.findings = findings or []
+
+
+class InputError(BwTritonError, ValueError):
+    """Bad user input (shape, dtype, layout, alignment...)."""
+
+
+def suggest(name: str, valid: Iterable[str]) -> str:
+    """' Did you mean: a, b?' for the closest valid names, or '' when none is close."""
+    close = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.5)
+    return f" Did you mean: {', '.join(close)}?" if close else ""
