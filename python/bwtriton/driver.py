@@ -1,0 +1,224 @@
+"""`bwtriton.compile`: offline compilation of Triton/Gluon kernels (or .ttir/.ttgir files) for a named target,
+through Triton's pipeline with bwtriton's passes inserted. Needs no GPU."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import CompileError, InputError
+from .pipeline import PassSelection, resolve_passes, stages_hook
+from .targets import Target, get_target
+
+#: Signature types that `@triton.jit` specialises for 16-byte divisibility at launch.
+_DIVISIBLE_INT_TYPES = ("i32", "i64", "u32", "u64")
+
+
+@dataclass
+class CompileResult:
+    """What `bwtriton.compile` returns.
+
+    `asm` maps stage name -> text (bytes for `cubin`); `asm["sass"]` disassembles the cubin on first use.
+    `metadata` is Triton's metadata as a dict; `reports` maps pass name -> what that pass found or changed.
+    `kernel` is Triton's `CompiledKernel` (launchable with ``kernel[grid](*args)`` when the target is the GPU's).
+    """
+
+    kernel: Any
+    target: Target
+    selection: PassSelection
+    asm: "_Asm" = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.asm = _Asm(self.kernel.asm)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.kernel.metadata._asdict()
+
+    @property
+    def reports(self) -> dict[str, dict]:
+        return dict((self.metadata.get("bwtriton") or {}).get("reports", {}))
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.asm.keys())
+
+    def summary(self) -> dict[str, Any]:
+        """Key resources: shared memory bytes, TMEM columns, CTAs per cluster, warps."""
+        md = self.metadata
+        return {"kernel": self.name, "target": self.target.name, "num_warps": md.get("num_warps"),
+                "num_ctas": md.get("num_ctas"), "cluster_dims": md.get("cluster_dims"),
+                "shared_bytes": md.get("shared"), "tmem_columns": md.get("tmem_size"),
+                "passes": self.selection.names}
+
+    def write(self, outdir: "str | os.PathLike", stages: Iterable[str] | None = None) -> list[Path]:
+        """Write the chosen stages (default: all, plus sass) as `<kernel>.<stage>` files; returns the paths."""
+        out = Path(outdir)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for stage in (list(stages) if stages else self.stages + ["sass"]):
+            data = self.asm[stage]
+            path = out / f"{self.name}.{stage}"
+            path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
+            written.append(path)
+        return written
+
+
+class _Asm(dict):
+    """Stage -> IR text, with `sass` produced from the cubin on demand by Triton's bundled cuobjdump."""
+
+    def __init__(self, asm: Mapping[str, Any]):
+        super().__init__(asm)
+
+    def __missing__(self, key: str):
+        if key == "sass" and "cubin" in self:
+            from triton.tools.disasm import get_sass
+            self["sass"] = get_sass(self["cubin"])
+            return self["sass"]
+        raise KeyError(f"no stage {key!r}; available: {', '.join(list(self.keys()) + ['sass'])}")
+
+
+def _is_gluon(fn: Any) -> bool:
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:  # pragma: no cover - triton without gluon
+        return False
+    return isinstance(fn, GluonJITFunction)
+
+
+def build_source(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None,
+                 divisible_by_16: Iterable[str] | None):
+    """An `ASTSource`/`GluonASTSource` with @jit-like specialisation, validating argument names first."""
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    if not isinstance(fn, JITFunction):
+        raise InputError(f"{fn!r} is not a @triton.jit or @gluon.jit function; decorate it, or pass a "
+                         f".ttir/.ttgir file path")
+    names = list(fn.arg_names)
+    constexprs = dict(constexprs or {})
+    sig = dict(signature)
+    unknown = [n for n in list(sig) + list(constexprs) if n not in names]
+    if unknown:
+        raise InputError(f"kernel {fn.__name__} has no argument(s) {', '.join(unknown)}; "
+                         f"its arguments are: {', '.join(names)}")
+    for n in constexprs:
+        sig.setdefault(n, "constexpr")
+    for n in names:  # constexpr parameters with defaults may be left out
+        if n not in sig:
+            param = next(p for p in fn.params if p.name == n)
+            if param.is_constexpr and param.has_default:
+                sig[n] = "constexpr"
+                constexprs[n] = param.default
+    missing = [n for n in names if n not in sig]
+    if missing:
+        raise InputError(f"kernel {fn.__name__}: no type for argument(s) {', '.join(missing)}; give them in "
+                         f"signature= (e.g. '*fp16', 'i32') or constexprs=")
+    bad_const = [n for n, t in sig.items() if t == "constexpr" and n not in constexprs]
+    if bad_const:
+        raise InputError(f"kernel {fn.__name__}: constexpr argument(s) {', '.join(bad_const)} need values in "
+                         f"constexprs=")
+    sig = {n: sig[n] for n in names}  # Triton expects the kernel's argument order
+    if divisible_by_16 is None:
+        divisible_by_16 = [n for n, t in sig.items() if t.startswith("*") or t in _DIVISIBLE_INT_TYPES]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible_by_16}
+    if _is_gluon(fn):
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    return ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+
+
+@contextlib.contextmanager
+def _native_stderr_captured():
+    """Capture what C++ (MLIR diagnostics, ptxas) writes to fd 2, so failures can quote it.
+
+    Yields a callable returning the captured text. The text is written back to stderr on exit, so warnings are
+    not lost.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no real fd 2 (embedded interpreters): capture nothing
+        yield lambda: ""
+        return
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        text = {"v": None}
+
+        def read() -> str:
+            if text["v"] is None:
+                tmp.flush()
+                tmp.seek(0)
+                text["v"] = tmp.read().decode(errors="replace")
+            return text["v"]
+        try:
+            yield read
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured = read()
+            if captured and os.environ.get("BWTRITON_QUIET_NATIVE") != "1":
+                os.write(2, captured.encode())
+
+
+def _diagnostic_tail(text: str, lines: int = 25) -> str:
+    keep = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(keep[-lines:])
+
+
+def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # noqa: A001
+            constexprs: Mapping[str, Any] | None = None, target: "str | Target" = "sm_100a",
+            num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
+            passes: "str | Iterable[str] | None" = None, divisible_by_16: Iterable[str] | None = None,
+            **options: Any) -> CompileResult:
+    """Compile a kernel for `target` without a GPU, with bwtriton's passes in Triton's pipeline.
+
+    `fn_or_path` is a `@triton.jit`/`@gluon.jit` function (then `signature` maps argument names to Triton types,
+    e.g. ``{"a_ptr": "*fp16", "M": "i32"}``, and `constexprs` gives constexpr values) or a path to a .ttir/.ttgir
+    file. Pointer and integer arguments are assumed 16-byte divisible, as `@triton.jit` specialises them at launch
+    for aligned tensors and sizes; pass `divisible_by_16=[...]` to choose. `passes` selects passes (see
+    `bwtriton.pipeline.resolve_passes`). Extra keyword options go to Triton (e.g. ``maxnreg=168``).
+    """
+    import triton
+    from triton import knobs
+
+    tgt = get_target(target)
+    selection = resolve_passes(passes, tgt)
+    opts = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, **options)
+    if isinstance(fn_or_path, (str, os.PathLike)):
+        path = Path(fn_or_path)
+        if path.suffix not in (".ttir", ".ttgir"):
+            raise InputError(f"{path}: can compile .ttir/.ttgir files or @triton.jit functions, not "
+                             f"{path.suffix or 'extensionless'} files (for a .py kernel use `bwtriton compile "
+                             f"FILE.py:KERNEL`)")
+        if not path.exists():
+            raise InputError(f"{path}: no such file")
+        src: Any = str(path)
+        opts = {k: v for k, v in opts.items() if k not in ("num_warps", "num_ctas")}  # taken from the module
+    else:
+        if signature is None:
+            raise InputError("signature= is required for a kernel function: map each non-constexpr argument to a "
+                             "Triton type, e.g. {'a_ptr': '*fp16', 'M': 'i32'}")
+        src = build_source(fn_or_path, signature, constexprs, divisible_by_16)
+
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    env_vars = {**get_cache_invalidating_env_vars(), "BWTRITON_PIPELINE": selection.key()}
+    with stages_hook(selection, tgt), _native_stderr_captured() as native:
+        try:
+            kernel = triton.compile(src, target=tgt.gpu_target(), options=opts, _env_vars=env_vars)
+        except CompileError:
+            raise
+        except triton.compiler.errors.CompilationError as exc:
+            raise CompileError(f"Triton front end rejected the kernel:\n{exc}") from None
+        except Exception as exc:
+            diag = _diagnostic_tail(native())
+            where = f"\n--- compiler diagnostics ---\n{diag}" if diag else ""
+            raise CompileError(f"Triton failed compiling for {tgt.name}: {type(exc).__name__}: {exc}{where}") from exc
+    del knobs
+    return CompileResult(kernel=kernel, target=tgt, selection=selection)

@@ -1,0 +1,298 @@
+"""Where bwtriton's passes enter Triton's stage pipeline.
+
+Triton 3.6 compiles through the stages ``ttir -> ttgir -> llir -> ptx -> cubin`` (Gluon starts at ``ttgir``)
+and lets one hook (``knobs.runtime.add_stages_inspection_hook``) edit that ordered dict of stages. We insert,
+after each Triton stage that has active passes, a stage named ``bw<stage>`` (``bwttir``, ``bwttgir``,
+``bwllir``, ``bwptx``) that runs our passes for it in registry order. Its output is what the next Triton stage
+consumes and it is stored like any stage, so ``compiled.asm["bwttgir"]`` shows the IR after our passes.
+
+Why "after the stage": every pass we have needs Triton's own output of that stage (layouts for TTGIR, final
+instructions for PTX) and must run before the next stage's lowering (the TMEM plan before
+``triton-tensor-memory-allocation`` in ``make_llir``; NVFP4 decomposition before ``make_ttgir``'s
+accelerate-matmul). This file is the one place that shows the whole order.
+
+Triton's on-disk cache does not know about hooks, so every compile that goes through us gets a cache key that
+contains bwtriton's version and the active pass selection (`PassSelection.key`): changing passes never serves a
+stale cubin.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from . import __version__
+from .errors import BwTritonError, CompileError, UnknownPassError
+from .targets import Target, get_target, target_for_capability
+
+ENV_PASSES = "BWTRITON_PASSES"
+STAGES = ("ttir", "ttgir", "llir", "ptx")
+
+
+def inserted_stage_name(stage: str) -> str:
+    """Name of the stage bwtriton inserts after Triton's `stage` (also its key in `compiled.asm`)."""
+    return f"bw{stage}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass selection
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PassSelection:
+    """The active pass configuration: which passes run, with which option values (in pipeline order)."""
+
+    entries: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.entries]
+
+    def options_for(self, name: str) -> dict[str, Any]:
+        return dict(next(opts for n, opts in self.entries if n == name))
+
+    def for_stage(self, stage: str, target: Target) -> list[tuple[Any, dict[str, Any]]]:
+        """(pass instance, options) for the passes of `stage` that apply to `target`."""
+        from bwtriton.passes import get_pass
+        out = []
+        for name, opts in self.entries:
+            cls = get_pass(name)
+            inst = cls()
+            if cls.stage.value == stage and inst.applies_to(target):
+                out.append((inst, dict(opts)))
+        return out
+
+    def key(self) -> str:
+        """Cache-key component: bwtriton version + passes + options. Equal selections give equal keys."""
+        text = f"bwtriton-{__version__}|" + ";".join(
+            f"{n}{{{','.join(f'{k}={v!r}' for k, v in opts)}}}" for n, opts in self.entries)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def describe(self) -> str:
+        return ", ".join(self.names) or "(no bwtriton passes)"
+
+
+_ENTRY = re.compile(r"^(?P<sign>[+-]?)(?P<name>[A-Za-z0-9_.\-]+)(?:\{(?P<opts>[^{}]*)\})?$")
+
+
+def split_pass_spec(spec: "str | Iterable[str] | None") -> list[str]:
+    """Split 'a,b{x=1,y=2},-c' into entries, keeping commas inside braces."""
+    if spec is None:
+        return []
+    if not isinstance(spec, str):
+        return [e for item in spec for e in split_pass_spec(item)]
+    parts, depth, cur = [], 0, ""
+    for ch in spec:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def default_pass_names(target: Target) -> list[str]:
+    """Passes that run when the user asks for nothing: default-enabled ones that apply to the target."""
+    from bwtriton.passes import all_passes
+    return [n for n, cls in all_passes().items() if cls.default_enabled and cls().applies_to(target)]
+
+
+def resolve_passes(spec: "str | Iterable[str] | None", target: "str | Target",
+                   *, use_env: bool = True) -> PassSelection:
+    """Turn a user pass spec into a `PassSelection`.
+
+    Grammar (comma-separated, MLIR-like options): ``name``, ``name{opt=value,opt2=value}``, ``+name`` (add to the
+    defaults), ``-name`` (remove), ``none``, ``default``. A spec with any bare name is an exact list; a spec of
+    only ``+``/``-`` entries edits the target's defaults. With ``spec=None`` the ``BWTRITON_PASSES`` environment
+    variable (same grammar) edits the defaults. Unknown passes or options raise with the closest valid names.
+    """
+    from bwtriton.passes import all_passes, get_pass
+
+    target = get_target(target)
+    entries = split_pass_spec(spec)
+    if spec is None and use_env:
+        entries = split_pass_spec(os.environ.get(ENV_PASSES, ""))
+    exact = any(_ENTRY.match(e) and not _ENTRY.match(e)["sign"] and e not in ("default",) for e in entries)
+    chosen: dict[str, dict[str, Any]] = {}
+    if not exact or "default" in entries:
+        chosen = {n: {} for n in default_pass_names(target)}
+    for entry in entries:
+        if entry in ("none", "default"):
+            if entry == "none":
+                chosen.clear()
+            continue
+        m = _ENTRY.match(entry)
+        if not m:
+            raise UnknownPassError(f"cannot parse pass entry {entry!r}; expected name, name{{opt=value}}, "
+                                   f"+name or -name")
+        cls = get_pass(m["name"])
+        if m["sign"] == "-":
+            chosen.pop(cls.name, None)
+            continue
+        chosen[cls.name] = _parse_options(cls, m["opts"] or "")
+    order = list(all_passes())
+    ordered = sorted(chosen.items(), key=lambda kv: order.index(kv[0]))
+    return PassSelection(tuple((n, tuple(sorted({**get_pass(n).option_defaults(), **o}.items())))
+                               for n, o in ordered))
+
+
+def _parse_options(cls, text: str) -> dict[str, Any]:
+    from .errors import suggest
+    valid = {o.name: o for o in cls.options}
+    out = {}
+    for item in filter(None, (s.strip() for s in re.split(r"[,\s]+", text))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UnknownPassError(f"pass {cls.name}: option {item!r} needs a value (key=value)")
+        if key not in valid:
+            raise UnknownPassError(f"pass {cls.name} has no option {key!r}.{suggest(key, valid)} "
+                                   f"Valid options: {', '.join(valid) or 'none'}.")
+        try:
+            out[key] = valid[key].parse(value)
+        except ValueError as exc:
+            raise UnknownPassError(f"pass {cls.name}: {exc}") from None
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Running passes on one stage's output
+# --------------------------------------------------------------------------------------------------------------
+
+def run_stage_passes(stage: str, ir: Any, selection: PassSelection, target: Target,
+                     metadata: dict, reports: dict) -> Any:
+    """Run the selected passes of `stage` over `ir` (module or text), recording reports. Returns the new IR."""
+    from bwtriton.passes.base import PassContext
+    for inst, opts in selection.for_stage(stage, target):
+        ctx = PassContext(pass_name=inst.name, target=target, options=opts, metadata=metadata)
+        reports[inst.name] = ctx.report
+        try:
+            out = inst.run(ir, ctx)
+        except BwTritonError:
+            raise
+        except Exception as exc:  # a bug in a pass or an MLIR failure inside it: name the pass
+            raise CompileError(f"[{inst.name}] pass failed on the {stage} stage: {type(exc).__name__}: {exc}",
+                               pass_name=inst.name) from exc
+        if out is not None:
+            ir = out
+    return ir
+
+
+def _stage_fn(stage: str, selection: PassSelection, target: Target):
+    def run(src, metadata):
+        reports = metadata.setdefault("bwtriton", {"version": __version__, "passes": selection.names,
+                                                   "key": selection.key(), "reports": {}})["reports"]
+        return run_stage_passes(stage, src, selection, target, metadata, reports)
+    return run
+
+
+def make_stages_hook(selection: PassSelection, target: "Target | None" = None):
+    """A Triton ``add_stages_inspection_hook`` that inserts our ``bw<stage>`` stages.
+
+    `target=None` derives the target from the compile's capability (used by `enable()` for live launches).
+    """
+    def hook(backend, stages: dict, options, language, capability):
+        tgt = target or target_for_capability(capability)
+        items = list(stages.items())
+        stages.clear()
+        for name, fn in items:
+            stages[name] = fn
+            if name in STAGES and selection.for_stage(name, tgt):
+                stages[inserted_stage_name(name)] = _stage_fn(name, selection, tgt)
+    return hook
+
+
+@contextlib.contextmanager
+def stages_hook(selection: PassSelection, target: "Target | None" = None) -> Iterator[None]:
+    """Install our stage hook for the duration of a block, restoring whatever was there."""
+    from triton import knobs
+    previous = knobs.runtime.add_stages_inspection_hook
+    knobs.runtime.add_stages_inspection_hook = make_stages_hook(selection, target)
+    try:
+        yield
+    finally:
+        knobs.runtime.add_stages_inspection_hook = previous
+
+
+# --------------------------------------------------------------------------------------------------------------
+# enable() / disable(): ordinary @triton.jit launches through our pipeline
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class _EnabledState:
+    previous_hook: Any = None
+    previous_cache_dir: Any = None
+    selection: PassSelection | None = None
+    stack: list = field(default_factory=list)
+
+
+_state = _EnabledState()
+
+
+def _clear_jit_caches() -> None:
+    """Drop in-memory compiled kernels of every JITFunction, so the next launch compiles through the new
+    pipeline (Triton keys its in-memory cache on arguments and options only, not on hooks)."""
+    from triton.runtime.jit import JITFunction
+    for obj in gc.get_objects():
+        if isinstance(obj, JITFunction):
+            obj.device_caches.clear()
+
+
+class _Enabled(contextlib.AbstractContextManager):
+    def __exit__(self, *exc) -> None:
+        disable()
+
+
+def enable(passes: "str | Iterable[str] | None" = None, *, target: "str | None" = None) -> _Enabled:
+    """Make `@triton.jit` launches compile through bwtriton's passes. Usable as a context manager.
+
+    The pass selection is resolved for the current GPU (or `target`); the on-disk cache moves to a folder
+    keyed by bwtriton's version and that selection, and in-memory JIT caches are cleared.
+    """
+    from triton import knobs
+    if target is None:
+        try:
+            import triton
+            cap = triton.runtime.driver.active.get_current_target().arch
+            tgt = target_for_capability(int(cap))
+        except Exception:  # no GPU: resolve for Blackwell, the only place our defaults matter most
+            tgt = get_target("sm_100a")
+    else:
+        tgt = get_target(target)
+    selection = resolve_passes(passes, tgt)
+    if _state.selection is None:
+        _state.previous_hook = knobs.runtime.add_stages_inspection_hook
+        _state.previous_cache_dir = knobs.cache.dir
+    _state.stack.append(_state.selection)
+    _state.selection = selection
+    knobs.runtime.add_stages_inspection_hook = make_stages_hook(selection, None if target is None else tgt)
+    knobs.cache.dir = os.path.join(str(_state.previous_cache_dir or knobs.cache.dir), f"bwtriton-{selection.key()}")
+    _clear_jit_caches()
+    return _Enabled()
+
+
+def disable() -> None:
+    """Undo the last `enable()` (nested enables restore the outer selection)."""
+    from triton import knobs
+    if _state.selection is None:
+        return
+    outer = _state.stack.pop() if _state.stack else None
+    if outer is None:
+        knobs.runtime.add_stages_inspection_hook = _state.previous_hook
+        knobs.cache.dir = _state.previous_cache_dir
+        _state.selection = None
+    else:
+        _state.selection = outer
+        knobs.runtime.add_stages_inspection_hook = make_stages_hook(outer)
+        knobs.cache.dir = os.path.join(str(_state.previous_cache_dir), f"bwtriton-{outer.key()}")
+    _clear_jit_caches()
+
+
+def is_enabled() -> bool:
+    return _state.selection is not None
