@@ -2,7 +2,6 @@
 through Triton's pipeline with bwtriton's passes inserted. Needs no GPU."""
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import CompileError, InputError
-from .pipeline import PassSelection, resolve_passes, stages_hook
+from .pipeline import PassSelection, resolve_passes, split_pass_spec, stages_hook
 from .targets import Target, get_target
 
 #: Signature types that `@triton.jit` specialises for 16-byte divisibility at launch.
@@ -135,40 +134,46 @@ def build_source(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str,
     return ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
 
 
-@contextlib.contextmanager
-def _native_stderr_captured():
-    """Capture what C++ (MLIR diagnostics, ptxas) writes to fd 2, so failures can quote it.
+class _NativeStderr:
+    """Captures what C++ (MLIR diagnostics, ptxas) writes to fd 2 while active, so failures can quote it.
 
-    Yields a callable returning the captured text. The text is written back to stderr on exit, so warnings are
-    not lost.
+    On success the text is written back to stderr (warnings are not lost); on failure it is only written back
+    when BWTRITON_VERBOSE=1, because the error message already quotes the relevant lines.
     """
-    try:
-        saved = os.dup(2)
-    except OSError:  # no real fd 2 (embedded interpreters): capture nothing
-        yield lambda: ""
-        return
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        os.dup2(tmp.fileno(), 2)
-        text = {"v": None}
 
-        def read() -> str:
-            if text["v"] is None:
-                tmp.flush()
-                tmp.seek(0)
-                text["v"] = tmp.read().decode(errors="replace")
-            return text["v"]
+    def __init__(self) -> None:
+        self._saved: int | None = None
+        self._tmp = None
+        self.text = ""
+
+    def __enter__(self) -> "_NativeStderr":
         try:
-            yield read
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured = read()
-            if captured and os.environ.get("BWTRITON_QUIET_NATIVE") != "1":
-                os.write(2, captured.encode())
+            self._saved = os.dup(2)
+        except OSError:  # no real fd 2 (embedded interpreters): capture nothing
+            return self
+        self._tmp = tempfile.TemporaryFile(mode="w+b")
+        os.dup2(self._tmp.fileno(), 2)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._saved is None:
+            return
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._tmp.seek(0)
+        self.text = self._tmp.read().decode(errors="replace")
+        self._tmp.close()
+        if self.text and (exc_type is None or os.environ.get("BWTRITON_VERBOSE") == "1"):
+            os.write(2, self.text.encode())
 
 
-def _diagnostic_tail(text: str, lines: int = 25) -> str:
-    keep = [ln for ln in text.splitlines() if ln.strip()]
+_DIAG_KEYWORDS = ("error", "Assertion", "LLVM ERROR", "note:", "warning:")
+
+
+def _diagnostic_tail(text: str, lines: int = 12) -> str:
+    """The diagnostic lines of captured compiler output (errors, notes, assertions), without IR dumps."""
+    keep = [ln.strip() for ln in text.splitlines() if any(k in ln for k in _DIAG_KEYWORDS)]
+    keep = [ln[:400] + (" ..." if len(ln) > 400 else "") for ln in keep]
     return "\n".join(keep[-lines:])
 
 
@@ -176,19 +181,25 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
             constexprs: Mapping[str, Any] | None = None, target: "str | Target" = "sm_100a",
             num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
             passes: "str | Iterable[str] | None" = None, divisible_by_16: Iterable[str] | None = None,
-            **options: Any) -> CompileResult:
+            two_cta: bool = False, **options: Any) -> CompileResult:
     """Compile a kernel for `target` without a GPU, with bwtriton's passes in Triton's pipeline.
 
     `fn_or_path` is a `@triton.jit`/`@gluon.jit` function (then `signature` maps argument names to Triton types,
     e.g. ``{"a_ptr": "*fp16", "M": "i32"}``, and `constexprs` gives constexpr values) or a path to a .ttir/.ttgir
     file. Pointer and integer arguments are assumed 16-byte divisible, as `@triton.jit` specialises them at launch
     for aligned tensors and sizes; pass `divisible_by_16=[...]` to choose. `passes` selects passes (see
-    `bwtriton.pipeline.resolve_passes`). Extra keyword options go to Triton (e.g. ``maxnreg=168``).
+    `bwtriton.pipeline.resolve_passes`). `two_cta=True` asks for 2-CTA (``cta_group::2``) MMAs: it compiles with
+    ``num_ctas=2`` and adds the ``pair-ctas`` pass. Extra keyword options go to Triton (e.g. ``maxnreg=168``).
     """
     import triton
-    from triton import knobs
 
     tgt = get_target(target)
+    if two_cta:
+        if num_ctas not in (1, 2):
+            raise InputError(f"two_cta=True pairs 2 CTAs per cluster; num_ctas={num_ctas} conflicts with it")
+        num_ctas = 2
+        passes = [*split_pass_spec(passes), "+pair-ctas"] if passes is None or all(
+            e.startswith(("+", "-")) for e in split_pass_spec(passes)) else [*split_pass_spec(passes), "pair-ctas"]
     selection = resolve_passes(passes, tgt)
     opts = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, **options)
     if isinstance(fn_or_path, (str, os.PathLike)):
@@ -209,16 +220,16 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
 
     from triton._C.libtriton import get_cache_invalidating_env_vars
     env_vars = {**get_cache_invalidating_env_vars(), "BWTRITON_PIPELINE": selection.key()}
-    with stages_hook(selection, tgt), _native_stderr_captured() as native:
-        try:
+    native = _NativeStderr()
+    try:
+        with stages_hook(selection, tgt), native:
             kernel = triton.compile(src, target=tgt.gpu_target(), options=opts, _env_vars=env_vars)
-        except CompileError:
-            raise
-        except triton.compiler.errors.CompilationError as exc:
-            raise CompileError(f"Triton front end rejected the kernel:\n{exc}") from None
-        except Exception as exc:
-            diag = _diagnostic_tail(native())
-            where = f"\n--- compiler diagnostics ---\n{diag}" if diag else ""
-            raise CompileError(f"Triton failed compiling for {tgt.name}: {type(exc).__name__}: {exc}{where}") from exc
-    del knobs
+    except CompileError:
+        raise
+    except triton.compiler.errors.CompilationError as exc:
+        raise CompileError(f"Triton's front end rejected the kernel:\n{exc}") from None
+    except Exception as exc:
+        diag = _diagnostic_tail(native.text)
+        where = f"\n--- compiler diagnostics (BWTRITON_VERBOSE=1 shows all) ---\n{diag}" if diag else ""
+        raise CompileError(f"Triton failed compiling for {tgt.name}: {type(exc).__name__}: {exc}{where}") from exc
     return CompileResult(kernel=kernel, target=tgt, selection=selection)

@@ -9,11 +9,12 @@ import triton.language as tl
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak: tl.constexpr, stride_bk, stride_bn: tl.constexpr,
                   stride_cm, stride_cn: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  INT_ACC: tl.constexpr = False):
     """C[M, N] = A[M, K] @ B[K, N], fp32 accumulation, one BLOCK_M x BLOCK_N tile per program.
 
     M, N, K must be multiples of the blocks (the torch-facing wrappers check this); unit inner strides are
-    constexpr so loads vectorise.
+    constexpr so loads vectorise. INT_ACC accumulates in int32 (int8 operands).
     """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -22,9 +23,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     rk = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
     b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if INT_ACC else tl.float32)
     for _ in range(0, K, BLOCK_K):
-        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, out_dtype=tl.int32 if INT_ACC else tl.float32)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty))

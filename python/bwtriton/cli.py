@@ -1,0 +1,219 @@
+"""The `bwtriton` command line: compile, opt, passes, demo, and the subcommands features register
+(`check` from the verifier, `emulate` from the emulator)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import BwTritonError, InputError
+
+# Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
+_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli")
+
+
+def _parse_kv(items: Sequence[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep or not key:
+                raise InputError(f"{what} entries look like name=value, got {part!r}")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _constexpr_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def load_kernel(spec: str):
+    """'path/file.py:kernel' -> (the @triton.jit function, the module's BWTRITON_SPECS entry or {})."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path.endswith(".py") or not name:
+        raise InputError(f"expected FILE.py:KERNEL or a .ttir/.ttgir file, got {spec!r}")
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"{file}: no such file")
+    mod_name = f"_bwtriton_user_{abs(hash(file.resolve()))}"
+    module_spec = importlib.util.spec_from_file_location(mod_name, file)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module  # triton's @jit inspects the defining module
+    module_spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    if fn is None:
+        kernels = [n for n, v in vars(module).items() if type(v).__name__.endswith("JITFunction")]
+        raise InputError(f"{file} has no kernel {name!r}; kernels there: {', '.join(kernels) or 'none'}")
+    return fn, dict(getattr(module, "BWTRITON_SPECS", {}).get(name, {}))
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from .driver import compile as bw_compile
+    from .report import render_reports, summary_table
+    options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta)
+    if args.input.endswith((".ttir", ".ttgir")):
+        result = bw_compile(args.input, **options)
+    else:
+        fn, spec = load_kernel(args.input)
+        sig = {**spec.get("signature", {}), **_parse_kv(args.signature, "--signature")}
+        consts = {**spec.get("constexprs", {}),
+                  **{k: _constexpr_value(v) for k, v in _parse_kv(args.constexpr, "--constexpr").items()}}
+        for key in ("num_warps", "num_stages", "num_ctas"):
+            value = getattr(args, key)
+            options[key] = value if value is not None else spec.get(key, {"num_warps": 4, "num_stages": 3,
+                                                                          "num_ctas": 1}[key])
+        if not sig:
+            raise InputError(f"no signature for {args.input}: pass --signature a_ptr=*fp16,M=i32,... or declare "
+                             f"BWTRITON_SPECS = {{'{fn.__name__}': {{'signature': ..., 'constexprs': ...}}}} "
+                             f"in the kernel file")
+        result = bw_compile(fn, signature=sig, constexprs=consts, **options)
+    if args.emit:
+        data = result.asm[args.emit]
+        if isinstance(data, bytes):
+            raise InputError(f"stage {args.emit!r} is binary; write it with --out instead")
+        sys.stdout.write(data if data.endswith("\n") else data + "\n")
+        if args.report:
+            print(render_reports(result, args.report))
+        return 0
+    stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
+    written = result.write(args.out, stages) if args.out else []
+    if args.json:
+        print(json.dumps({"summary": result.summary(), "reports": result.reports,
+                          "written": [str(p) for p in written]}, indent=2, default=str))
+        return 0
+    print(summary_table(result))
+    for path in written:
+        print(f"  wrote {path}")
+    if args.report:
+        print(render_reports(result, args.report, outdir=args.out))
+    return 0
+
+
+def cmd_opt(args: argparse.Namespace) -> int:
+    from .opt import run_opt
+    res = run_opt(args.input, args.passes, target=args.target, num_stages=args.num_stages)
+    sys.stdout.write(res.text if res.text.endswith("\n") else res.text + "\n")
+    if args.report:
+        from bwtriton.passes import all_passes
+        registry = all_passes()
+        for name, report in res.reports.items():
+            print(f"// ----- bwtriton report: {name} -----")
+            print(registry[name].render_report(report))
+    return 0
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    from bwtriton.passes import all_passes
+    from .targets import TARGETS
+    rows = []
+    for name, cls in all_passes().items():
+        inst = cls()
+        targets = [t for t in TARGETS if inst.applies_to(TARGETS[t])]
+        opts = ", ".join(f"{o.name}={o.default!r}" for o in cls.options)
+        rows.append((name, cls.stage.value, "on" if cls.default_enabled else "opt-in", ",".join(targets),
+                     cls.purpose + (f" [options: {opts}]" if opts else "")))
+    if args.json:
+        print(json.dumps([dict(zip(("name", "stage", "default", "targets", "purpose"), r)) for r in rows], indent=2))
+        return 0
+    from .report import format_table
+    print(format_table(("pass", "stage", "default", "targets", "purpose"), rows))
+    if args.triton:
+        from .triton_passes import triton_pass_table
+        print("\nTriton passes usable in `bwtriton opt --passes`:")
+        for name, (path, _, _) in sorted(triton_pass_table().items()):
+            print(f"  {name:48s} {path}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+    return run_demo(target=args.target, run_on_gpu=not args.no_gpu)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    p = argparse.ArgumentParser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
+                                "on top of Triton 3.6.")
+    p.add_argument("--version", action="version", version=f"bwtriton {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile FILE.py:KERNEL or FILE.ttgir and write chosen stages")
+    c.add_argument("input", help="FILE.py:KERNEL, FILE.ttir or FILE.ttgir")
+    c.add_argument("--target", default="sm_100a")
+    c.add_argument("--signature", action="append", default=[], metavar="NAME=TYPE,...",
+                   help="argument types, e.g. a_ptr=*fp16,M=i32 (repeatable)")
+    c.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE,...")
+    c.add_argument("--num-warps", type=int)
+    c.add_argument("--num-stages", type=int)
+    c.add_argument("--num-ctas", type=int)
+    c.add_argument("--two-cta", action="store_true", help="2-CTA (cta_group::2) MMAs via the pair-ctas pass")
+    c.add_argument("--passes", help="pass selection, e.g. '-verify-tcgen05' or 'plan-tmem{max_columns=256}'")
+    c.add_argument("--out", "-o", help="folder for the stage files (default: write none)")
+    c.add_argument("--stages", help="comma-separated stages to write (default: all + sass)")
+    c.add_argument("--emit", metavar="STAGE", help="print one stage (ttir, ttgir, bwttgir, llir, ptx, sass, ...) "
+                   "to stdout instead of the summary")
+    c.add_argument("--report", action="append", default=[], metavar="PASS|all",
+                   help="print a pass's report (e.g. tmem, plan-tmem, verify-tcgen05, all)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_compile)
+
+    o = sub.add_parser("opt", help="run passes (ours and Triton's) over an IR file and print it")
+    o.add_argument("input")
+    o.add_argument("--passes", required=True, help="ordered, comma-separated pass names")
+    o.add_argument("--target", help="default: from the module (ttg.target / .target), else sm_100a")
+    o.add_argument("--num-stages", type=int, default=3)
+    o.add_argument("--report", action="store_true", help="print our passes' reports after the IR")
+    o.set_defaults(func=cmd_opt)
+
+    ps = sub.add_parser("passes", help="list the pass registry")
+    ps.add_argument("--json", action="store_true")
+    ps.add_argument("--triton", action="store_true", help="also list Triton's passes usable in `opt`")
+    ps.set_defaults(func=cmd_passes)
+
+    d = sub.add_parser("demo", help="compile the tutorial kernels for sm_100a and show what the Blackwell path "
+                       "emitted; on a GPU also run and check them")
+    d.add_argument("--target", default="sm_100a")
+    d.add_argument("--no-gpu", action="store_true", help="do not launch on a local GPU even if one exists")
+    d.set_defaults(func=cmd_demo)
+
+    for mod_name in _PLUGIN_MODULES:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as exc:
+            if exc.name and mod_name.startswith(exc.name):  # the feature is not there
+                continue
+            raise
+        mod.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except BwTritonError as exc:
+        print(f"bwtriton: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

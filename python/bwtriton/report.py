@@ -1,0 +1,92 @@
+"""Plain-text tables for compile results: the summary, pass reports, and the census of what the Blackwell path
+emitted (tcgen05 instruction kinds from the PTX, MMA opcodes from the SASS)."""
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+# `--report` short names -> pass names.
+REPORT_ALIASES = {"tmem": "plan-tmem", "verify": "verify-tcgen05", "verifier": "verify-tcgen05"}
+
+_SASS_MMA = re.compile(r"\b(UTC\w*MMA[\w.]*|HMMA[\w.]*|HGMMA[\w.]*|QGMMA[\w.]*|IMMA[\w.]*|IGMMA[\w.]*|"
+                       r"OMMA[\w.]*|UTCCP[\w.]*|UTCBAR[\w.]*|LDTM[\w.]*|STTM[\w.]*)")
+
+
+def format_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A left-aligned text table with a rule under the header."""
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def summary_table(result) -> str:
+    """Resources and passes of one compile, as a two-column table."""
+    s = result.summary()
+    rows = [(k, v) for k, v in s.items() if k != "passes"]
+    rows.append(("passes", ", ".join(s["passes"]) or "(none)"))
+    rows.append(("stages", ", ".join(result.stages)))
+    return format_table(("", ""), rows)
+
+
+def sass_mma_opcodes(sass: str) -> collections.Counter:
+    """Counts of tensor-core / TMEM SASS opcodes (UTCHMMA, UTCOMMA.4X, HGMMA, LDTM, ...)."""
+    return collections.Counter(m.group(1) for m in _SASS_MMA.finditer(sass))
+
+
+def ptx_census(ptx: str) -> dict[str, Any]:
+    """What the tcgen05 path emitted: instruction counts by opcode, MMA kinds, cta_groups, scale_vec, TMEM columns
+    allocated, and whether the body is only a trap. Uses the project's PTX front end."""
+    from bwtriton.ptx import parse_ptx
+    module = parse_ptx(ptx)
+    counts: collections.Counter = collections.Counter()
+    kinds: collections.Counter = collections.Counter()
+    groups, scale_vecs, alloc_cols = set(), set(), []
+    other = collections.Counter()
+    for entry in module.entries:
+        for ins in entry.instructions:
+            op = ins.opcode
+            if op.startswith("tcgen05."):
+                counts[op] += 1
+                for mod in ins.modifiers:
+                    if mod.startswith("kind::") and op == "tcgen05.mma":
+                        kinds[mod[len("kind::"):]] += 1
+                    elif mod.startswith("cta_group::"):
+                        groups.add(int(mod.split("::")[1]))
+                    elif mod.startswith("scale_vec::"):
+                        scale_vecs.add(mod.split("::")[1])
+                if op == "tcgen05.alloc":
+                    cols = ins.operands[-1]
+                    alloc_cols.append(getattr(cols, "value", str(cols)))
+            elif op.startswith(("wgmma.", "mma.")):
+                other[op] += 1
+    return {"tcgen05": dict(counts), "mma_kinds": dict(kinds), "cta_groups": sorted(groups),
+            "scale_vec": sorted(scale_vecs), "alloc_columns": alloc_cols, "other_mma": dict(other)}
+
+
+def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = None) -> str:
+    """Text of the requested pass reports ('all' for every one); writes the TMEM map next to the stages."""
+    from bwtriton.passes import all_passes
+    registry = all_passes()
+    reports = result.reports
+    wanted = list(reports) if "all" in names else [REPORT_ALIASES.get(n, n) for n in names]
+    out = []
+    for name in wanted:
+        if name not in registry:
+            from .errors import UnknownPassError, suggest
+            raise UnknownPassError(f"no pass {name!r} to report on.{suggest(name, list(registry) + list(REPORT_ALIASES))}")
+        if name not in reports:
+            out.append(f"== {name}: did not run (disabled, or does not apply to {result.target.name})")
+            continue
+        out.append(f"== {name}\n{registry[name].render_report(reports[name])}")
+        if name == "plan-tmem" and outdir is not None:
+            try:
+                from bwtriton.tmem import write_tmem_map
+            except ImportError:
+                continue
+            path = Path(outdir) / f"{result.name}.tmem.svg"
+            write_tmem_map(reports[name], path)
+            out.append(f"  wrote {path}")
+    return "\n".join(out)
