@@ -1,0 +1,291 @@
+"""`matmul`: a persistent TMA GEMM for bf16/fp16 and scaled fp8 (e4m3), autotuned per GPU family.
+
+One Triton kernel serves every variant; constexpr switches pick the B layout and the scale modes:
+
+* sm_90 (Hopper): TMA loads into a multi-stage shared-memory ring feeding async `wgmma`; persistent CTAs walk
+  output tiles in grouped order (GROUP_M tiles down M before moving along N, so B tiles stay in L2).
+* sm_100a (Blackwell): the same source lowers to `tcgen05.mma` (`kind::f16` / `kind::f8f6f4`) with the
+  accumulator in TMEM, warp-specialised into TMA-producer, MMA and epilogue partitions.
+
+The epilogue applies fp8 scales in fp32 (per-tensor scalars or per-row / per-column vectors), casts, and
+stores through TMA in column slices so that smem for the output stays small. Tails in M, N and K need no masks:
+TMA zero-fills out-of-bounds loads and clips out-of-bounds stores.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ._configs import GemmConfig, gemm_configs, prune_for_shape
+from ._validate import InputChecker, dtype_name
+
+# Scale modes (constexpr A_SCALE / B_SCALE).
+SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR = 0, 1, 2
+
+FP8_E4M3 = torch.float8_e4m3fn
+_HALF_DTYPES = (torch.bfloat16, torch.float16)
+_IN_DTYPES = _HALF_DTYPES + (FP8_E4M3,)
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of a linear tile id in grouped order: GROUP_M rows of tiles share each column of B."""
+    tiles_per_group = GROUP_M * num_pid_n
+    group = tile_id // tiles_per_group
+    first_m = group * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % tiles_per_group) % group_rows
+    pid_n = (tile_id % tiles_per_group) // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def matmul_tma_persistent_kernel(
+        a_desc, b_desc, c_desc, a_scale_ptr, b_scale_ptr, M, N, K,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+        NUM_SMS: tl.constexpr, B_KMAJOR: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
+        EPILOGUE_SPLIT: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr):
+    """C[M, N] = (A[M, K] @ B[K, N]) * a_scale * b_scale with fp32 accumulation.
+
+    a_desc: TMA descriptor of A [M, K], block [BLOCK_M, BLOCK_K].
+    b_desc: of B^T [N, K] (block [BLOCK_N, BLOCK_K]) when B_KMAJOR, else of B [K, N] (block [BLOCK_K, BLOCK_N]).
+    c_desc: of C [M, N], block [BLOCK_M, BLOCK_N // EPILOGUE_SPLIT].
+    A_SCALE: 0 none, 1 one fp32 scalar at a_scale_ptr, 2 an fp32 vector of M row scales.
+    B_SCALE: 0 none, 1 one fp32 scalar, 2 an fp32 vector of N column scales.
+    """
+    start = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+    out_ty: tl.constexpr = c_desc.dtype
+    SUB_N: tl.constexpr = BLOCK_N // EPILOGUE_SPLIT
+
+    # Per-tensor scales are loaded once per CTA, not per tile.
+    scalar_scale = 1.0
+    if A_SCALE == 1:
+        scalar_scale = scalar_scale * tl.load(a_scale_ptr)
+    if B_SCALE == 1:
+        scalar_scale = scalar_scale * tl.load(b_scale_ptr)
+
+    for tile_id in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            if B_KMAJOR:
+                b = b_desc.load([off_n, off_k])
+                acc = tl.dot(a, b.T, acc)
+            else:
+                b = b_desc.load([off_k, off_n])
+                acc = tl.dot(a, b, acc)
+
+        if A_SCALE == 1 or B_SCALE == 1:
+            acc = acc * scalar_scale
+        if A_SCALE == 2:
+            rows = off_m + tl.arange(0, BLOCK_M)
+            acc = acc * tl.load(a_scale_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        if B_SCALE == 2:
+            cols = off_n + tl.arange(0, BLOCK_N)
+            acc = acc * tl.load(b_scale_ptr + cols, mask=cols < N, other=0.0)[None, :]
+
+        if EPILOGUE_SPLIT == 2:
+            # Two column halves: the second half's conversion overlaps the first half's TMA store.
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, SUB_N)), (0, 2, 1))
+            acc0, acc1 = tl.split(halves)
+            c_desc.store([off_m, off_n], acc0.to(out_ty))
+            c_desc.store([off_m, off_n + SUB_N], acc1.to(out_ty))
+        else:
+            c_desc.store([off_m, off_n], acc.to(out_ty))
+
+
+# ------------------------------------------------------------------------------------------------ validation
+_check = InputChecker("matmul")
+
+
+def _scale_mode(layout: str | None) -> int:
+    return {None: SCALE_NONE, "per-tensor": SCALE_TENSOR}.get(layout, SCALE_VECTOR)
+
+
+def validate_matmul_inputs(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None,
+                           a_scale: torch.Tensor | None, b_scale: torch.Tensor | None) -> dict:
+    """Check `matmul`'s arguments; returns the resolved launch facts or raises InputError.
+
+    Structural checks (dims, dtypes, K, strides, alignment, scale shapes) come before the device check, so all
+    of them can be exercised with CPU tensors.
+    """
+    _check.tensor("a", a, ndim=2, dtypes=_IN_DTYPES,
+                  dtype_hint="cast with a.to(torch.bfloat16) or quantize to torch.float8_e4m3fn")
+    _check.tensor("b", b, ndim=2, dtypes=_IN_DTYPES,
+                  dtype_hint="cast with b.to(torch.bfloat16) or quantize to torch.float8_e4m3fn")
+    _check.same_dtype({"a": a, "b": b})
+    (m, k), (k2, n) = a.shape, b.shape
+    _check.dims_match("K (inner dimension)", k, "a.shape[1]", k2, "b.shape[0]")
+    for name, t in (("a", a), ("b", b)):
+        _check.nonempty(name, t)
+    is_fp8 = a.dtype == FP8_E4M3
+    if out_dtype is None:
+        out_dtype = torch.bfloat16 if is_fp8 else a.dtype
+    if out_dtype not in _OUT_DTYPES:
+        raise _check.fail(f"out_dtype {dtype_name(out_dtype)} is not supported; use one of "
+                          f"{', '.join(dtype_name(d) for d in _OUT_DTYPES)}")
+
+    # A must be row-major. B may be row-major [K, N] or column-major (B^T contiguous, as torch._scaled_mm
+    # wants): the latter is read K-major, which fp8 wgmma requires without a transpose in shared memory.
+    _check.tma_compatible("a", a)
+    b_kmajor = b.stride(0) == 1 and (b.stride(1) != 1 or n == 1)
+    _check.tma_compatible("b", b.t() if b_kmajor else b)
+
+    if not is_fp8 and (a_scale is not None or b_scale is not None):
+        raise _check.fail(f"a_scale/b_scale apply to float8_e4m3fn inputs only, but the inputs are "
+                          f"{dtype_name(a.dtype)}; multiply the result instead")
+    a_layout = _check.scale("a_scale", a_scale, {"per-tensor": (), "per-row": (m,)})
+    b_layout = _check.scale("b_scale", b_scale, {"per-tensor": (), "per-column": (n,)})
+    device = _check.on_cuda({"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale})
+    return dict(m=m, n=n, k=k, out_dtype=out_dtype, b_kmajor=b_kmajor, device=device,
+                a_scale_mode=_scale_mode(a_layout), b_scale_mode=_scale_mode(b_layout))
+
+
+# -------------------------------------------------------------------------------------------------- launch
+def _descriptors(a, b, c, b_kmajor: bool, cfg: GemmConfig):
+    a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k])
+    if b_kmajor:
+        b_desc = TensorDescriptor.from_tensor(b.t(), [cfg.block_n, cfg.block_k])
+    else:
+        b_desc = TensorDescriptor.from_tensor(b, [cfg.block_k, cfg.block_n])
+    c_desc = TensorDescriptor.from_tensor(c, [cfg.block_m, cfg.block_n // cfg.epilogue_split])
+    return a_desc, b_desc, c_desc
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _launch(a, b, c, a_scale, b_scale, facts: dict, cfg: GemmConfig) -> None:
+    m, n, k = facts["m"], facts["n"], facts["k"]
+    num_sms = _num_sms(facts["device"].index or 0)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    grid = (max(1, min(num_sms, tiles)),)
+    a_desc, b_desc, c_desc = _descriptors(a, b, c, facts["b_kmajor"], cfg)
+    matmul_tma_persistent_kernel[grid](
+        a_desc, b_desc, c_desc, a_scale, b_scale, m, n, k, NUM_SMS=grid[0], B_KMAJOR=facts["b_kmajor"],
+        A_SCALE=facts["a_scale_mode"], B_SCALE=facts["b_scale_mode"], **cfg.kernel_kwargs())
+
+
+# Best config per (device capability, dtypes, layout, scale modes, shape bucket).
+_TUNED: dict[tuple, GemmConfig] = {}
+#: Timings (ms) of every config tried, per tuning key; the benchmark prints the winner from here.
+TUNING_LOG: dict[tuple, dict[str, float]] = {}
+
+
+def _shape_bucket(m: int, n: int, k: int) -> tuple:
+    """Shapes that round to the same powers of two share a tuned config (keeps autotuning to once per bucket)."""
+    return tuple(1 << max(0, (x - 1).bit_length()) for x in (m, n, k))
+
+
+def _tuning_key(a, facts: dict) -> tuple:
+    cap = torch.cuda.get_device_capability(facts["device"])
+    return (cap, a.dtype, facts["out_dtype"], facts["b_kmajor"], facts["a_scale_mode"], facts["b_scale_mode"],
+            _shape_bucket(facts["m"], facts["n"], facts["k"]))
+
+
+def _candidates(a, facts: dict) -> list[GemmConfig]:
+    major, minor = torch.cuda.get_device_capability(facts["device"])
+    out_bytes = torch.empty((), dtype=facts["out_dtype"]).element_size()
+    cfgs = gemm_configs(major * 10 + minor, a.element_size(), out_bytes)
+    return prune_for_shape(cfgs, facts["m"], facts["n"], facts["k"])
+
+
+def _autotune(run: Callable[[GemmConfig], None], cands: list[GemmConfig], key: tuple) -> GemmConfig:
+    """Time each candidate (short warmup/rep so first use of a shape stays quick); return the fastest.
+
+    A candidate that fails to compile or launch (e.g. runs out of resources) is skipped; if all fail, the first
+    one's error is raised.
+    """
+    if len(cands) == 1:
+        return cands[0]
+    timings: dict[GemmConfig, float] = {}
+    first_error: Exception | None = None
+    for cfg in cands:
+        try:
+            run(cfg)  # compile + warm up
+            timings[cfg] = triton.testing.do_bench(lambda: run(cfg), warmup=5, rep=25)
+        except Exception as exc:  # noqa: BLE001 - a bad candidate must not make the GEMM unusable
+            first_error = first_error or exc
+    if not timings:
+        raise first_error  # type: ignore[misc]
+    TUNING_LOG[key] = {c.short(): t for c, t in timings.items()}
+    return min(timings, key=timings.get)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None,
+           a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None,
+           config: GemmConfig | None = None) -> torch.Tensor:
+    """C = A @ B on the GPU (fp32 accumulation), returning a new [M, N] tensor.
+
+    * bf16/fp16: `a` [M, K] row-major, `b` [K, N] row-major or column-major; output dtype = input dtype unless
+      `out_dtype` (bf16, fp16 or fp32) is given.
+    * fp8 e4m3 (`torch.float8_e4m3fn`): optional fp32 `a_scale` (scalar tensor, or [M] per-row) and `b_scale`
+      (scalar, or [N] per-column); C = (A @ B) * a_scale * b_scale; output bf16 by default. Column-major `b`
+      (`b = w.t()` for a row-major [N, K] `w`, as `torch._scaled_mm` takes it) is the fast layout.
+
+    Inner dims must span a multiple of 16 bytes (TMA row pitch); M, N, K need not be multiples of the tile.
+    `config` forces one `GemmConfig` instead of autotuning. Bad inputs raise `bwtriton.errors.InputError`.
+    """
+    facts = validate_matmul_inputs(a, b, out_dtype, a_scale, b_scale)
+    c = torch.empty((facts["m"], facts["n"]), dtype=facts["out_dtype"], device=a.device)
+
+    def run(cfg: GemmConfig) -> None:
+        _launch(a, b, c, a_scale, b_scale, facts, cfg)
+
+    if config is None:
+        key = _tuning_key(a, facts)
+        config = _TUNED.get(key)
+        if config is None:
+            config = _TUNED[key] = _autotune(run, _candidates(a, facts), key)
+    run(config)
+    return c
+
+
+def tuned_config(a: torch.Tensor, b: torch.Tensor, **kwargs) -> GemmConfig | None:
+    """The config `matmul(a, b, **kwargs)` would use now (None before the first call tunes it)."""
+    facts = validate_matmul_inputs(a, b, kwargs.get("out_dtype"), kwargs.get("a_scale"), kwargs.get("b_scale"))
+    return _TUNED.get(_tuning_key(a, facts))
+
+
+# ------------------------------------------------------------------------------------ offline compilation
+_TRITON_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", FP8_E4M3: "fp8e4nv"}
+
+
+def compile_spec(cfg: GemmConfig, in_dtype: torch.dtype = torch.bfloat16, out_dtype: torch.dtype | None = None,
+                 *, b_kmajor: bool = True, a_scale: int = SCALE_NONE, b_scale: int = SCALE_NONE,
+                 num_sms: int = 148) -> dict:
+    """Arguments for `bwtriton.compile(matmul_tma_persistent_kernel, **spec)`: compile a variant without a GPU.
+
+    Returns signature, constexprs, num_warps and num_stages (target is left to the caller).
+    """
+    out_dtype = out_dtype or (torch.bfloat16 if in_dtype == FP8_E4M3 else in_dtype)
+    ti, to = _TRITON_DTYPE[in_dtype], _TRITON_DTYPE[out_dtype]
+    b_block = [cfg.block_n, cfg.block_k] if b_kmajor else [cfg.block_k, cfg.block_n]
+    sig = {"a_desc": f"tensordesc<{ti}[{cfg.block_m}, {cfg.block_k}]>",
+           "b_desc": f"tensordesc<{ti}[{b_block[0]}, {b_block[1]}]>",
+           "c_desc": f"tensordesc<{to}[{cfg.block_m}, {cfg.block_n // cfg.epilogue_split}]>",
+           "M": "i32", "N": "i32", "K": "i32"}
+    constexprs = {k: v for k, v in cfg.kernel_kwargs().items() if k not in ("num_warps", "num_stages")}
+    constexprs.update(NUM_SMS=num_sms, B_KMAJOR=b_kmajor, A_SCALE=a_scale, B_SCALE=b_scale)
+    for name, mode in (("a_scale_ptr", a_scale), ("b_scale_ptr", b_scale)):
+        if mode == SCALE_NONE:
+            constexprs[name] = None
+        else:
+            sig[name] = "*fp32"
+    return dict(signature=sig, constexprs=constexprs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
