@@ -12,7 +12,7 @@ import triton.language as tl
 from .codecs import (e2m1_decode, e2m1_encode, e4m3_decode, e4m3_encode, e5m2_encode, e8m0_decode,
                      e8m0_from_amax, e8m0_inverse_scale)
 
-FP32_MAX: tl.constexpr = 3.4028234663852886e38
+FP32_MAX = tl.constexpr(3.4028234663852886e38)
 
 
 @triton.jit
