@@ -29,9 +29,10 @@ def e2m1_decode(code):
     e = (c >> 1) & 3
     m = c & 1
     # normal: 2^(e-1) * (1 + m/2) -> float32 bits with exponent e-1+127 and mantissa MSB m; subnormal (e == 0): m/2
-    normal = (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True)
-    mag = tl.where(e == 0, m.to(tl.float32) * 0.5, normal)
-    return tl.where((c & 8) != 0, -mag, mag)
+    normal = ((e + 126) << 23) | (m << 22)
+    mag = tl.where(e == 0, m * (126 << 23), normal)  # subnormal: 0 or 0.5 (= 2^-1: exponent field 126)
+    # The sign goes in as a bit: unary minus in Triton is `0 - x`, which turns -0 into +0.
+    return (mag | ((c & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -74,9 +75,10 @@ def e4m3_decode(code):
     c = code.to(tl.int32) & 0xFF
     e = (c >> 3) & 0xF
     m = c & 7
-    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
-    mag = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)  # subnormal: m * 2^-9
-    return tl.where((c & 0x80) != 0, -mag, mag)
+    normal = ((e + 120) << 23) | (m << 20)
+    subnormal = (m.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)  # m * 2^-9, exact
+    mag = tl.where(e == 0, subnormal, normal)
+    return (mag | ((c & 0x80) << 24)).to(tl.float32, bitcast=True)  # sign as a bit (see e2m1_decode)
 
 
 @triton.jit
