@@ -240,7 +240,7 @@ def _clear_jit_caches() -> None:
     pipeline (Triton keys its in-memory cache on arguments and options only, not on hooks)."""
     from triton.runtime.jit import JITFunction
     for obj in gc.get_objects():
-        if isinstance(obj, JITFunction):
+        if issubclass(type(obj), JITFunction):  # type(), not isinstance: no __class__ proxies
             obj.device_caches.clear()
 
 

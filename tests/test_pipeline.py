@@ -1,0 +1,172 @@
+"""The stage hook, pass selection and cache keys (no GPU: everything compiles for sm_100a/sm_90a offline)."""
+from __future__ import annotations
+
+import pytest
+
+import bwtriton
+from bwtriton.errors import CompileError, UnknownPassError
+from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
+from bwtriton.passes.base import REGISTRY, Pass, PassOption, Stage, register_pass
+from bwtriton.pipeline import PassSelection, resolve_passes, split_pass_spec
+
+
+@pytest.fixture
+def probe_passes():
+    """Two throwaway passes: a TTGIR one that sets maxnreg (visible in PTX) and counts calls, a PTX one that
+    appends a comment. Removed from the registry afterwards."""
+    calls = {"ttgir": 0, "ptx": 0}
+
+    @register_pass
+    class SetMaxnreg(Pass):
+        name = "test-set-maxnreg"
+        stage = Stage.TTGIR
+        purpose = "test: set ttg.maxnreg"
+        options = (PassOption("regs", int, 168, "register cap"),)
+        default_enabled = False
+
+        def run(self, mod, ctx):
+            from triton._C.libtriton import ir
+            calls["ttgir"] += 1
+            mod.set_attr("ttg.maxnreg", ir.builder(mod.context).get_int32_attr(ctx.options["regs"]))
+            ctx.report["regs"] = ctx.options["regs"]
+
+    @register_pass
+    class TagPtx(Pass):
+        name = "test-tag-ptx"
+        stage = Stage.PTX
+        purpose = "test: append a comment to the PTX"
+        default_enabled = False
+
+        def applies_to(self, target):
+            return target.has_tcgen05
+
+        def run(self, ptx, ctx):
+            calls["ptx"] += 1
+            return ptx + "\n// tagged-by-test\n"
+
+    yield calls
+    REGISTRY.pop("test-set-maxnreg", None)
+    REGISTRY.pop("test-tag-ptx", None)
+
+
+def _compile(**kw):
+    return bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(), **kw)
+
+
+def test_inserted_stages_run_and_change_the_output(probe_passes):
+    res = _compile(passes=["test-set-maxnreg{regs=128}", "test-tag-ptx"])
+    assert res.stages == ["source", "ttir", "ttgir", "bwttgir", "llir", "ptx", "bwptx", "cubin"]
+    assert ".maxnreg 128" in res.asm["ptx"] and ".maxnreg" not in _compile(passes="none").asm["ptx"]
+    assert res.asm["bwptx"].rstrip().endswith("// tagged-by-test")
+    assert res.reports["test-set-maxnreg"] == {"regs": 128}
+
+
+def test_pass_that_does_not_apply_is_skipped(probe_passes):
+    res = _compile(passes=["test-tag-ptx"], target="sm_90a")
+    assert "bwptx" not in res.stages and "tagged-by-test" not in res.asm["ptx"]
+
+
+def test_changing_passes_or_options_never_serves_a_stale_cubin(probe_passes):
+    a = _compile(passes=["test-set-maxnreg{regs=128}"])
+    b = _compile(passes=["test-set-maxnreg{regs=96}"])
+    assert ".maxnreg 128" in a.asm["ptx"] and ".maxnreg 96" in b.asm["ptx"]
+    assert a.kernel.hash != b.kernel.hash
+    again = _compile(passes=["test-set-maxnreg{regs=128}"])
+    assert again.kernel.hash == a.kernel.hash and ".maxnreg 128" in again.asm["ptx"]
+
+
+def test_selection_key_covers_version_passes_and_options(probe_passes, monkeypatch):
+    k1 = resolve_passes("test-set-maxnreg{regs=1}", "sm_100a").key()
+    assert k1 == resolve_passes("test-set-maxnreg{regs=1}", "sm_100a").key()
+    assert k1 != resolve_passes("test-set-maxnreg{regs=2}", "sm_100a").key()
+    assert k1 != resolve_passes("test-set-maxnreg{regs=1},test-tag-ptx", "sm_100a").key()
+    monkeypatch.setattr(bwtriton.pipeline, "__version__", "9.9.9")
+    assert k1 != resolve_passes("test-set-maxnreg{regs=1}", "sm_100a").key()
+
+
+def test_spec_grammar(probe_passes, monkeypatch):
+    assert split_pass_spec("a{x=1,y=2},-b, +c") == ["a{x=1,y=2}", "-b", "+c"]
+    defaults = resolve_passes(None, "sm_100a", use_env=False).names
+    assert "test-set-maxnreg" not in defaults
+    plus = resolve_passes("+test-set-maxnreg", "sm_100a").names
+    assert set(plus) == set(defaults) | {"test-set-maxnreg"}
+    assert resolve_passes("none", "sm_100a").names == []
+    assert resolve_passes("test-tag-ptx", "sm_100a").names == ["test-tag-ptx"]
+    monkeypatch.setenv("BWTRITON_PASSES", "+test-tag-ptx")
+    assert "test-tag-ptx" in resolve_passes(None, "sm_100a").names
+    assert "test-tag-ptx" not in resolve_passes(None, "sm_100a", use_env=False).names
+
+
+def test_unknown_pass_and_option_errors_name_the_fix(probe_passes):
+    with pytest.raises(UnknownPassError, match=r"unknown pass 'test-set-maxreg'.*Did you mean: test-set-maxnreg"):
+        resolve_passes("test-set-maxreg", "sm_100a")
+    with pytest.raises(UnknownPassError, match=r"no option 'reg'.*Did you mean: regs"):
+        resolve_passes("test-set-maxnreg{reg=3}", "sm_100a")
+    with pytest.raises(UnknownPassError, match=r"takes a int, got 'many'"):
+        resolve_passes("test-set-maxnreg{regs=many}", "sm_100a")
+
+
+def test_a_pass_error_fails_the_compile_with_its_name(probe_passes):
+    @register_pass
+    class Refuse(Pass):
+        name = "test-refuse"
+        stage = Stage.TTGIR
+        purpose = "test: always refuses"
+        default_enabled = False
+
+        def run(self, mod, ctx):
+            ctx.error("kernel refused: reduce BLOCK_N")
+    try:
+        with pytest.raises(CompileError, match=r"\[test-refuse\] kernel refused: reduce BLOCK_N"):
+            _compile(passes=["test-refuse"])
+    finally:
+        REGISTRY.pop("test-refuse")
+
+
+def test_a_crashing_pass_is_reported_with_its_name(probe_passes):
+    @register_pass
+    class Crash(Pass):
+        name = "test-crash"
+        stage = Stage.PTX
+        purpose = "test: raises a bug"
+        default_enabled = False
+
+        def run(self, ptx, ctx):
+            raise KeyError("oops")
+    try:
+        with pytest.raises(CompileError, match=r"\[test-crash\] pass failed on the ptx stage: KeyError"):
+            _compile(passes=["test-crash"])
+    finally:
+        REGISTRY.pop("test-crash")
+
+
+def test_registration_rejects_incomplete_and_duplicate_passes():
+    with pytest.raises(TypeError, match="must set `purpose`"):
+        @register_pass
+        class NoPurpose(Pass):
+            name = "test-no-purpose"
+            stage = Stage.PTX
+    with pytest.raises(TypeError, match="Stage"):
+        @register_pass
+        class BadStage(Pass):
+            name = "test-bad-stage"
+            stage = "ptx"
+            purpose = "x"
+
+
+def test_enable_routes_jit_launch_compiles_and_disable_restores(probe_passes, tmp_path):
+    from triton import knobs
+    before_hook, before_dir = knobs.runtime.add_stages_inspection_hook, knobs.cache.dir
+    with bwtriton.enable(["test-tag-ptx"], target="sm_100a"):
+        hook = knobs.runtime.add_stages_inspection_hook
+        assert hook is not None and knobs.cache.dir != before_dir
+        stages = {"ttir": None, "ttgir": None, "llir": None, "ptx": None, "cubin": None}
+        hook(None, stages, None, None, 100)
+        assert list(stages) == ["ttir", "ttgir", "llir", "ptx", "bwptx", "cubin"]
+    assert knobs.runtime.add_stages_inspection_hook is before_hook and knobs.cache.dir == before_dir
+
+
+def test_selection_entries_are_in_pipeline_order(probe_passes):
+    sel = resolve_passes("test-tag-ptx,test-set-maxnreg", "sm_100a")
+    assert sel.names == ["test-set-maxnreg", "test-tag-ptx"]  # ttgir before ptx, whatever the spec order
+    assert isinstance(sel, PassSelection) and sel.options_for("test-set-maxnreg") == {"regs": 168}

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Run bwtriton's whole test suite: pytest (unit, numerics, emulator; GPU tests skip without CUDA) then lit.
+
+Fails when any test fails or when either runner ran no test at all (pytest exit 5 is a failure here).
+Ends with one line `total: N passed, N failed, N skipped`.
+Extra arguments go to pytest (e.g. `-m gpu`, `-k formats`); `--no-lit` skips the lit suite.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_pytest(args: list[str]) -> tuple[int, int, int, int]:
+    """Returns (exit code, passed, failed, skipped)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "pytest.xml"
+        rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              f"--junitxml={xml}", *args], cwd=ROOT)
+        if not xml.exists():
+            return rc or 1, 0, 1, 0
+        suite = ET.parse(xml).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        total, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+    return rc, total - failures - errors - skipped, failures + errors, skipped
+
+
+def run_lit() -> tuple[int, int, int, int]:
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, BWTRITON_LIT_OUT=out)
+        proc = subprocess.run([sys.executable, "-m", "lit", "-sv", str(ROOT / "test_lit")], cwd=ROOT, env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    print(proc.stdout[-20000:])
+    counts: dict[str, int] = {}
+    for key in ("Passed", "Failed", "Unsupported", "Expectedly Failed", "Unresolved", "Unexpectedly Passed"):
+        m = re.search(rf"^\s*{key}\s*:\s*(\d+)", proc.stdout, re.M)
+        counts[key] = int(m.group(1)) if m else 0
+    passed = counts["Passed"] + counts["Expectedly Failed"]
+    failed = counts["Failed"] + counts["Unresolved"] + counts["Unexpectedly Passed"]
+    return proc.returncode, passed, failed, counts["Unsupported"]
+
+
+def main(argv: list[str]) -> int:
+    with_lit = "--no-lit" not in argv
+    args = [a for a in argv if a != "--no-lit"]
+    rc_py, p1, f1, s1 = run_pytest(args)
+    rc_lit, p2, f2, s2 = run_lit() if with_lit else (0, 0, 0, 0)
+    print(f"pytest: exit {rc_py}, {p1} passed, {f1} failed, {s1} skipped")
+    if with_lit:
+        print(f"lit: exit {rc_lit}, {p2} passed, {f2} failed, {s2} unsupported")
+    problems = []
+    if rc_py == 5 or p1 == 0:
+        problems.append("pytest ran no test")
+    elif rc_py != 0:
+        problems.append(f"pytest failed (exit {rc_py})")
+    if with_lit and (p2 == 0):
+        problems.append("lit ran no test")
+    elif with_lit and rc_lit != 0:
+        problems.append(f"lit failed (exit {rc_lit})")
+    for p in problems:
+        print(f"FAILED: {p}")
+    print(f"total: {p1 + p2} passed, {f1 + f2} failed, {s1 + s2} skipped")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
