@@ -1,0 +1,157 @@
+"""pair-ctas: make a 256-row `tl.dot` tile compiled with num_ctas=2 a 2-CTA (``cta_group::2``) tcgen05 MMA.
+
+What Triton 3.6 does with such a kernel (measured, see docs/two_cta.md): `make_ttgir` splits A and the accumulator
+along M and B along N over the 2 CTAs; for B stored [K, N] (N-major) it also marks the MMA 2-CTA (``two_ctas`` on
+`ttng.tc_gen5_mma`, ``twoCTAs = true`` on the accumulator's `#ttng.tensor_memory_encoding`), but for B stored [N, K]
+and read through ``.T`` (the usual TMA form) it does not, and `make_llir` then aborts the process ('LLVM ERROR:
+Failed to find a valid layout'). With the marks in place Triton's lowering emits the whole 2-CTA protocol itself:
+``cta_group::2`` alloc/relinquish/dealloc in both CTAs, idesc M = 256, a cluster barrier before each MMA issue (the
+peer's operands have landed) and a multicast commit to both CTAs' mbarriers.
+
+This pass, on the TTGIR `make_ttgir` produced:
+1. checks eligibility (`bwtriton.pairing`) *before* the lowering can abort, failing with a clear error (mode=on);
+2. adds the missing 2-CTA marks (text round trip), and the module attribute ``"ttng.two-ctas" = true``;
+3. adds an exit handshake: a cluster barrier before the kernel's return, so neither CTA deallocates its TMEM or
+   exits while its peer may still issue pair instructions (Triton 3.6 emits none there).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from bwtriton.pairing import MmaSummary, crashes_unpaired, eligibility_problems
+from bwtriton.passes import _cga_layouts as cga
+from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_pass
+from bwtriton.passes.mlir_util import module_attr_int, reparse
+
+MODES = ("on", "auto")
+# The exit handshake, as TTGIR (ttng.cluster_arrive lowers to barrier.cluster.arrive.aligned; release semantics).
+EXIT_BARRIER = ("ttng.cluster_arrive {relaxed = false}", "ttng.cluster_wait")
+
+
+def summarize(text: str) -> tuple[list[cga.MmaLine], list[MmaSummary]]:
+    """Every tcgen05 MMA of the printed module and what pairing needs to know about it."""
+    aliases = cga.parse_aliases(text)
+    lines = cga.find_mma_lines(text)
+    out = []
+    for line in lines:
+        a, b, acc = line.a, line.b, line.acc
+        if acc is None or a is None or b is None:
+            continue
+        acc_enc = cga.resolve(acc.encoding, aliases)
+        fields = cga.tmem_fields(acc_enc)
+        out.append(MmaSummary(
+            m=acc.shape[-2], n=acc.shape[-1],
+            acc_split=(fields.get("CTASplitM", 1), fields.get("CTASplitN", 1)) if fields else None,
+            a_split=cga.cga_split(cga.resolve(a.encoding, aliases)) or (1, 1),
+            b_split=cga.cga_split(cga.resolve(b.encoding, aliases)) or (1, 1),
+            scaled=line.scaled,
+            two_ctas=line.two_ctas and bool(fields.get("twoCTAs"))))
+    return lines, out
+
+
+def _top_level_returns(lines: list[str]) -> tuple[list[int], int]:
+    """Indices of `tt.return` lines directly in a function body, and the count of nested (divergent) ones."""
+    top, nested = [], 0
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("tt.return"):
+            indent = len(line) - len(line.lstrip())
+            if indent == 4:  # module body at 2 spaces, function body at 4 (Triton's printer)
+                top.append(i)
+            else:
+                nested += 1
+    return top, nested
+
+
+def _has_exit_barrier(lines: list[str], ret: int) -> bool:
+    prev = [ln.strip() for ln in lines[max(0, ret - 2):ret]]
+    return len(prev) == 2 and prev[0].startswith(EXIT_BARRIER[0].split(" ")[0]) and \
+        prev[1].startswith(EXIT_BARRIER[1])
+
+
+@register_pass
+class PairCtas(Pass):
+    name = "pair-ctas"
+    stage = Stage.TTGIR
+    purpose = "turn 256-row tl.dot tiles compiled with num_ctas=2 into 2-CTA cta_group::2 tcgen05 MMAs"
+    options = (PassOption("mode", str, "on",
+                          "on: pair or fail with the reason; auto: pair when eligible, else leave the kernel as "
+                          "Triton made it (with a warning)"),)
+    default_enabled = False
+
+    def applies_to(self, target) -> bool:
+        return target.has_tcgen05
+
+    def run(self, ir: Any, ctx: PassContext):
+        mode = ctx.options.get("mode", "on")
+        if mode not in MODES:
+            ctx.error(f"option mode={mode!r} is not one of {', '.join(MODES)}; use pair-ctas{{mode=on}} or "
+                      f"pair-ctas{{mode=auto}}")
+        text = str(ir)
+        num_ctas = module_attr_int(ir, "ttg.num-ctas", 1)
+        lines, mmas = summarize(text)
+        ctx.report.update(mode=mode, num_ctas=num_ctas, paired=False, changes=[],
+                          mmas=[{"op": ln.op, "M": s.m, "N": s.n, "acc_split": s.acc_split, "a_split": s.a_split,
+                                 "b_split": s.b_split, "two_ctas_from_triton": s.two_ctas}
+                                for ln, s in zip(lines, mmas)])
+        problems = eligibility_problems(ctx.target.name, num_ctas, mmas)
+        if problems:
+            ctx.report["ineligible"] = problems
+            if mode == "on" or crashes_unpaired(num_ctas, mmas):
+                why = "" if mode == "on" else (" (left as it is, Triton 3.6 would abort the process lowering "
+                                               "this CTA-split accumulator)")
+                ctx.error("cannot pair CTAs" + why + ": " + "; ".join(problems))
+            ctx.warn("not paired: " + "; ".join(problems))
+            return None
+        return self._pair(ir, text, lines, mmas, ctx)
+
+    def _pair(self, ir, text: str, lines: list[cga.MmaLine], mmas: list[MmaSummary], ctx: PassContext):
+        aliases = cga.parse_aliases(text)
+        changes: list[str] = ctx.report["changes"]
+        new_text = text
+        # 1. twoCTAs on every accumulator encoding (an alias is shared by all its users: all tcgen05 ops of a
+        #    kernel must use one cta_group anyway, PTX rule P1).
+        for alias in sorted({ln.acc.encoding for ln in lines}):
+            enc = cga.resolve(alias, aliases)
+            if "twoCTAs = true" in enc:
+                continue
+            if alias not in aliases:
+                ctx.error(f"accumulator encoding {alias!r} is inline, not a module alias; cannot rewrite it")
+            new_text = cga.replace_alias(new_text, alias, cga.with_two_ctas(enc))
+            changes.append(f"{alias}: twoCTAs = true")
+        # 2. two_ctas on every MMA op.
+        body = new_text.splitlines(keepends=True)
+        for ln in lines:
+            if not ln.two_ctas:
+                body[ln.index] = cga.add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
+                changes.append(f"line {ln.index + 1}: {ln.op} two_ctas")
+        # 3. exit handshake before each top-level return.
+        plain = [b.rstrip("\n") for b in body]
+        returns, nested = _top_level_returns(plain)
+        if nested:
+            ctx.warn(f"{nested} tt.return inside control flow: no exit cluster barrier added there (a barrier on a "
+                     f"divergent path would deadlock); the peer may exit early on that path")
+        for idx in reversed(returns):
+            if not _has_exit_barrier(plain, idx):
+                indent = plain[idx][:len(plain[idx]) - len(plain[idx].lstrip())]
+                body[idx:idx] = [indent + op + "\n" for op in EXIT_BARRIER]
+                changes.append("exit cluster barrier before tt.return")
+        new_text = "".join(body)
+        if not changes:
+            ctx.report["paired"] = True
+            self._mark_module(ir)
+            return None
+        try:
+            new_mod = reparse(new_text, ir.context)
+        except Exception as exc:  # noqa: BLE001 - a failed rewrite must not reach the lowering
+            ctx.error(f"the 2-CTA rewrite did not verify ({exc}); please report the kernel")
+        self._mark_module(new_mod)
+        _, after = summarize(str(new_mod))
+        if not after or not all(s.two_ctas for s in after):
+            ctx.error("internal: after the rewrite some MMA is still not 2-CTA; please report the kernel")
+        ctx.report["paired"] = True
+        return new_mod
+
+    @staticmethod
+    def _mark_module(mod) -> None:
+        from triton._C.libtriton import ir as tir
+        mod.set_attr(cga.TWO_CTAS_MODULE_ATTR, tir.builder(mod.context).get_bool_attr(True))
