@@ -1,0 +1,383 @@
+"""Parsed views of printed TTIR/TTGIR text, for the TMEM planner and its fallback rewrites.
+
+Triton 3.6's Python API cannot compare values or erase ops, so the planner reads the printed module: an op tree
+(`parse_ops`) with result and operand names, plus parsers for the two things it must understand exactly:
+memdesc types (`parse_memdesc`) and TMEM encodings (`parse_attr_params`). All parsing of attribute and type
+syntax for the TMEM feature lives here, so there is one parser, not regexes spread over passes.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
+_VALUE = r"%[A-Za-z0-9_$.\-]+"
+_VALUE_RE = re.compile(_VALUE + r"(?:#\d+)?")
+_RESULTS_RE = re.compile(r"^\s*((?:" + _VALUE + r"(?::\d+)?)(?:\s*,\s*" + _VALUE + r"(?::\d+)?)*)\s*=\s*")
+_OPNAME_RE = re.compile(r'^"?([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z0-9_.]+)"?')
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+_REGION_LABEL_RE = re.compile(r"^\s*(default|partition\d+\(.*\).*)\s*\{\s*$")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Generic bracket-aware splitting
+# ----------------------------------------------------------------------------------------------------------
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split `text` at `sep` outside <>, (), [], {} and strings; pieces are stripped."""
+    out, depth, cur, in_str = [], 0, [], False
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            cur.append(ch)
+            if ch == "\\":
+                cur.append(text[i + 1])
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+            cur.append(ch)
+        elif ch in "<([{":
+            depth += 1
+            cur.append(ch)
+        elif ch in ">)]}":
+            # '->' is an arrow, not a closing bracket
+            if not (ch == ">" and i > 0 and text[i - 1] == "-"):
+                depth -= 1
+            cur.append(ch)
+        elif ch == sep and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def matching_close(text: str, start: int) -> int:
+    """Index of the bracket closing the one at `text[start]` (one of < ( [ {), skipping strings and '->'."""
+    opener = text[start]
+    closer = {"<": ">", "(": ")", "[": "]", "{": "}"}[opener]
+    depth, i, in_str = 0, start, False
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == opener:
+            depth += 1
+        elif ch == closer and not (ch == ">" and text[i - 1] == "-"):
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError(f"unbalanced {opener!r} in {text[start:start + 80]!r}")
+
+
+def parse_attr_params(text: str) -> dict[str, str]:
+    """`#dialect.name<a = 1, b = true, c>` or its `<...>` body -> {'a': '1', 'b': 'true', 'c': 'true'}."""
+    body = text.strip()
+    if "<" in body:
+        lt = body.index("<")
+        body = body[lt + 1:matching_close(body, lt)]
+    params: dict[str, str] = {}
+    for piece in split_top_level(body):
+        key, sep, value = piece.partition("=")
+        params[key.strip()] = value.strip() if sep else "true"
+    return params
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Aliases (#name = ...) and locations
+# ----------------------------------------------------------------------------------------------------------
+
+_ALIAS_RE = re.compile(r"^(#[A-Za-z_][A-Za-z0-9_$.]*)\s*=\s*(.*)$")
+
+
+def parse_aliases(text: str) -> dict[str, str]:
+    """Top-level attribute aliases of a printed module: {'#tmem': '#ttng.tensor_memory_encoding<...>'}."""
+    out = {}
+    for line in text.splitlines():
+        m = _ALIAS_RE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def resolve_alias(value: str, aliases: dict[str, str]) -> str:
+    seen = 0
+    while value.startswith("#") and value in aliases and seen < 32:
+        value = aliases[value]
+        seen += 1
+    return value
+
+
+_FILELOC_RE = re.compile(r'loc\("([^"]+)":(\d+):(\d+)\)')
+_NAMELOC_RE = re.compile(r'loc\("([^"]*)"\((#[A-Za-z0-9_]+|loc\(.*\))\)\)')
+
+
+def resolve_location(loc: str, aliases: dict[str, str]) -> str:
+    """'loc(#loc64)' -> 'k3.py:14:16' (basename:line:col), following name and alias wrappers; '' if unknown."""
+    text = loc.strip()
+    for _ in range(32):
+        m = re.fullmatch(r"loc\((#[A-Za-z0-9_]+)\)", text)
+        if m:
+            text = aliases.get(m.group(1), "")
+            continue
+        if text.startswith("#"):
+            text = aliases.get(text, "")
+            continue
+        m = _FILELOC_RE.search(text)
+        if m:
+            return f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}:{m.group(3)}"
+        m = _NAMELOC_RE.fullmatch(text)
+        if m:
+            inner = m.group(2)
+            text = inner if inner.startswith("loc(") else f"loc({inner})"
+            continue
+        m = re.search(r"#loc[0-9]*", text)  # fused/callsite locations: take the first alias inside
+        if m:
+            text = m.group(0)
+            continue
+        return ""
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Types
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemDesc:
+    """A parsed `!ttg.memdesc<shape x elem, encoding, memory space[, mutable][, alloc shape]>`."""
+
+    shape: tuple[int, ...]
+    element: str
+    encoding: str          # resolved attribute text, e.g. '#ttng.tensor_memory_encoding<blockM = 128, ...>'
+    memory_space: str      # resolved, e.g. '#ttng.tensor_memory'
+    mutable: bool
+
+    @property
+    def in_tmem(self) -> bool:
+        return "tensor_memory" in self.memory_space and "encoding" not in self.memory_space
+
+    @property
+    def encoding_name(self) -> str:
+        return self.encoding.split("<", 1)[0]
+
+
+def element_bits(element: str) -> int:
+    """Bit width of an MLIR element type name: f32 -> 32, bf16 -> 16, f8E4M3FN -> 8, i8 -> 8, f4E2M1FN -> 4."""
+    m = re.fullmatch(r"[iu]?i?(\d+)", element)
+    if element.startswith(("i", "ui", "si")) and m:
+        return int(re.sub(r"\D", "", element))
+    m = re.fullmatch(r"(?:f|bf|tf)(\d+)", element)
+    if m:
+        return 19 if element == "tf32" else int(m.group(1))
+    m = re.fullmatch(r"f(\d+)E\d+M\d+\w*", element)
+    if m:
+        return int(m.group(1))
+    raise ValueError(f"unknown element type {element!r}")
+
+
+def parse_memdesc(type_text: str, aliases: dict[str, str]) -> MemDesc | None:
+    """Parse a memdesc type; None when `type_text` is not one."""
+    t = type_text.strip()
+    if not t.startswith("!ttg.memdesc<"):
+        return None
+    lt = t.index("<")
+    body = t[lt + 1:matching_close(t, lt)]
+    parts = split_top_level(body)
+    dims = parts[0].split("x")
+    shape = tuple(int(d) for d in dims[:-1])
+    element = dims[-1]
+    encoding = resolve_alias(parts[1], aliases) if len(parts) > 1 else ""
+    space = resolve_alias(parts[2], aliases) if len(parts) > 2 else ""
+    return MemDesc(shape=shape, element=element, encoding=encoding, memory_space=space,
+                   mutable="mutable" in parts[3:])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Op tree of a printed module
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Op:
+    """One operation of printed IR. `results` are names like '%acc' (with '#i' unpacking via `result_refs`)."""
+
+    name: str
+    results: list[str]
+    result_counts: list[int]
+    operands: list[str]            # every %value referenced on the op's own line(s), outside its regions
+    text: str                      # the op's full text, regions included
+    head: str                      # the op's first line
+    regions: list[list["Op"]] = field(default_factory=list)
+    parent: "Op | None" = None
+    index: int = -1                # post-order position (MLIR's walk order)
+    line: int = 0
+
+    def result_refs(self) -> list[str]:
+        """Every name this op defines as uses spell them: '%r' or '%r#0', '%r#1', ..."""
+        refs = []
+        for name, count in zip(self.results, self.result_counts):
+            refs.extend([name] if count == 1 else [f"{name}#{i}" for i in range(count)])
+        return refs
+
+    @property
+    def result_types_text(self) -> str:
+        """Text after the last top-level ' : ' of the head (the op's type signature, for single-line ops)."""
+        head = strip_loc(self.head)
+        idx = _last_top_level_colon(head)
+        return head[idx + 3:].strip() if idx >= 0 else ""
+
+    def walk(self) -> Iterator["Op"]:
+        for region in self.regions:
+            for op in region:
+                yield from op.walk()
+        yield self
+
+
+def strip_loc(line: str) -> str:
+    """Drop a trailing ` loc(...)` from an op line."""
+    s = line.rstrip()
+    if s.endswith(")"):
+        idx = s.rfind(" loc(")
+        if idx >= 0:
+            try:
+                if matching_close(s, idx + 4) == len(s) - 1:
+                    return s[:idx]
+            except ValueError:
+                pass
+    return s
+
+
+def _last_top_level_colon(text: str) -> int:
+    depth, last, in_str = 0, -1, False
+    for i, ch in enumerate(text):
+        if in_str:
+            in_str = ch != '"'
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "<([{":
+            depth += 1
+        elif ch in ")]}" or (ch == ">" and text[i - 1] != "-"):
+            depth -= 1
+        elif ch == ":" and depth == 0 and text[i - 1:i + 2] == " : ":
+            last = i - 1
+    return last
+
+
+def _brace_delta(line: str) -> int:
+    body = _STRING_RE.sub('""', line)
+    return body.count("{") - body.count("}")
+
+
+def _parse_block(lines: list[str], start: int, stop_at_close: bool) -> tuple[list[Op], int]:
+    """Parse ops from `lines[start:]` until a line that closes the enclosing region (or the end)."""
+    ops: list[Op] = []
+    i = start
+    while i < len(lines):
+        raw = lines[i]
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("//"):
+            i += 1
+            continue
+        if stop_at_close and stripped.startswith("}"):
+            return ops, i
+        if stripped.startswith("^"):  # block label inside a region: keep going, args are not tracked
+            i += 1
+            continue
+        op, i = _parse_op(lines, i)
+        if op is not None:
+            ops.append(op)
+    return ops, i
+
+
+def _parse_op(lines: list[str], i: int) -> tuple[Op | None, int]:
+    head = lines[i]
+    stripped = head.strip()
+    results, counts = [], []
+    rest = stripped
+    m = _RESULTS_RE.match(stripped)
+    if m:
+        for piece in m.group(1).split(","):
+            name, _, cnt = piece.strip().partition(":")
+            results.append(name)
+            counts.append(int(cnt) if cnt else 1)
+        rest = stripped[m.end():]
+    nm = _OPNAME_RE.match(rest)
+    name = nm.group(1) if nm else rest.split(" ", 1)[0]
+    regions: list[list[Op]] = []
+    own = [head]
+    j = i + 1
+    opens = _brace_delta(head) > 0 and not stripped.endswith("}")
+    if not opens and j < len(lines) and _REGION_LABEL_RE.match(lines[j]):
+        # ttg.warp_specialize prints its regions on the following lines: 'default {', 'partitionN(...) ... {'
+        own.append(lines[j])
+        j += 1
+        opens = True
+    if opens:
+        # An op with regions: parse nested blocks until the closing '}' lines.
+        while True:
+            region_ops, j = _parse_block(lines, j, stop_at_close=True)
+            regions.append(region_ops)
+            if j >= len(lines):
+                break
+            close = lines[j]
+            own.append(close)
+            j += 1
+            if close.strip().startswith("}") and close.strip().endswith("{"):
+                continue  # '} else {' or '} do {': another region follows
+            if j < len(lines) and _REGION_LABEL_RE.match(lines[j]):
+                own.append(lines[j])
+                j += 1
+                continue
+            break
+    text = "\n".join(lines[i:j])
+    operands = []
+    for line in own:
+        body = strip_loc(line)
+        mm = _RESULTS_RE.match(body.strip())
+        body = body.strip()[mm.end():] if mm else body
+        operands.extend(_VALUE_RE.findall(body))
+    op = Op(name=name, results=results, result_counts=counts, operands=operands, text=text, head=head,
+            regions=regions, line=i)
+    for region in regions:
+        for child in region:
+            child.parent = op
+    return op, j
+
+
+def parse_ops(text: str) -> list[Op]:
+    """Top-level ops of a printed module (normally one `builtin.module` whose region holds the functions),
+    numbered in MLIR post-order walk order (`Op.index`)."""
+    lines = text.splitlines()
+    ops, _ = _parse_block([ln if not _ALIAS_RE.match(ln) else "" for ln in lines], 0, stop_at_close=False)
+    counter = 0
+    for top in ops:
+        for op in top.walk():
+            op.index = counter
+            counter += 1
+    return ops
+
+
+def all_ops(tops: list[Op]) -> list[Op]:
+    """Every op, in post-order walk order."""
+    return [op for top in tops for op in top.walk()]
+
+
+def ancestor_in(op: Op, container: "Op | None") -> Op:
+    """The ancestor of `op` (possibly itself) whose parent is `container`; `op` itself if none is."""
+    cur = op
+    while cur.parent is not None and cur.parent is not container:
+        cur = cur.parent
+    return cur

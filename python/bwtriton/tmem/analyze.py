@@ -1,0 +1,137 @@
+"""Build a `TmemPlan` from printed TTGIR: find `ttng.tmem_alloc`s, classify them, size, time and place them."""
+from __future__ import annotations
+
+import re
+
+from bwtriton.passes import _tmem_ir as irt
+
+from .plan import TmemAllocation, TmemPlan, accumulator_footprint, place, scales_footprint
+
+#: Ops whose results are views of (alias) their memdesc operand.
+VIEW_OPS = {"ttg.memdesc_index", "ttg.memdesc_subslice", "ttng.tmem_subslice", "ttg.memdesc_reinterpret",
+            "ttg.memdesc_trans", "ttg.memdesc_reshape", "ttg.memdesc_subview"}
+MMA_OPS = {"ttng.tc_gen5_mma", "ttng.tc_gen5_mma_scaled"}
+_ITER_ARGS_RE = re.compile(r"iter_args\((.*?)\)\s*->")
+_PARTITION_ARGS_RE = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps")
+
+
+def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
+    """The TMEM plan of a printed TTGIR module (placement included)."""
+    aliases = irt.parse_aliases(text)
+    ops = irt.all_ops(irt.parse_ops(text))
+    users: dict[str, list[irt.Op]] = {}
+    for op in ops:
+        for name in op.operands:
+            users.setdefault(name, []).append(op)
+    allocations: list[TmemAllocation] = []
+    row_links: dict[str, str] = {}
+    operand_of: dict[str, str] = {}  # operand alloc name -> accumulator alloc name (same MMA)
+    alias_sets: dict[str, set[str]] = {}
+    for op in ops:
+        if op.name != "ttng.tmem_alloc" or not op.results:
+            continue
+        md = irt.parse_memdesc(op.result_types_text.split("->")[-1], aliases)
+        if md is None:
+            continue
+        name = op.results[0]
+        names = _alias_closure(name, users, ops)
+        alias_sets[name.lstrip("%")] = names
+        alloc = _describe(op, md, names, users, aliases)
+        allocations.append(alloc)
+    # Classify by use in MMAs: position 0 = A operand, 2 = accumulator, 3/4 = scales.
+    owner = {n: a for a in allocations for n in alias_sets[a.name]}
+    for op in ops:
+        if op.name not in MMA_OPS:
+            continue
+        vals = op.operands
+        a_alloc = owner.get(vals[0]) if vals else None
+        d_alloc = owner.get(vals[2]) if len(vals) > 2 else None
+        if d_alloc is not None and d_alloc.kind == "other":
+            d_alloc.kind = "acc"
+        if a_alloc is not None:
+            a_alloc.kind = "operand"
+            if d_alloc is not None:
+                operand_of[a_alloc.name] = d_alloc.name
+                if a_alloc.lanes == 64:
+                    row_links[a_alloc.name] = d_alloc.name
+                    row_links.setdefault(d_alloc.name, a_alloc.name)
+    plan = TmemPlan(allocations=allocations, budget=budget)
+    place(allocations, row_links)
+    return plan
+
+
+def _alias_closure(root: str, users: dict[str, list[irt.Op]], ops: list[irt.Op]) -> set[str]:
+    """`root` and every value that views it: view-op results, loop-carried copies, warp_specialize captures."""
+    names, work = {root}, [root]
+    while work:
+        cur = work.pop()
+        for user in users.get(cur, []):
+            new: list[str] = []
+            if user.name in VIEW_OPS:
+                new = user.result_refs()
+            elif user.name == "scf.for":
+                m = _ITER_ARGS_RE.search(user.head)
+                if m:
+                    refs = user.result_refs()
+                    for idx, pair in enumerate(irt.split_top_level(m.group(1))):
+                        arg, _, init = pair.partition("=")
+                        if init.strip() == cur:
+                            new.append(arg.strip())
+                            if idx < len(refs):
+                                new.append(refs[idx])
+            elif user.name == "ttg.warp_specialize":
+                captures = [v for v in user.operands]
+                positions = [i for i, v in enumerate(_ws_captures(user)) if v == cur]
+                for line in user.text.splitlines():
+                    m = _PARTITION_ARGS_RE.match(line)
+                    if m:
+                        args = [p.split(":", 1)[0].strip() for p in irt.split_top_level(m.group(1))]
+                        new.extend(args[i] for i in positions if i < len(args))
+                del captures
+            elif user.name in ("scf.yield",):
+                parent = user.parent
+                if parent is not None and parent.name == "scf.if":
+                    idx = [v for v in user.operands].index(cur)
+                    refs = parent.result_refs()
+                    if idx < len(refs):
+                        new.append(refs[idx])
+            for n in new:
+                if n not in names:
+                    names.add(n)
+                    work.append(n)
+    return names
+
+
+def _ws_captures(op: irt.Op) -> list[str]:
+    head = irt.strip_loc(op.head)
+    lp = head.find("(")
+    if lp < 0:
+        return []
+    return [v.strip() for v in irt.split_top_level(head[lp + 1:irt.matching_close(head, lp)])]
+
+
+def _describe(op: irt.Op, md: irt.MemDesc, names: set[str], users: dict[str, list[irt.Op]],
+              aliases: dict[str, str]) -> TmemAllocation:
+    params = irt.parse_attr_params(md.encoding) if "<" in md.encoding else {}
+    split = (int(params.get("CTASplitM", 1)), int(params.get("CTASplitN", 1)))
+    if "scales" in md.encoding_name:
+        fp = scales_footprint(list(md.shape), split)
+        kind, block_m, block_n, col_stride = "scales", 128, 0, 1
+    else:
+        block_m = int(params.get("blockM", 128))
+        block_n = int(params.get("blockN", md.shape[-1]))
+        col_stride = int(params.get("colStride", 1))
+        fp = accumulator_footprint(list(md.shape), irt.element_bits(md.element), block_m, block_n, col_stride,
+                                   split)
+        kind = "other"
+    start = op.index
+    end = op.index + 1
+    for n in names:
+        for user in users.get(n, []):
+            anchor = irt.ancestor_in(user, op.parent)
+            end = max(end, anchor.index + 1)
+    loc = op.head[op.head.rfind(" loc("):] if " loc(" in op.head else ""
+    return TmemAllocation(name=op.results[0].lstrip("%"), location=irt.resolve_location(loc, aliases),
+                          shape=list(md.shape), dtype=md.element, kind=kind, buffers=fp.buffers,
+                          columns=fp.columns, lanes=fp.lanes, block_m=block_m, block_n=block_n,
+                          col_stride=col_stride, live_start=start, live_end=end, op_index=op.index)

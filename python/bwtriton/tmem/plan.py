@@ -1,0 +1,213 @@
+"""The TMEM plan: what each tensor-memory allocation of a kernel needs, where it goes, and whether it fits.
+
+Facts used (see /work/shared/reference/tcgen05_reference.md §3, §5, §6):
+- TMEM per CTA is 128 lanes x 512 columns x 32 bit; `tcgen05.alloc` takes a power of two in [32, 512] columns.
+- An accumulator element takes `bitwidth * colStride` bits of a 32-bit column word (fp32: one column per
+  element of a row; packed 16-bit: two per column; unpacked 16-bit, colStride 2: one per column).
+- M=64 single-block layouts (Layout F) use half of the lanes: 16 lanes of each 32-lane sub-partition, at lane
+  offset 0 or 16. Triton allocates them in "row halves" (startRow 0/1 -> lane offset 0/16), so two such
+  accumulators can share columns.
+- Scale factors (`#ttng.tensor_memory_scales_encoding`) are 8-bit, 4 per column word, replicated to all four
+  sub-partitions: an [M, K/g] scale tile takes ceil(M/32) * ceil((K/g)/4) columns.
+- Placement mirrors Triton's `triton-tensor-memory-allocation`: allocations in walk order, live interval from
+  the alloc to the last use (a use inside a region counts as the whole region), first fit over (row half,
+  column), total = highest column used, rounded up to the next legal `tcgen05.alloc` size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TMEM_LANES = 128
+TMEM_COLUMNS = 512
+ALLOC_SIZES = (32, 64, 128, 256, 512)
+#: Triton allocates lanes in halves of 64 "rows" (a half is 16 lanes of each 32-lane sub-partition).
+ROW_HALVES = 2
+
+
+@dataclass
+class TmemAllocation:
+    """One `ttng.tmem_alloc` and what it occupies."""
+
+    name: str                      # SSA result name without '%', e.g. 'acc0'
+    location: str                  # 'file.py:line:col' or ''
+    shape: list[int]               # full memdesc shape, buffers first
+    dtype: str                     # MLIR element type, e.g. 'f32'
+    kind: str                      # 'acc' | 'scales' | 'operand' | 'other'
+    buffers: int                   # multi-buffering depth (product of leading dims)
+    columns: int                   # total columns of the allocation (all buffers)
+    lanes: int                     # 128, or 64 for half-lane (M=64 single block) layouts
+    block_m: int = 128
+    block_n: int = 0
+    col_stride: int = 1
+    live_start: int = 0            # walk-order op indices: [live_start, live_end)
+    live_end: int = 0
+    col_offset: int = -1           # planned placement (-1 until placed)
+    lane_offset: int = 0           # 0, or 16 for the upper row half
+    op_index: int = 0
+
+    @property
+    def column_range(self) -> tuple[int, int]:
+        return (self.col_offset, self.col_offset + self.columns)
+
+    @property
+    def row_half(self) -> int:
+        return self.lane_offset // 16
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["column_range"] = list(self.column_range)
+        d["live_range"] = [self.live_start, self.live_end]
+        return d
+
+
+@dataclass
+class TmemPlan:
+    """All allocations of a kernel, their placement and the totals against the per-CTA budget."""
+
+    allocations: list[TmemAllocation] = field(default_factory=list)
+    budget: int = TMEM_COLUMNS
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def used_columns(self) -> int:
+        """Highest column any allocation reaches (Triton's `totalMemorySize` before rounding)."""
+        return max((a.col_offset + a.columns for a in self.allocations), default=0)
+
+    @property
+    def demand_columns(self) -> int:
+        """Columns `tcgen05.alloc` must request: the used columns rounded up to a legal size (unchanged when
+        over 512, as Triton reports it)."""
+        return round_alloc_size(self.used_columns)
+
+    @property
+    def sum_columns(self) -> int:
+        """Columns if every allocation were live at once (no reuse)."""
+        return sum(a.columns for a in self.allocations)
+
+    @property
+    def fits(self) -> bool:
+        return self.used_columns <= self.budget
+
+    @property
+    def ctas_per_sm(self) -> int | None:
+        """Resident CTAs per SM that TMEM allows (None: unlimited, the kernel uses no TMEM; 0: does not fit)."""
+        return ctas_per_sm_for_columns(self.demand_columns)
+
+    def to_report(self) -> dict[str, Any]:
+        return {
+            "allocations": [a.to_dict() for a in self.allocations],
+            "totals": {"used_columns": self.used_columns, "alloc_columns": self.demand_columns,
+                       "sum_columns": self.sum_columns, "budget_columns": self.budget, "fits": self.fits,
+                       "ctas_per_sm": self.ctas_per_sm, "lanes": TMEM_LANES},
+            "fallbacks": list(self.fallbacks),
+        }
+
+
+def round_alloc_size(columns: int) -> int:
+    """The `tcgen05.alloc` size for `columns` (0 stays 0; above 512 it is returned unchanged)."""
+    if columns <= 0:
+        return 0
+    for size in ALLOC_SIZES:
+        if columns <= size:
+            return size
+    return columns
+
+
+def ctas_per_sm_for_columns(columns: int) -> int | None:
+    if columns <= 0:
+        return None
+    return TMEM_COLUMNS // columns if columns <= TMEM_COLUMNS else 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Footprint of one allocation
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Footprint:
+    buffers: int
+    columns: int
+    lanes: int
+
+
+def accumulator_footprint(shape: list[int], element_bits: int, block_m: int, block_n: int, col_stride: int = 1,
+                          cta_split: tuple[int, int] = (1, 1)) -> Footprint:
+    """Columns and lanes of a `#ttng.tensor_memory_encoding` allocation of `shape` (leading dims = buffers).
+
+    An element takes `element_bits * col_stride` bits of a 32-bit column word. The per-CTA tile is the last two
+    dims divided by the CTA split. An M=64 tile that is a single block uses 64 of the 128 lanes, so its columns
+    are counted over 64 lanes.
+    """
+    if len(shape) < 2:
+        raise ValueError(f"TMEM allocation needs a 2-D tile, got shape {shape}")
+    bits = element_bits * col_stride
+    if bits > 32:
+        raise ValueError(f"element of {element_bits} bits with colStride {col_stride} exceeds a 32-bit column")
+    m = math.ceil(shape[-2] / cta_split[0])
+    n = math.ceil(shape[-1] / cta_split[1])
+    buffers = math.prod(shape[:-2]) if len(shape) > 2 else 1
+    lanes = TMEM_LANES
+    if block_m == 64 and m <= block_m and n <= block_n:
+        lanes = 64
+    total_bits = buffers * m * n * bits
+    return Footprint(buffers=buffers, columns=math.ceil(total_bits / (lanes * 32)), lanes=lanes)
+
+
+def scales_footprint(shape: list[int], cta_split: tuple[int, int] = (1, 1)) -> Footprint:
+    """Columns of a `#ttng.tensor_memory_scales_encoding` allocation: 8-bit scale factors, 4 per column word,
+    32 rows per column (replicated over the 4 sub-partitions)."""
+    m = math.ceil(shape[-2] / cta_split[0])
+    k = shape[-1]
+    buffers = math.prod(shape[:-2]) if len(shape) > 2 else 1
+    return Footprint(buffers=buffers, columns=buffers * math.ceil(m / 32) * math.ceil(k / 4), lanes=TMEM_LANES)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Placement
+# ----------------------------------------------------------------------------------------------------------
+
+def place(allocations: list[TmemAllocation], row_constraints: dict[str, str] | None = None) -> None:
+    """Assign `col_offset`/`lane_offset` to each allocation, in order, by linear-scan first fit.
+
+    Follows Triton's allocator: before placing an allocation, chunks whose live range ended at or before its
+    start are freed; the chunk is the first (column, row half) where it fits. `row_constraints` maps an
+    allocation name to another whose row half it must share (an M=64 TMEM operand and its accumulator).
+    """
+    used: dict[tuple[int, int], bool] = {}
+    live: list[TmemAllocation] = []
+    placed_half: dict[str, int] = {}
+    row_constraints = row_constraints or {}
+    for alloc in allocations:
+        for other in list(live):
+            if other.live_end <= alloc.live_start:
+                _mark(used, other, False)
+                live.remove(other)
+        halves_needed = ROW_HALVES if alloc.lanes == TMEM_LANES else 1
+        want = placed_half.get(row_constraints.get(alloc.name, ""), None)
+        col = 0
+        while True:
+            found = None
+            for half in range(ROW_HALVES - halves_needed + 1):
+                if want is not None and half != want:
+                    continue
+                if all(not used.get((half + h, col + c), False)
+                       for c in range(alloc.columns) for h in range(halves_needed)):
+                    found = half
+                    break
+            if found is not None:
+                break
+            col += 1
+        alloc.col_offset = col
+        alloc.lane_offset = 16 * found
+        placed_half[alloc.name] = found
+        _mark(used, alloc, True)
+        live.append(alloc)
+
+
+def _mark(used: dict, alloc: TmemAllocation, value: bool) -> None:
+    halves = ROW_HALVES if alloc.lanes == TMEM_LANES else 1
+    for c in range(alloc.columns):
+        for h in range(halves):
+            used[(alloc.row_half + h, alloc.col_offset + c)] = value
