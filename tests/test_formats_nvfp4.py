@@ -161,3 +161,14 @@ def test_property_shapes_and_bounds(rows, kblocks, log_scale, seed):
     assert torch.all(((dmax - bmax).abs() <= 0.25 * bmax)[big])
     assert isinstance(qt.to_blocked().to_plain(), QuantizedTensor)
     assert torch.equal(qt.to_blocked().dequantize(), d)
+
+
+@pytest.mark.parametrize("shape", [(64,), (0, 32), (2, 3, 32)])
+def test_one_dim_empty_and_batched_shapes(shape):
+    torch.manual_seed(5)
+    x = torch.randn(shape)
+    qt = quantize_nvfp4(x)
+    assert qt.shape == shape and qt.data.shape == shape[:-1] + (shape[-1] // 2,)
+    assert qt.scales.shape == shape[:-1] + (shape[-1] // 16,)
+    assert torch.equal(qt.to_blocked().dequantize(), qt.dequantize())
+    assert torch.equal(qt.to_blocked().to_plain().scales_u8, qt.scales_u8)

@@ -32,7 +32,7 @@ E4M3_MAX = FP8_MAX[torch.float8_e4m3fn]
 
 def nvfp4_global_encode_scale(x: torch.Tensor) -> torch.Tensor:
     """S_enc = min(2688 / amax(x), FLT_MAX) as a float32 0-d tensor (1.0 for an all-zero tensor)."""
-    amax = x.detach().abs().max().float()
+    amax = x.detach().abs().amax().float() if x.numel() else torch.zeros((), device=x.device)
     s_enc = (torch.tensor(E4M3_MAX * E2M1_MAX, dtype=torch.float32, device=x.device) / amax).clamp(max=FP32_MAX)
     return torch.where(amax == 0, torch.ones_like(s_enc), s_enc)
 

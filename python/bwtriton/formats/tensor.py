@@ -26,8 +26,9 @@ class QuantizedTensor:
     scales: one per block of `block_size` elements along K.
            nvfp4: torch.float8_e4m3fn (UE4M3, sign bit always 0); mx*: torch.float8_e8m0fnu (UE8M0, 0xFF = NaN).
            `scales_u8` is the uint8 view that Triton kernels take (`tl.dot_scaled` wants uint8 for e8m0).
-           "plain": [..., rows, K/block] (rows = shape[-2], or 1 for 1-D input).
-           "blocked_128x4": [..., ceil(rows/128), ceil(K/block/4), 32, 4, 4], see `formats.layout`.
+           "plain": shape[:-1] + (K/block,), i.e. [..., rows, K/block].
+           "blocked_128x4": [..., ceil(rows/128), ceil(K/block/4), 32, 4, 4] (a 1-D input counts as one row),
+           see `formats.layout`; `.flatten()` is the cuBLASLt / torch._scaled_mm byte order.
     global_scale: nvfp4 only: float32 0-d tensor, the global DECODE scale S_dec, so that
            x ~= e2m1(data) * float(scales) * global_scale. None for MX formats.
     global_encode_scale: nvfp4 only: S_enc with global_scale == float32(1 / S_enc); pass this to
@@ -89,7 +90,8 @@ class QuantizedTensor:
         else:
             elements = self.data.float()
         scale_values = scales.float() if self.format == "nvfp4" else e8m0_decode(scales)
-        blocks = elements.reshape(*self.shape[:-1], -1, self.block_size) * scale_values.unsqueeze(-1)
+        n_kb = self.shape[-1] // self.block_size
+        blocks = elements.reshape(*self.shape[:-1], n_kb, self.block_size) * scale_values.unsqueeze(-1)
         if self.global_scale is not None:
             blocks = blocks * self.global_scale.float()
         return blocks.reshape(self.shape).to(dtype)
