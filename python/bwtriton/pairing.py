@@ -49,8 +49,8 @@ def eligibility_problems(target_name: str, num_ctas: int, mmas: list[MmaSummary]
         problems.append(f"the kernel was compiled with num_ctas={num_ctas}; a CTA pair needs num_ctas=2 "
                         f"(use bwtriton.compile(..., two_cta=True), which sets it)")
         return problems
-    for i, mma in enumerate(mmas):
-        where = f"MMA #{i} ({mma.m}x{mma.n} accumulator)"
+    for mma in mmas:
+        where = f"the {mma.m}x{mma.n} tcgen05 MMA"
         if mma.scaled:
             problems.append(f"{where}: block-scaled tl.dot_scaled cannot be paired with Triton 3.6: its lowering "
                             f"has no 2-CTA scaled MMA (LLVM 'Failed to find a valid layout' even with SFB replicated "
@@ -74,7 +74,7 @@ def eligibility_problems(target_name: str, num_ctas: int, mmas: list[MmaSummary]
         if mma.b_split != (1, 2):
             problems.append(f"{where}: operand B is split {mma.b_split} across the CTAs; cta_group::2 needs each CTA "
                             f"to hold half of B's columns (1, 2)")
-    return problems
+    return list(dict.fromkeys(problems))  # software pipelining copies an MMA; report each problem once
 
 
 def crashes_unpaired(num_ctas: int, mmas: list[MmaSummary]) -> bool:
