@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from bwtriton.errors import InputError
-from bwtriton.formats import QuantizedTensor, e2m1_decode, quantize_nvfp4, unpack_e2m1
+from bwtriton.formats import QuantizedTensor, quantize_nvfp4, unpack_e2m1
 
 
 def _codes(qt):

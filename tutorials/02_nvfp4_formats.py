@@ -78,5 +78,5 @@ print(f"{'GEMM 256x512x1024 (A, B both)':30s}" + "".join(
 normal = cases["N(0,1)"]
 ratio = rel_err(quantizers["nvfp4"](normal), normal) / rel_err(quantizers["bf16"](normal), normal)
 print("NVFP4 beats MXFP4 because its UE4M3 block scale puts each block max at ~6, while a power-of-two scale\n"
-      f"puts it anywhere in [4, 8) grid units (saturating above 6). NVFP4 is ~{ratio:.0f}x coarser than bf16 on N(0,1)\n"
-      "(2 significant bits vs 8); the GEMM error compounds both operands' errors.")
+      f"puts it anywhere in [4, 8) grid units (saturating above 6).\nNVFP4 is ~{ratio:.0f}x coarser than bf16 on "
+      "N(0,1) (2 significant bits vs 8); the GEMM error compounds both operands' errors.")
