@@ -154,3 +154,35 @@ class InputChecker:
         accepted = "; ".join(f"{layout}: {list(shape)}" for layout, shape in layouts.items())
         raise self.fail(f"{name} has shape {tuple(s.shape)}, which matches no supported scale layout "
                         f"({accepted})")
+
+
+def tma_friendly_empty(rows: int, cols: int, dtype: torch.dtype, device: "torch.device | str") -> torch.Tensor:
+    """An uninitialised [rows, cols] tensor whose row pitch is padded to 16 bytes, so a TMA descriptor can cover it.
+
+    When `cols * itemsize` is already a multiple of 16 the result is contiguous; otherwise it is a view of the
+    first `cols` columns of a wider buffer (unit inner stride, aligned row stride).
+    """
+    per_row = TMA_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+    padded = -(-cols // per_row) * per_row
+    buf = torch.empty((rows, padded), dtype=dtype, device=device)
+    return buf if padded == cols else buf[:, :cols]
+
+
+def tma_descriptor(t: torch.Tensor, block_shape: Sequence[int]):
+    """A host-side TMA descriptor (`triton.tools.tensor_descriptor.TensorDescriptor`) for `t`.
+
+    Strides of size-1 dims are never used for addressing but TMA still requires them 16-byte aligned; torch may
+    give them any value (e.g. a [1, K] view), so they are replaced by the next dim's padded extent. Call
+    `InputChecker.tma_compatible` first: this function assumes the other rules hold.
+    """
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    elem = t.element_size()
+    strides = list(t.stride())
+    if t.shape[-1] == 1:
+        strides[-1] = 1
+    for dim in range(t.dim() - 2, -1, -1):
+        if t.shape[dim] == 1:
+            extent = t.shape[dim + 1] * strides[dim + 1] * elem
+            strides[dim] = -(-extent // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES // elem
+    return TensorDescriptor(t, list(t.shape), strides, list(block_shape))

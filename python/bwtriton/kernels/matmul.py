@@ -19,10 +19,9 @@ from typing import Callable
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ._configs import GemmConfig, gemm_configs, prune_for_shape
-from ._validate import InputChecker, dtype_name
+from ._validate import InputChecker, dtype_name, tma_descriptor, tma_friendly_empty
 
 # Scale modes (constexpr A_SCALE / B_SCALE).
 SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR = 0, 1, 2
@@ -143,7 +142,10 @@ def validate_matmul_inputs(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dt
     # wants): the latter is read K-major, which fp8 wgmma requires without a transpose in shared memory.
     _check.tma_compatible("a", a)
     b_kmajor = b.stride(0) == 1 and (b.stride(1) != 1 or n == 1)
-    _check.tma_compatible("b", b.t() if b_kmajor else b)
+    if b_kmajor:
+        _check.tma_compatible("b.t()", b.t())
+    else:
+        _check.tma_compatible("b", b)
 
     if not is_fp8 and (a_scale is not None or b_scale is not None):
         raise _check.fail(f"a_scale/b_scale apply to float8_e4m3fn inputs only, but the inputs are "
@@ -157,12 +159,12 @@ def validate_matmul_inputs(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dt
 
 # -------------------------------------------------------------------------------------------------- launch
 def _descriptors(a, b, c, b_kmajor: bool, cfg: GemmConfig):
-    a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k])
+    a_desc = tma_descriptor(a, [cfg.block_m, cfg.block_k])
     if b_kmajor:
-        b_desc = TensorDescriptor.from_tensor(b.t(), [cfg.block_n, cfg.block_k])
+        b_desc = tma_descriptor(b.t(), [cfg.block_n, cfg.block_k])
     else:
-        b_desc = TensorDescriptor.from_tensor(b, [cfg.block_k, cfg.block_n])
-    c_desc = TensorDescriptor.from_tensor(c, [cfg.block_m, cfg.block_n // cfg.epilogue_split])
+        b_desc = tma_descriptor(b, [cfg.block_k, cfg.block_n])
+    c_desc = tma_descriptor(c, [cfg.block_m, cfg.block_n // cfg.epilogue_split])
     return a_desc, b_desc, c_desc
 
 
@@ -239,11 +241,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
       (scalar, or [N] per-column); C = (A @ B) * a_scale * b_scale; output bf16 by default. Column-major `b`
       (`b = w.t()` for a row-major [N, K] `w`, as `torch._scaled_mm` takes it) is the fast layout.
 
-    Inner dims must span a multiple of 16 bytes (TMA row pitch); M, N, K need not be multiples of the tile.
+    Rows of `a` and `b` must span a multiple of 16 bytes (TMA row pitch: K % 8 == 0 for bf16, K % 16 == 0 for
+    fp8; likewise N for row-major `b`); M, N, K need not be multiples of the tile. When N * out-itemsize is not a
+    multiple of 16 the result is a column slice of a padded buffer (unit inner stride, not `is_contiguous()`).
     `config` forces one `GemmConfig` instead of autotuning. Bad inputs raise `bwtriton.errors.InputError`.
     """
     facts = validate_matmul_inputs(a, b, out_dtype, a_scale, b_scale)
-    c = torch.empty((facts["m"], facts["n"]), dtype=facts["out_dtype"], device=a.device)
+    c = tma_friendly_empty(facts["m"], facts["n"], facts["out_dtype"], a.device)
 
     def run(cfg: GemmConfig) -> None:
         _launch(a, b, c, a_scale, b_scale, facts, cfg)

@@ -1,0 +1,392 @@
+"""Block-scaled GEMMs on `QuantizedTensor` inputs: `nvfp4_matmul`, `mxfp4_matmul`, `mxfp8_matmul`.
+
+C[M, N] = dequant(A)[M, K] @ dequant(B)[N, K]^T, both operands quantized along K (B is the weight in [N, K]).
+Every kernel here uses `tl.dot_scaled`, so:
+
+* sm_100a gets Triton's native block-scaled tcgen05 MMA (`kind::mxf4nvf4.block_scale.scale_vec::4X` for NVFP4,
+  `kind::mxf4` / `kind::mxf8f6f4` for MX). With the 128x4 ("blocked") scale layout the TMA kernel loads the
+  scales as the 5-D tiles cuBLAS uses and Triton moves them to TMEM with `tcgen05.cp ... 32x128b.warpx4`.
+* Hopper (sm_90) and other targets get bwtriton's `lower-nvfp4-portable` pass for NVFP4 (Triton 3.6 itself
+  crashes there) and Triton's own decomposition for MX. Kernels are launched through `bwtriton_pipeline()`,
+  which installs bwtriton's stage hook for the launch (compiles once; later launches hit Triton's JIT cache).
+
+Also holds the small helpers shared with `nvfp4_linear` and `decode` (validation, pipeline launch, e2m1 decode).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Iterator, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import InputError
+
+__all__ = ["nvfp4_matmul", "mxfp4_matmul", "mxfp8_matmul"]
+
+_FP4_FORMATS = ("nvfp4", "mxfp4")
+#: tl.dot_scaled element format and scale-group size per QuantizedTensor format.
+_DOT_FORMAT = {"nvfp4": "e2m1", "mxfp4": "e2m1", "mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2"}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Launching through bwtriton's pipeline
+# --------------------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _selection_for(capability: int):
+    from ..pipeline import resolve_passes
+    from ..targets import target_for_capability
+    target = target_for_capability(capability)
+    return resolve_passes(None, target), target
+
+
+def device_capability(device: torch.device) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+@contextlib.contextmanager
+def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
+    """Compile any kernel launched inside this block through bwtriton's passes for `device`'s target.
+
+    The on-disk cache moves to a folder keyed by the pass selection (Triton's key does not see hooks), exactly as
+    `bwtriton.enable()` does, but only for this block, and without clearing other kernels' JIT caches: our kernels
+    are only ever launched inside this block, so their in-memory cache entries are always pipeline-compiled."""
+    from triton import knobs
+    from ..pipeline import stages_hook
+    selection, target = _selection_for(device_capability(device))
+    previous_dir = knobs.cache.dir
+    knobs.cache.dir = os.path.join(str(previous_dir), f"bwtriton-{selection.key()}")
+    try:
+        with stages_hook(selection, target):
+            yield
+    finally:
+        knobs.cache.dir = previous_dir
+
+
+def native_block_scaled(device: torch.device) -> bool:
+    """Whether `device` has hardware block-scaled MMA that Triton 3.6 uses (sm_100a / sm_103a)."""
+    return device_capability(device) in (100, 103)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Validation shared by the block-scaled entry points
+# --------------------------------------------------------------------------------------------------------------
+
+def check_quantized(op: str, name: str, q, formats: tuple[str, ...], *, ndim: int = 2):
+    """`q` is a 2-D QuantizedTensor of one of `formats`, with data and scales of the expected dtypes and shapes."""
+    from ..formats import QuantizedTensor
+    from ..formats.layout import blocked_shape
+    if not isinstance(q, QuantizedTensor):
+        raise InputError(f"{op}: {name} must be a bwtriton.formats.QuantizedTensor (e.g. from "
+                         f"bwtriton.formats.quantize_{formats[0].split('_')[0]}(x)), got {type(q).__name__}")
+    if q.format not in formats:
+        raise InputError(f"{op}: {name} is {q.format}, this op takes {' or '.join(formats)}; quantize it with the "
+                         f"matching bwtriton.formats.quantize_* function or call the {q.format.split('_')[0]}_matmul "
+                         f"variant")
+    if len(q.shape) != ndim:
+        raise InputError(f"{op}: {name} must be a {ndim}-D matrix [rows, K], got logical shape {tuple(q.shape)}; "
+                         f"reshape the input to 2-D before quantizing")
+    rows, k = q.shape
+    packed_k = k // 2 if q.format in _FP4_FORMATS else k
+    want_data = torch.uint8 if q.format in _FP4_FORMATS else (
+        torch.float8_e4m3fn if q.format == "mxfp8_e4m3" else torch.float8_e5m2)
+    if q.data.dtype != want_data or tuple(q.data.shape) != (rows, packed_k):
+        raise InputError(f"{op}: {name}.data must be {want_data} of shape {(rows, packed_k)}, got {q.data.dtype} "
+                         f"{tuple(q.data.shape)}")
+    if q.data.stride(-1) != 1 or q.data.stride(0) != packed_k:
+        raise InputError(f"{op}: {name}.data must be contiguous; call .contiguous() on it")
+    want_scale = torch.float8_e4m3fn if q.format == "nvfp4" else torch.float8_e8m0fnu
+    if q.scales.dtype != want_scale:
+        raise InputError(f"{op}: {name}.scales must be {want_scale} for {q.format}, got {q.scales.dtype}")
+    n_kb = k // q.block_size
+    want = (rows, n_kb) if q.scale_layout == "plain" else blocked_shape(rows, n_kb)
+    if tuple(q.scales.shape) != tuple(want) or not q.scales.is_contiguous():
+        raise InputError(f"{op}: {name}.scales ({q.scale_layout}) must be a contiguous tensor of shape {want}, "
+                         f"got {tuple(q.scales.shape)}")
+    if q.format == "nvfp4" and q.global_scale is None:
+        raise InputError(f"{op}: {name} is nvfp4 but has no global_scale; quantize with bwtriton.formats."
+                         f"quantize_nvfp4")
+    return q
+
+
+def check_same_device(op: str, tensors: dict) -> torch.device:
+    devices = {str(t.device) for t in tensors.values() if t is not None}
+    if len(devices) != 1:
+        raise InputError(f"{op}: all inputs must be on one device, got {', '.join(sorted(devices))}")
+    device = next(t.device for t in tensors.values() if t is not None)
+    if device.type != "cuda":
+        raise InputError(f"{op}: inputs are on {device}; these kernels run on a CUDA GPU, move them with .cuda() "
+                         f"(for a CPU reference use QuantizedTensor.dequantize() and torch.matmul)")
+    return device
+
+
+def alpha_tensor(a_q, b_q, device) -> torch.Tensor:
+    """fp32 [1] tensor holding the product of the NVFP4 global decode scales (1 for MX), read by the epilogue."""
+    alpha = torch.ones((), dtype=torch.float32, device=device)
+    for q in (a_q, b_q):
+        if q.global_scale is not None:
+            alpha = alpha * q.global_scale.to(device=device, dtype=torch.float32)
+    return alpha.reshape(1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# In-kernel helpers
+# --------------------------------------------------------------------------------------------------------------
+
+@triton.jit
+def scale_offsets(rows, kb, n_kb, BLOCKED: tl.constexpr):
+    """Byte offsets of scale (row, k-block) in the plain [rows, n_kb] or the 128x4 blocked layout (ref. §6d)."""
+    if BLOCKED:
+        n_col_tiles = (n_kb + 3) // 4
+        return ((rows // 128) * (n_col_tiles * 512) + (kb // 4) * 512 + (rows % 32) * 16
+                + ((rows % 128) // 32) * 4 + (kb % 4))
+    else:
+        return rows * n_kb + kb
+
+
+@triton.jit
+def _e2m1x4_to_bf16(packed, scale):
+    """Four packed bytes (8 E2M1 codes) -> (low-nibble values, high-nibble values) in bf16, times the per-byte
+    bf16 `scale`, exactly.
+
+    Each code goes to bf16 bits (sign at 15, exponent/mantissa bits at 8..6): that pattern reads as value * 2^-126,
+    so one fma by 2^126 (0x7E80) rebiases it (bf16 fma keeps subnormals), and a second multiplies by the scale
+    (exact: at most 2 x 4 significant bits). prmt spreads bytes 0,1 (2,3) into the two 16-bit halves. About 4
+    instructions per weight, against ~10 for the same decode written with Triton integer ops."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 t, u, m, s, bias, nz;
+        mov.b32 bias, 0x7E807E80;
+        mov.b32 nz, 0x80008000;
+        prmt.b32 t, $4, 0, 0x4140;
+        prmt.b32 u, $4, 0, 0x4342;
+        and.b32 m, t, 0x00070007; shl.b32 m, m, 6; and.b32 s, t, 0x00080008; shl.b32 s, s, 12; or.b32 $0, m, s;
+        and.b32 m, u, 0x00070007; shl.b32 m, m, 6; and.b32 s, u, 0x00080008; shl.b32 s, s, 12; or.b32 $1, m, s;
+        and.b32 m, t, 0x00700070; shl.b32 m, m, 2; and.b32 s, t, 0x00800080; shl.b32 s, s, 8; or.b32 $2, m, s;
+        and.b32 m, u, 0x00700070; shl.b32 m, m, 2; and.b32 s, u, 0x00800080; shl.b32 s, s, 8; or.b32 $3, m, s;
+        fma.rn.bf16x2 $0, $0, bias, nz; fma.rn.bf16x2 $0, $0, $5, nz;
+        fma.rn.bf16x2 $1, $1, bias, nz; fma.rn.bf16x2 $1, $1, $6, nz;
+        fma.rn.bf16x2 $2, $2, bias, nz; fma.rn.bf16x2 $2, $2, $5, nz;
+        fma.rn.bf16x2 $3, $3, bias, nz; fma.rn.bf16x2 $3, $3, $6, nz;
+        }""",
+        constraints="=r,=r,=r,=r,r,r,r",
+        args=[packed, scale],
+        dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+
+
+@triton.jit
+def dequant_nvfp4_bf16(packed, scales):
+    """uint8 [R, KH] (two E2M1 codes per byte, element 2i low) and fp8e4nv scales [R, 2*KH//16] -> bf16 [R, 2*KH]
+    equal to e2m1 * scale exactly (the global scale is left to the epilogue)."""
+    R: tl.constexpr = packed.shape[0]
+    KH: tl.constexpr = packed.shape[1]
+    s = scales.to(tl.float32).to(tl.bfloat16)                        # UE4M3 -> bf16 is exact
+    s = tl.reshape(tl.broadcast_to(s[:, :, None], (R, KH // 8, 8)), (R, KH))  # one scale per byte (8 per block)
+    lo, hi = _e2m1x4_to_bf16(packed, s)
+    return tl.reshape(tl.join(lo, hi), (R, 2 * KH))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------------------------
+
+@triton.jit
+def block_scaled_matmul_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, alpha_ptr, M, N, K,
+                               FMT: tl.constexpr, VEC: tl.constexpr, SCALE_BLOCKED: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               GROUP_M: tl.constexpr):
+    """Pointer-load block-scaled GEMM: C = alpha * dot_scaled(A, B^T). A [M, K/epb], B [N, K/epb] row-major bytes
+    (epb = 2 for e2m1), scales plain [rows, K/VEC] or 128x4-blocked. M, N, K multiples of the blocks."""
+    EPB: tl.constexpr = 2 if FMT == "e2m1" else 1
+    pid = tl.program_id(0)
+    num_m = M // BLOCK_M
+    num_n = N // BLOCK_N
+    group = pid // (GROUP_M * num_n)
+    first_m = group * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % size_m)
+    pid_n = (pid % (GROUP_M * num_n)) // size_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rkd = tl.arange(0, BLOCK_K // EPB)
+    rks = tl.arange(0, BLOCK_K // VEC)
+    kd = K // EPB
+    n_kb = K // VEC
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K // BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None].to(tl.int64) * kd + (k * (BLOCK_K // EPB) + rkd)[None, :])
+        b = tl.load(b_ptr + rn[:, None].to(tl.int64) * kd + (k * (BLOCK_K // EPB) + rkd)[None, :])
+        kb = k * (BLOCK_K // VEC) + rks
+        sa = tl.load(a_scale_ptr + scale_offsets(rm[:, None], kb[None, :], n_kb, SCALE_BLOCKED))
+        sb = tl.load(b_scale_ptr + scale_offsets(rn[:, None], kb[None, :], n_kb, SCALE_BLOCKED))
+        acc = tl.dot_scaled(a, sa, FMT, b.T, sb, FMT, acc)
+    alpha = tl.load(alpha_ptr)
+    tl.store(c_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], (acc * alpha).to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def block_scaled_matmul_tma_kernel(a_desc, a_scale_desc, b_desc, b_scale_desc, c_ptr, alpha_ptr, M, N, K,
+                                   FMT: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr,
+                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """sm_100a block-scaled GEMM: TMA tiles for data and for the 128x4-blocked scales, viewed as 5-D
+    [1, rows/128, K/VEC/4, 2, 256] so each tile is whole 512-byte blocks. The in-kernel un-swizzle
+    (reshape + trans(0, 3, 2, 1, 4)) is what lets Triton copy the scales to TMEM with tcgen05.cp."""
+    EPB: tl.constexpr = 2 if FMT == "e2m1" else 1
+    REP_M: tl.constexpr = BLOCK_M // 128
+    REP_N: tl.constexpr = BLOCK_N // 128
+    REP_K: tl.constexpr = BLOCK_K // VEC // 4
+    pid = tl.program_id(0)
+    num_m = M // BLOCK_M
+    pid_m = pid % num_m
+    pid_n = pid // num_m
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in tl.range(0, K // BLOCK_K, num_stages=NUM_STAGES):
+        a = a_desc.load([pid_m * BLOCK_M, k * (BLOCK_K // EPB)])
+        b = b_desc.load([pid_n * BLOCK_N, k * (BLOCK_K // EPB)])
+        sa = a_scale_desc.load([0, pid_m * REP_M, k * REP_K, 0, 0])
+        sb = b_scale_desc.load([0, pid_n * REP_N, k * REP_K, 0, 0])
+        sa = sa.reshape(REP_M, REP_K, 32, 4, 4).trans(0, 3, 2, 1, 4).reshape(BLOCK_M, BLOCK_K // VEC)
+        sb = sb.reshape(REP_N, REP_K, 32, 4, 4).trans(0, 3, 2, 1, 4).reshape(BLOCK_N, BLOCK_K // VEC)
+        acc = tl.dot_scaled(a, sa, FMT, b.T, sb, FMT, acc)
+    alpha = tl.load(alpha_ptr)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], (acc * alpha).to(c_ptr.dtype.element_ty))
+
+
+def tma_signature(fmt: str, block_m: int = 128, block_n: int = 128, block_k: int = 256,
+                  out: str = "bf16") -> tuple[dict, dict]:
+    """(signature, constexprs) of `block_scaled_matmul_tma_kernel` for offline compiles (lit, tests)."""
+    dot_fmt = _DOT_FORMAT[fmt]
+    epb = 2 if dot_fmt == "e2m1" else 1
+    vec = 16 if fmt == "nvfp4" else 32
+    elem = "u8" if epb == 2 else ("fp8e4nv" if dot_fmt == "e4m3" else "fp8e5")
+    scale = "fp8e4nv" if fmt == "nvfp4" else "u8"
+    rep_k = block_k // vec // 4
+    sig = {"a_desc": f"tensordesc<{elem}[{block_m}, {block_k // epb}]>",
+           "a_scale_desc": f"tensordesc<{scale}[1, {block_m // 128}, {rep_k}, 2, 256]>",
+           "b_desc": f"tensordesc<{elem}[{block_n}, {block_k // epb}]>",
+           "b_scale_desc": f"tensordesc<{scale}[1, {block_n // 128}, {rep_k}, 2, 256]>",
+           "c_ptr": f"*{out}", "alpha_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
+    const = {"FMT": dot_fmt, "VEC": vec, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
+             "NUM_STAGES": 3}
+    return sig, const
+
+
+def pointer_signature(fmt: str, blocked: bool = False, block_m: int = 128, block_n: int = 128,
+                      block_k: int = 128, out: str = "bf16") -> tuple[dict, dict]:
+    """(signature, constexprs) of `block_scaled_matmul_kernel` for offline compiles (lit, tests)."""
+    dot_fmt = _DOT_FORMAT[fmt]
+    elem = "u8" if dot_fmt == "e2m1" else ("fp8e4nv" if dot_fmt == "e4m3" else "fp8e5")
+    scale = "fp8e4nv" if fmt == "nvfp4" else "u8"
+    sig = {"a_ptr": f"*{elem}", "a_scale_ptr": f"*{scale}", "b_ptr": f"*{elem}", "b_scale_ptr": f"*{scale}",
+           "c_ptr": f"*{out}", "alpha_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
+    const = {"FMT": dot_fmt, "VEC": 16 if fmt == "nvfp4" else 32, "SCALE_BLOCKED": blocked, "BLOCK_M": block_m,
+             "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8}
+    return sig, const
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Torch entry points
+# --------------------------------------------------------------------------------------------------------------
+
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _scales_for_kernel(q) -> torch.Tensor:
+    """Scales as the kernel reads them: fp8e4nv for NVFP4, uint8 (e8m0 bytes) for MX."""
+    return q.scales if q.format == "nvfp4" else q.scales.view(torch.uint8)
+
+
+def _pick_blocks(m: int, n: int, k: int) -> tuple[int, int, int]:
+    block_m = 128 if m % 128 == 0 else 64
+    block_n = 128 if n % 128 == 0 else 64
+    block_k = 128 if k % 128 == 0 else 64
+    return block_m, block_n, block_k
+
+
+def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tuple[str, ...]) -> torch.Tensor:
+    check_quantized(op, "a_q", a_q, formats)
+    check_quantized(op, "b_q", b_q, formats)
+    if a_q.format != b_q.format:
+        raise InputError(f"{op}: a_q is {a_q.format} but b_q is {b_q.format}; quantize both the same way")
+    if out_dtype not in _OUT_DTYPES:
+        raise InputError(f"{op}: out_dtype must be one of bfloat16, float16, float32, got {out_dtype}")
+    (m, k), (n, kb) = a_q.shape, b_q.shape
+    if k != kb:
+        raise InputError(f"{op}: K mismatch: a_q is [{m}, {k}] and b_q is [{n}, {kb}] (b_q is the [N, K] weight, "
+                         f"quantized along K)")
+    for what, value, block in (("M", m, 64), ("N", n, 64), ("K", k, 64)):
+        if value % block:
+            raise InputError(f"{op}: {what}={value} must be a multiple of {block}; pad the operand")
+    if a_q.scale_layout != b_q.scale_layout:
+        raise InputError(f"{op}: a_q scales are {a_q.scale_layout} but b_q scales are {b_q.scale_layout}; call "
+                         f".to_blocked() (or .to_plain()) on one of them")
+    device = check_same_device(op, {"a_q.data": a_q.data, "a_q.scales": a_q.scales, "b_q.data": b_q.data,
+                                    "b_q.scales": b_q.scales})
+    c = torch.empty((m, n), dtype=out_dtype, device=device)
+    alpha = alpha_tensor(a_q, b_q, device)
+    fmt = _DOT_FORMAT[a_q.format]
+    blocked = a_q.scale_layout == "blocked_128x4"
+    if native_block_scaled(device) and blocked and m % 128 == 0 and n % 128 == 0 and k % 256 == 0:
+        _launch_tma(a_q, b_q, c, alpha, fmt)
+        return c
+    block_m, block_n, block_k = _pick_blocks(m, n, k)
+    grid = ((m // block_m) * (n // block_n),)
+    with bwtriton_pipeline(device):
+        block_scaled_matmul_kernel[grid](
+            a_q.data, _scales_for_kernel(a_q), b_q.data, _scales_for_kernel(b_q), c, alpha, m, n, k,
+            FMT=fmt, VEC=a_q.block_size, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+            GROUP_M=8, num_warps=8, num_stages=3)
+    return c
+
+
+def _launch_tma(a_q, b_q, c, alpha, fmt: str) -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    m, k = a_q.shape
+    n = b_q.shape[0]
+    block_m, block_n, block_k = 128, 128, 256
+    epb = 2 if fmt == "e2m1" else 1
+    vec = a_q.block_size
+    rep_k = block_k // vec // 4
+
+    def scale_desc(q, rows):
+        s5 = _scales_for_kernel(q).reshape(1, -(-rows // 128), -(-(k // vec) // 4), 2, 256)
+        return TensorDescriptor.from_tensor(s5, [1, (block_m if q is a_q else block_n) // 128, rep_k, 2, 256])
+    a_desc = TensorDescriptor.from_tensor(a_q.data, [block_m, block_k // epb])
+    b_desc = TensorDescriptor.from_tensor(b_q.data, [block_n, block_k // epb])
+    grid = ((m // block_m) * (n // block_n),)
+    with bwtriton_pipeline(c.device):
+        block_scaled_matmul_tma_kernel[grid](a_desc, scale_desc(a_q, m), b_desc, scale_desc(b_q, n), c, alpha,
+                                             m, n, k, FMT=fmt, VEC=vec, BLOCK_M=block_m, BLOCK_N=block_n,
+                                             BLOCK_K=block_k, NUM_STAGES=3, num_warps=4)
+
+
+def nvfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """C[M, N] = dequant(a_q) @ dequant(b_q)^T for NVFP4 `a_q` [M, K] and weight `b_q` [N, K].
+
+    The global scales are folded into the epilogue (alpha = a.global_scale * b.global_scale). M, N, K must be
+    multiples of 64; both operands use the same scale layout (plain, or blocked_128x4 which sm_100a prefers)."""
+    return _block_scaled_matmul("nvfp4_matmul", a_q, b_q, out_dtype, ("nvfp4",))
+
+
+def mxfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """C = dequant(a_q) @ dequant(b_q)^T for MXFP4 operands (E2M1 data, UE8M0 scales per 32)."""
+    return _block_scaled_matmul("mxfp4_matmul", a_q, b_q, out_dtype, ("mxfp4",))
+
+
+def mxfp8_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """C = dequant(a_q) @ dequant(b_q)^T for MXFP8 operands (E4M3 or E5M2 data, UE8M0 scales per 32)."""
+    return _block_scaled_matmul("mxfp8_matmul", a_q, b_q, out_dtype, ("mxfp8_e4m3", "mxfp8_e5m2"))
+
+
+# Re-exported so `bwtriton.kernels` exposes the whole block-scaled family (its __init__ imports this module).
+from .decode import nvfp4_decode_matmul  # noqa: E402
+from .nvfp4_linear import nvfp4_linear, nvfp4_linear_two_kernel, quantize_nvfp4_pdl  # noqa: E402
+
+__all__ += ["nvfp4_decode_matmul", "nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]

@@ -1,0 +1,210 @@
+"""NVFP4 linear layer: y = x @ dequant(w_q)^T (+ bias) with the activations quantized to NVFP4 on the fly.
+
+Two ways, same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
+`bwtriton.formats.quantize_nvfp4` given the same global encode scale):
+
+* `nvfp4_linear` (fused): the GEMM's prologue loads a bf16 x tile, quantizes it in registers and feeds
+  `tl.dot_scaled` directly; the quantized activations never touch HBM. Global scales are folded into the epilogue
+  alpha = S_dec(x) * S_dec(w). One launch.
+* `nvfp4_linear_two_kernel`: a quantize kernel writes x_q (4.5 bits/element) and the GEMM reads it back, chained
+  with programmatic dependent launch (PDL): the GEMM is launched with `launch_pdl=True`, starts while the
+  quantizer runs, prefetches its first weight tile, and only then `gdc_wait()`s for the activations; the quantizer
+  calls `gdc_launch_dependents()` as soon as its loads are issued.
+
+When each wins: the fused kernel re-quantizes each x tile once per N-tile column of CTAs (N / BLOCK_N times), the
+two-kernel path once in total. For decode-to-medium M (x is small, weight traffic dominates) and for N / BLOCK_N
+small, fused wins: it saves a launch and the x_q round trip. For large M*K with many N tiles the redundant
+quantization work grows as M*K*N/BLOCK_N and the two-kernel path (whose extra traffic is only 4.5/16 of x) can win.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import InputError
+from ..language.quant import quantize_nvfp4_tile
+from .blockscaled import bwtriton_pipeline, check_quantized, check_same_device, scale_offsets
+
+__all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
+
+
+@triton.jit
+def _epilogue(acc, alpha, bias_ptr, out_ptr, rm, rn, M, N, HAS_BIAS: tl.constexpr):
+    out = acc * alpha
+    if HAS_BIAS:
+        out += tl.load(bias_ptr + rn).to(tl.float32)[None, :]
+    mask = rm[:, None] < M
+    tl.store(out_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def nvfp4_linear_fused_kernel(x_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec_ptr, bias_ptr, out_ptr, M, N, K, stride_xm,
+                              HAS_BIAS: tl.constexpr, SCALE_BLOCKED: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Fused quantize(x) + NVFP4 GEMM. x bf16 [M, K]; w_q [N, K/2] bytes with UE4M3 scales; out bf16 [M, N]."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = N // BLOCK_N
+    group = pid // (GROUP_M * num_n)
+    first_m = group * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % size_m)
+    pid_n = (pid % (GROUP_M * num_n)) // size_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    rkh = tl.arange(0, BLOCK_K // 2)
+    rks = tl.arange(0, BLOCK_K // 16)
+    s_enc = tl.load(x_enc_ptr)
+    m_mask = rm[:, None] < M
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + (k + rk)[None, :], mask=m_mask, other=0.0)
+        xq, xs = quantize_nvfp4_tile(x, s_enc)
+        w = tl.load(w_ptr + rn[:, None].to(tl.int64) * (K // 2) + (k // 2 + rkh)[None, :])
+        ws = tl.load(ws_ptr + scale_offsets(rn[:, None], (k // 16 + rks)[None, :], K // 16, SCALE_BLOCKED))
+        acc = tl.dot_scaled(xq, xs, "e2m1", w.T, ws, "e2m1", acc)
+    alpha = tl.math.div_rn(1.0, s_enc) * tl.load(w_dec_ptr)
+    _epilogue(acc, alpha, bias_ptr, out_ptr, rm, rn, M, N, HAS_BIAS)
+
+
+@triton.jit
+def quantize_nvfp4_pdl_kernel(x_ptr, x_enc_ptr, xq_ptr, xs_ptr, M, K, stride_xm,
+                              BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
+    """x bf16 [M, K] -> packed uint8 [M, K/2] + fp8e4nv scales [M, K/16] (plain layout)."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    rkh = tl.program_id(1) * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    rks = tl.program_id(1) * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
+    mask = rm[:, None] < M
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # x may be written by the kernel before us in the stream
+    x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()  # let the GEMM start its weight prefetch now
+    xq, xs = quantize_nvfp4_tile(x, tl.load(x_enc_ptr))
+    tl.store(xq_ptr + rm[:, None].to(tl.int64) * (K // 2) + rkh[None, :], xq, mask=mask)
+    tl.store(xs_ptr + rm[:, None].to(tl.int64) * (K // 16) + rks[None, :], xs, mask=mask)
+
+
+@triton.jit
+def nvfp4_linear_pdl_gemm_kernel(xq_ptr, xs_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec_ptr, bias_ptr, out_ptr, M, N, K,
+                                 HAS_BIAS: tl.constexpr, SCALE_BLOCKED: tl.constexpr, USE_PDL: tl.constexpr,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """NVFP4 x NVFP4 GEMM reading the quantizer's output; waits on PDL only after its first weight tile."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rkh = tl.arange(0, BLOCK_K // 2)
+    rks = tl.arange(0, BLOCK_K // 16)
+    m_mask = rm[:, None] < M
+    w_rows = w_ptr + rn[:, None].to(tl.int64) * (K // 2)
+    # Prefetch: the weight and its scales do not depend on the producer.
+    w = tl.load(w_rows + rkh[None, :])
+    ws = tl.load(ws_ptr + scale_offsets(rn[:, None], rks[None, :], K // 16, SCALE_BLOCKED))
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        xq = tl.load(xq_ptr + rm[:, None].to(tl.int64) * (K // 2) + (k // 2 + rkh)[None, :], mask=m_mask, other=0)
+        xs = tl.load(xs_ptr + rm[:, None].to(tl.int64) * (K // 16) + (k // 16 + rks)[None, :], mask=m_mask,
+                     other=0.0)
+        acc = tl.dot_scaled(xq, xs, "e2m1", w.T, ws, "e2m1", acc)
+        if k + BLOCK_K < K:
+            w = tl.load(w_rows + ((k + BLOCK_K) // 2 + rkh)[None, :])
+            ws = tl.load(ws_ptr + scale_offsets(rn[:, None], ((k + BLOCK_K) // 16 + rks)[None, :], K // 16,
+                                                SCALE_BLOCKED))
+    alpha = tl.math.div_rn(1.0, tl.load(x_enc_ptr)) * tl.load(w_dec_ptr)
+    _epilogue(acc, alpha, bias_ptr, out_ptr, rm, rn, M, N, HAS_BIAS)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Torch entry points
+# --------------------------------------------------------------------------------------------------------------
+
+def _validate(op: str, x, w_q, bias, x_global_scale):
+    check_quantized(op, "w_q", w_q, ("nvfp4",))
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise InputError(f"{op}: x must be a 2-D torch.Tensor [M, K]; reshape batched activations with "
+                         f"x.reshape(-1, x.shape[-1])")
+    if x.dtype != torch.bfloat16:
+        raise InputError(f"{op}: x must be bfloat16, got {x.dtype}; convert with x.to(torch.bfloat16)")
+    if x.stride(1) != 1:
+        raise InputError(f"{op}: x must have unit stride along K; call x.contiguous()")
+    m, k = x.shape
+    n, kw = w_q.shape
+    if k != kw:
+        raise InputError(f"{op}: K mismatch: x is [{m}, {k}] but w_q is [{n}, {kw}] (the weight is [N, K])")
+    if n % 64 or k % 128:
+        raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 128; pad the weight")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,)):
+        raise InputError(f"{op}: bias must be a tensor of shape ({n},), got "
+                         f"{tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}")
+    device = check_same_device(op, {"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales, "bias": bias})
+    if x_global_scale is None:
+        from ..formats import nvfp4_global_encode_scale
+        s_enc = nvfp4_global_encode_scale(x)
+    else:
+        g = torch.as_tensor(x_global_scale, dtype=torch.float32, device=device)
+        s_enc = 1.0 / g
+    return m, n, k, device, s_enc.to(device=device, dtype=torch.float32).reshape(1)
+
+
+def _blocks(m: int, n: int) -> tuple[int, int, int]:
+    block_m = 128 if m > 64 else 64
+    block_n = 128 if n % 128 == 0 else 64
+    return block_m, block_n, 128
+
+
+def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
+                 x_global_scale: Optional[float] = None) -> torch.Tensor:
+    """y = quant_nvfp4(x) @ dequant(w_q)^T + bias in bf16, one fused kernel.
+
+    x: bf16 [M, K]; w_q: NVFP4 QuantizedTensor [N, K] (plain or blocked scales); bias: [N] or None.
+    x_global_scale: the activations' global decode scale (amax / 2688, e.g. calibrated); None computes it from
+    amax(x), as `bwtriton.formats.quantize_nvfp4(x)` does, so the result matches quantizing x with it."""
+    m, n, k, device, s_enc = _validate("nvfp4_linear", x, w_q, bias, x_global_scale)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+    w_dec = w_q.global_scale.to(device=device, dtype=torch.float32).reshape(1)
+    block_m, block_n, block_k = _blocks(m, n)
+    grid = (triton.cdiv(m, block_m) * (n // block_n),)
+    with bwtriton_pipeline(device):
+        nvfp4_linear_fused_kernel[grid](x, s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out,
+                                        out, m, n, k, x.stride(0), HAS_BIAS=bias is not None,
+                                        SCALE_BLOCKED=w_q.scale_layout == "blocked_128x4", BLOCK_M=block_m,
+                                        BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=8, num_stages=3)
+    return out
+
+
+def quantize_nvfp4_pdl(x: torch.Tensor, s_enc: torch.Tensor, *, use_pdl: bool = True):
+    """(x_q uint8 [M, K/2], scales fp8e4nv [M, K/16]) from bf16 x with encode scale `s_enc` (fp32 [1])."""
+    m, k = x.shape
+    xq = torch.empty((m, k // 2), dtype=torch.uint8, device=x.device)
+    xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=x.device)
+    block_m, block_k = 32, 128
+    quantize_nvfp4_pdl_kernel[(triton.cdiv(m, block_m), k // block_k)](
+        x, s_enc, xq, xs, m, k, x.stride(0), BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl,
+        num_warps=4, launch_pdl=use_pdl)
+    return xq, xs
+
+
+def nvfp4_linear_two_kernel(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
+                            x_global_scale: Optional[float] = None, use_pdl: bool = True) -> torch.Tensor:
+    """Same result as `nvfp4_linear`, as quantize kernel + GEMM chained with PDL (`use_pdl=False`: plain launches)."""
+    m, n, k, device, s_enc = _validate("nvfp4_linear_two_kernel", x, w_q, bias, x_global_scale)
+    xq, xs = quantize_nvfp4_pdl(x, s_enc, use_pdl=use_pdl)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+    w_dec = w_q.global_scale.to(device=device, dtype=torch.float32).reshape(1)
+    block_m, block_n, block_k = _blocks(m, n)
+    grid = (n // block_n, triton.cdiv(m, block_m))
+    with bwtriton_pipeline(device):
+        nvfp4_linear_pdl_gemm_kernel[grid](xq, xs, s_enc, w_q.data, w_q.scales, w_dec,
+                                           bias if bias is not None else out, out, m, n, k,
+                                           HAS_BIAS=bias is not None, SCALE_BLOCKED=w_q.scale_layout == "blocked_128x4",
+                                           USE_PDL=use_pdl, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                           num_warps=8, num_stages=3, launch_pdl=use_pdl)
+    return out
