@@ -33,6 +33,7 @@ def test_metadata_reports_tmem_and_shared(fp16_sm100):
     assert s["tmem_columns"] == 128          # one 128x128 fp32 accumulator = 128 TMEM columns
     assert s["shared_bytes"] > 3 * (128 * 64 + 64 * 128) * 2  # 3 pipeline stages of A and B tiles (fp16)
     assert s["num_warps"] == 4 and s["num_ctas"] == 1 and s["target"] == "sm_100a"
+    assert tuple(s["cluster_dims"]) == (1, 1, 1)
 
 
 def test_16_byte_divisibility_is_specialised_like_jit():
@@ -113,3 +114,15 @@ def test_write_stages(fp16_sm100, tmp_path):
     paths = fp16_sm100.write(tmp_path, ["ttgir", "ptx", "sass"])
     assert [p.name for p in paths] == ["matmul_kernel.ttgir", "matmul_kernel.ptx", "matmul_kernel.sass"]
     assert "UTCHMMA" in paths[2].read_text()
+
+
+def test_gluon_kernels_compile_through_the_same_driver():
+    """Gluon starts at ttgir (no ttir stage); our bw stages are inserted the same way."""
+    from ptx_corpus import _gluon_kernels
+    _, one_mma, _, _ = _gluon_kernels()
+    res = bwtriton.compile(one_mma, signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"},
+                           constexprs={"M": 128, "N": 128, "K": 64, "num_warps": 4}, num_warps=4)
+    assert "ttir" not in res.stages and res.stages[:2] == ["source", "ttgir"]
+    ptx = res.asm["ptx"]
+    assert ptx.count("tcgen05.mma.cta_group::1.kind::f16") >= 1 and "tcgen05.alloc" in ptx
+    assert res.summary()["tmem_columns"] == 128

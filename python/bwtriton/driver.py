@@ -53,7 +53,9 @@ class CompileResult:
         """Key resources: shared memory bytes, TMEM columns, CTAs per cluster, warps."""
         md = self.metadata
         return {"kernel": self.name, "target": self.target.name, "num_warps": md.get("num_warps"),
-                "num_ctas": md.get("num_ctas"), "cluster_dims": md.get("cluster_dims"),
+                "num_ctas": md.get("num_ctas"),
+                # Triton 3.6's launcher sets the cluster to (num_ctas, 1, 1); it keeps no cluster_dims itself.
+                "cluster_dims": md.get("cluster_dims") or (md.get("num_ctas", 1), 1, 1),
                 "shared_bytes": md.get("shared"), "tmem_columns": md.get("tmem_size"),
                 "passes": self.selection.names}
 
