@@ -1,0 +1,305 @@
+"""Def-chain value resolution: what a register holds, as far as PTX text determines it.
+
+`AbsVal(base, lo, hi, base_max)` means  value = B + [lo, hi]  where B is the run-time value of the opaque
+symbol `base` (None: no symbol, i.e. the value lies in [lo, hi]); B lies in [0, base_max] when base_max is
+known. Exact constants have base=None and lo == hi. This is enough for what Triton builds:
+
+* idesc: `mov.b32 %r104, 136380432` (exact);
+* smem descriptors: `bfe.u32 -> cvt.u64.u32 -> or.b64 with 0x40004040...` (high bits exact, start address
+  a bounded range), K-steps by `add.s64 ..., 0x4000404000010042`; 64-bit values from `mov.b64 %rd, {lo, hi}`;
+* TMEM addresses: `ld.shared` of the slot `tcgen05.alloc` wrote, plus constant column/lane offsets.
+
+Registers with several definitions (loops) merge their definitions; cycles resolve to unknown. Everything not
+understood becomes an opaque symbol, so callers can still ask "same base?".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .ir import Function, Instruction, Operand
+
+SMEM_MAX = 232448           # bytes of shared memory per CTA on sm_100 (227 KiB): bounds smem addresses
+_SREG_RANGES = {"%tid.x": 1023, "%tid.y": 1023, "%tid.z": 63, "%laneid": 31, "%warpid": 63,
+                "%cluster_ctarank": 15, "%ntid.x": 1024}
+
+
+@dataclass(frozen=True)
+class AbsVal:
+    base: Optional[str]
+    lo: int
+    hi: int
+    base_max: Optional[int] = None
+
+    @property
+    def exact(self) -> Optional[int]:
+        return self.lo if self.base is None and self.lo == self.hi else None
+
+    @property
+    def offset(self) -> Optional[int]:
+        """The constant offset from `base` when it is exact (base + const)."""
+        return self.lo if self.lo == self.hi else None
+
+    def full_range(self) -> Optional[tuple[int, int]]:
+        if self.base is None:
+            return (self.lo, self.hi)
+        if self.base_max is None:
+            return None
+        return (self.lo, self.hi + self.base_max)
+
+    def known_bits(self, width: int) -> tuple[int, int]:
+        """(value, mask): bits common to every value in the range (its binary common prefix)."""
+        r = self.full_range()
+        if r is None or r[0] < 0 or r[1] >= 1 << width:
+            return 0, 0
+        lo, hi = r
+        varying = (lo ^ hi).bit_length()
+        mask = ((1 << width) - 1) & ~((1 << varying) - 1)
+        return lo & mask, mask
+
+
+def _const(v: int) -> AbsVal:
+    return AbsVal(None, v, v)
+
+
+def _width(ins: Instruction) -> int:
+    for t in ins.types:
+        if t.endswith("64"):
+            return 64
+        if t.endswith("32"):
+            return 32
+        if t.endswith("16"):
+            return 16
+        if t.endswith("8"):
+            return 8
+    return 64
+
+
+class ValueResolver:
+    """Resolve registers of one function to `AbsVal`s. `tmem_slots` maps an exact smem address
+    (base symbol, offset) to the symbol name given to the TMEM base address loaded from it."""
+
+    def __init__(self, func: Function, shared_symbols: frozenset[str] = frozenset()):
+        self.func = func
+        self.shared_symbols = shared_symbols
+        self.tmem_slots: dict[tuple[Optional[str], int], str] = {}
+        self._cache: dict[str, Optional[AbsVal]] = {}
+        self._active: set[str] = set()
+
+    def reset(self) -> None:
+        self._cache.clear()
+
+    # -- public -------------------------------------------------------------------------------------
+    def operand(self, op: Operand, width: int = 64) -> Optional[AbsVal]:
+        """Value of an operand (register, immediate, symbol, special register)."""
+        if op.kind == "imm" and isinstance(op.value, int):
+            return _const(op.value & ((1 << width) - 1) if op.value < 0 else op.value)
+        if op.kind == "reg":
+            return self.reg(op.name)  # type: ignore[arg-type]
+        if op.kind == "sym":
+            return AbsVal(op.name, 0, 0, SMEM_MAX if op.name in self.shared_symbols else None)
+        if op.kind == "sreg":
+            mx = _SREG_RANGES.get(op.name or "")
+            return AbsVal(None, 0, mx) if mx is not None else AbsVal(op.name, 0, 0, None)
+        return None
+
+    def address(self, op: Operand) -> Optional[AbsVal]:
+        """Value of an address operand `[base + off]`."""
+        if op.kind != "addr" or op.items:
+            return None
+        if op.base is None:
+            return _const(op.offset)
+        b = self.operand(op.base)
+        if b is None:
+            return None
+        return AbsVal(b.base, b.lo + op.offset, b.hi + op.offset, b.base_max)
+
+    def reg(self, name: str) -> Optional[AbsVal]:
+        if name in self._cache:
+            return self._cache[name]
+        if name in self._active:
+            return None  # cycle through a loop-carried register
+        self._active.add(name)
+        try:
+            defs = self.func.definitions(name)
+            vals = [self._eval(d, name) for d in defs]
+            result = _merge(vals) if vals else AbsVal(f"?{name}", 0, 0, None)
+            if result is None:
+                result = AbsVal(f"?{name}", 0, 0, None)
+        finally:
+            self._active.discard(name)
+        self._cache[name] = result
+        return result
+
+    # -- evaluation ---------------------------------------------------------------------------------
+    def _opaque(self, ins: Instruction, reg: str) -> AbsVal:
+        return AbsVal(f"?{reg}@{ins.line}", 0, 0, None)
+
+    def _eval(self, ins: Instruction, reg: str) -> Optional[AbsVal]:
+        op = ins.opcode
+        ops = ins.operands
+        w = _width(ins)
+        wmask = (1 << w) - 1
+        try:
+            if op == "mov" and len(ops) == 2:
+                src = ops[1]
+                if src.kind == "vec":
+                    return self._pack(src.items, w)
+                v = self.operand(src, w)
+                return v if v is not None else self._opaque(ins, reg)
+            if op == "cvt" or op == "cvta":
+                v = self.operand(ops[1], w)
+                if v is None:
+                    return self._opaque(ins, reg)
+                r = v.full_range()
+                if r is not None and r[0] >= 0 and r[1] <= wmask:
+                    return v
+                if v.exact is not None:
+                    return _const(v.exact & wmask)
+                return self._opaque(ins, reg)
+            if op in ("add", "sub") and len(ops) == 3:
+                a, b = self.operand(ops[1], w), self.operand(ops[2], w)
+                if a is None or b is None:
+                    return self._opaque(ins, reg)
+                if op == "sub":
+                    if b.exact is None:
+                        return self._opaque(ins, reg)
+                    b = _const(-b.exact)
+                if a.exact is not None and b.exact is not None:
+                    return _const((a.exact + b.exact) & wmask)
+                if b.base is None and b.lo == b.hi:
+                    return AbsVal(a.base, a.lo + b.lo, a.hi + b.lo, a.base_max)
+                if a.base is None and a.lo == a.hi:
+                    return AbsVal(b.base, b.lo + a.lo, b.hi + a.lo, b.base_max)
+                ra, rb = a.full_range(), b.full_range()
+                if a.base is not None and b.base is None:
+                    return AbsVal(a.base, a.lo + b.lo, a.hi + b.hi, a.base_max)
+                if b.base is not None and a.base is None:
+                    return AbsVal(b.base, b.lo + a.lo, b.hi + a.hi, b.base_max)
+                if ra and rb:
+                    return AbsVal(None, ra[0] + rb[0], ra[1] + rb[1])
+                return self._opaque(ins, reg)
+            if op == "shl" and len(ops) == 3:
+                a, k = self.operand(ops[1], w), self.operand(ops[2], 32)
+                if a is None or k is None or k.exact is None:
+                    return self._opaque(ins, reg)
+                if a.exact is not None:
+                    return _const((a.exact << k.exact) & wmask)
+                r = a.full_range()
+                if r and r[0] >= 0 and (r[1] << k.exact) <= wmask:
+                    return AbsVal(None, r[0] << k.exact, r[1] << k.exact)
+                return self._opaque(ins, reg)
+            if op == "shr" and len(ops) == 3:
+                a, k = self.operand(ops[1], w), self.operand(ops[2], 32)
+                if a is None or k is None or k.exact is None:
+                    return self._opaque(ins, reg)
+                r = a.full_range()
+                if r and r[0] >= 0:
+                    return AbsVal(None, r[0] >> k.exact, r[1] >> k.exact)
+                return self._opaque(ins, reg)
+            if op == "bfe" and len(ops) == 4:
+                a, p, ln = (self.operand(o, 32) for o in ops[1:4])
+                if a is None or p is None or ln is None or p.exact is None or ln.exact is None:
+                    return self._opaque(ins, reg)
+                if a.exact is not None and "u" in "".join(ins.types)[:1]:
+                    return _const((a.exact >> p.exact) & ((1 << ln.exact) - 1))
+                hi = (1 << ln.exact) - 1
+                r = a.full_range()
+                if r and r[0] >= 0:
+                    hi = min(hi, r[1] >> p.exact)
+                return AbsVal(None, 0, hi)
+            if op in ("and", "or", "xor") and len(ops) == 3:
+                a, b = self.operand(ops[1], w), self.operand(ops[2], w)
+                if a is None or b is None:
+                    return self._opaque(ins, reg)
+                if a.exact is not None and b.exact is not None:
+                    f = {"and": int.__and__, "or": int.__or__, "xor": int.__xor__}[op]
+                    return _const(f(a.exact, b.exact) & wmask)
+                if b.exact is None:
+                    a, b = b, a
+                c = b.exact
+                if c is None:
+                    return self._opaque(ins, reg)
+                r = a.full_range()
+                if op == "and":
+                    if r and r[0] >= 0 and r[1] <= c and (c + 1) & c == 0:
+                        return a  # mask keeps every possible bit
+                    return AbsVal(None, 0, c if c >= 0 else wmask)
+                if op == "or":
+                    # or == add when the constant has no bit inside the variable part's range
+                    if r and r[0] >= 0 and c >= 0 and (c & ((1 << r[1].bit_length()) - 1)) == 0:
+                        if a.base is None:
+                            return AbsVal(None, a.lo + c, a.hi + c)
+                        return AbsVal(a.base, a.lo + c, a.hi + c, a.base_max)
+                    if c == 0:
+                        return a
+                return self._opaque(ins, reg)
+            if op == "mul" and len(ops) == 3 and ("lo" in ins.modifiers or "wide" in ins.modifiers):
+                a, b = self.operand(ops[1], w), self.operand(ops[2], w)
+                if a and b and a.exact is not None and b.exact is not None:
+                    return _const((a.exact * b.exact) & wmask)
+                if a and b and b.exact is not None:
+                    r = a.full_range()
+                    if r and r[0] >= 0 and b.exact >= 0:
+                        return AbsVal(None, r[0] * b.exact, r[1] * b.exact)
+                return self._opaque(ins, reg)
+            if op == "selp" and len(ops) == 4:
+                a, b = self.operand(ops[1], w), self.operand(ops[2], w)
+                m = _merge([a, b])
+                return m if m is not None else self._opaque(ins, reg)
+            if op == "ld" and "shared" in " ".join(ins.modifiers) and len(ops) == 2:
+                addr = self.address(ops[1])
+                if addr is not None and addr.offset is not None:
+                    sym = self.tmem_slots.get((addr.base, addr.offset))
+                    if sym is not None:
+                        return AbsVal(sym, 0, 0, None)
+                return self._opaque(ins, reg)
+        except (TypeError, ValueError):
+            return self._opaque(ins, reg)
+        return self._opaque(ins, reg)
+
+    def _pack(self, items: tuple[Operand, ...], w: int) -> Optional[AbsVal]:
+        """mov.bN %r, {lo, ..., hi}: little-endian concatenation of equal-width pieces."""
+        if not items:
+            return None
+        piece = w // len(items)
+        vals = [self.operand(o, piece) for o in items]
+        if any(v is None for v in vals):
+            return None
+        total = 0
+        var: Optional[AbsVal] = None
+        for i, v in enumerate(vals):
+            if v.exact is not None:  # type: ignore[union-attr]
+                total |= (v.exact & ((1 << piece) - 1)) << (piece * i)  # type: ignore[union-attr]
+            elif var is None and i == 0:
+                var = v
+            else:
+                return None
+        if var is None:
+            return _const(total)
+        r = var.full_range()
+        if r is None or r[0] < 0 or r[1] >= 1 << piece:
+            return AbsVal(var.base, var.lo + total, var.hi + total, var.base_max) if var.base else None
+        return AbsVal(var.base, var.lo + total, var.hi + total, var.base_max)
+
+
+def _merge(vals: list[Optional[AbsVal]]) -> Optional[AbsVal]:
+    if not vals or any(v is None for v in vals):
+        return None
+    first = vals[0]
+    assert first is not None
+    if all(v == first for v in vals):
+        return first
+    bases = {v.base for v in vals}  # type: ignore[union-attr]
+    if len(bases) == 1:
+        return AbsVal(first.base, min(v.lo for v in vals), max(v.hi for v in vals), first.base_max)  # type: ignore
+    ranges = [v.full_range() for v in vals]  # type: ignore[union-attr]
+    if all(r is not None for r in ranges):
+        return AbsVal(None, min(r[0] for r in ranges), max(r[1] for r in ranges))  # type: ignore[index]
+    return None
+
+
+def resolve_value(func: Function, operand: Operand, resolver: Optional[ValueResolver] = None) -> Optional[AbsVal]:
+    """Convenience: resolve one operand of `func` (a fresh resolver when none is given)."""
+    r = resolver or ValueResolver(func)
+    return r.address(operand) if operand.kind == "addr" else r.operand(operand)

@@ -1,0 +1,25 @@
+"""A verifier finding: check id, severity, message, PTX line, and the function it is in."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+SEVERITIES = ("error", "warning", "note")
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str            # stable check id, e.g. "dealloc-missing"
+    rule: str             # reference rule, e.g. "P4" (or "T1" for checks beyond P1-P20)
+    severity: str         # "error" | "warning" | "note"
+    message: str
+    line: int
+    function: str
+    related_line: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def format(self, filename: str = "<ptx>") -> str:
+        rel = f" (see line {self.related_line})" if self.related_line else ""
+        return f"{filename}:{self.line}: {self.severity}: [{self.check}/{self.rule}] {self.message}{rel}"
