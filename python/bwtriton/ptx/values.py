@@ -233,6 +233,8 @@ class ValueResolver:
                         return AbsVal(a.base, a.lo + c, a.hi + c, a.base_max)
                     if c == 0:
                         return a
+                    if a.base is None and r and r[0] >= 0 and c >= 0:  # bounds of x | c
+                        return AbsVal(None, max(r[0], c), (1 << max(r[1], c).bit_length()) - 1)
                 return self._opaque(ins, reg)
             if op == "mul" and len(ops) == 3 and ("lo" in ins.modifiers or "wide" in ins.modifiers):
                 a, b = self.operand(ops[1], w), self.operand(ops[2], w)

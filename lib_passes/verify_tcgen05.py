@@ -1,0 +1,38 @@
+"""PTX-stage pass `verify-tcgen05`: run the static tcgen05/TMEM protocol verifier on the emitted PTX.
+
+Error findings fail the compile (`ctx.error` with the findings attached); warnings are recorded in the
+report (`compiled.reports["verify-tcgen05"]`). The PTX is never changed.
+"""
+from __future__ import annotations
+
+from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_pass
+
+
+@register_pass
+class VerifyTcgen05(Pass):
+    name = "verify-tcgen05"
+    stage = Stage.PTX
+    purpose = "statically check tcgen05/TMEM protocol rules (alloc/dealloc, waits, fences, descriptors) in the PTX"
+    options = (PassOption("fail_on_error", bool, True, "turn error findings into a compile failure"),
+               PassOption("notes", bool, False, "also record note-severity findings in the report"))
+    default_enabled = True
+
+    def applies_to(self, target) -> bool:
+        return bool(target.has_tcgen05)
+
+    def run(self, ir, ctx: PassContext):
+        from bwtriton.verify import verify_ptx
+        report = verify_ptx(ir, target=ctx.target.name)
+        keep_notes = ctx.options.get("notes", False)
+        findings = [f for f in report.findings if keep_notes or f.severity != "note"]
+        ctx.report["findings"] = [f.to_dict() for f in findings]
+        ctx.report["counts"] = {s: sum(1 for f in report.findings if f.severity == s)
+                                for s in ("error", "warning", "note")}
+        for f in report.warnings:
+            ctx.warn(f"line {f.line}: [{f.check}/{f.rule}] {f.message}")
+        if report.errors and ctx.options.get("fail_on_error", True):
+            first = report.errors[0]
+            more = f" (+{len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
+            ctx.error(f"PTX line {first.line}: [{first.check}/{first.rule}] {first.message}{more}",
+                      findings=[f.to_dict() for f in report.errors])
+        return None
