@@ -11,7 +11,8 @@ so sm_80 works too), multiply by the scale broadcast over its 16 K-elements in f
 8 significant bits), and feed a plain `tt.dot` with the original fp32 accumulator. Triton then pipelines the
 packed loads and does the dequantization in registers, as for any mixed-precision matmul.
 
-Which ops: on targets with native block-scaled MMA only NVFP4 dots that Triton cannot lower natively (not
+Which ops: on targets with native NVFP4 MMA (sm_100a, sm_103a, and sm_120a, where Triton 3.6 emits
+`mma.sync ... kind::mxf4nvf4`) only NVFP4 dots that Triton cannot lower natively (not
 e2m1 x e2m1 with UE4M3 scales on both sides, k-packed) are rewritten; `kind::mxf4nvf4` stays for the rest.
 """
 from __future__ import annotations
@@ -22,9 +23,16 @@ from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_
 from bwtriton.passes.mlir_util import reparse
 
 
+#: Compute capabilities where Triton 3.6 lowers e2m1 x e2m1 with UE4M3 scales to hardware (measured by compiling):
+#: sm_100a/sm_103a `tcgen05.mma ... kind::mxf4nvf4.block_scale.scale_vec::4X`; sm_120a
+#: `mma.sync.aligned.m16n8k64 ... kind::mxf4nvf4.block_scale.scale_vec::4X` (no tcgen05 there, but native fp4 mma).
+NATIVE_NVFP4_CAPABILITIES = frozenset({100, 103, 120})
+
+
 def natively_supported(op: DotScaledOp, target) -> bool:
     """Whether Triton 3.6 lowers this NVFP4 dot to a hardware block-scaled MMA on `target` (kind::mxf4nvf4)."""
-    return (bool(getattr(target, "native_block_scaled", False)) and op.a_format == op.b_format == "e2m1"
+    native = bool(getattr(target, "native_block_scaled", False)) or target.capability in NATIVE_NVFP4_CAPABILITIES
+    return (native and op.a_format == op.b_format == "e2m1"
             and op.scale_elems == ("f8E4M3FN", "f8E4M3FN") and op.lhs_k_pack and op.rhs_k_pack)
 
 
@@ -60,7 +68,7 @@ class LowerNvfp4Portable(Pass):
     name = "lower-nvfp4-portable"
     stage = Stage.TTIR
     purpose = ("rewrite NVFP4 (UE4M3-scaled) tt.dot_scaled into exact in-register dequantization + tt.dot where "
-               "Triton 3.6 has no native lowering (sm_90a, sm_80, sm_120a; mixed bf16 x e2m1 everywhere)")
+               "Triton 3.6 has no native lowering (sm_90a, sm_80; mixed bf16/fp8 x NVFP4 on every target)")
     options = (PassOption("force", bool, False,
                           "also rewrite dots the target could run natively (kind::mxf4nvf4), e.g. to compare"),)
     default_enabled = True

@@ -103,21 +103,22 @@ def nvfp4_linear_pdl_gemm_kernel(xq_ptr, xs_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec
     rks = tl.arange(0, BLOCK_K // 16)
     m_mask = rm[:, None] < M
     w_rows = w_ptr + rn[:, None].to(tl.int64) * (K // 2)
-    # Prefetch: the weight and its scales do not depend on the producer.
+    # Peeled first K step: its weight tile and scales do not depend on the producer, so they are loaded before
+    # gdc_wait() and overlap the quantizer's tail; only the activation loads wait.
     w = tl.load(w_rows + rkh[None, :])
     ws = tl.load(ws_ptr + scale_offsets(rn[:, None], rks[None, :], K // 16, SCALE_BLOCKED))
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
+    xq = tl.load(xq_ptr + rm[:, None].to(tl.int64) * (K // 2) + rkh[None, :], mask=m_mask, other=0)
+    xs = tl.load(xs_ptr + rm[:, None].to(tl.int64) * (K // 16) + rks[None, :], mask=m_mask, other=0.0)
+    acc = tl.dot_scaled(xq, xs, "e2m1", w.T, ws, "e2m1", tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+    for k in range(BLOCK_K, K, BLOCK_K):
+        w = tl.load(w_rows + (k // 2 + rkh)[None, :])
+        ws = tl.load(ws_ptr + scale_offsets(rn[:, None], (k // 16 + rks)[None, :], K // 16, SCALE_BLOCKED))
         xq = tl.load(xq_ptr + rm[:, None].to(tl.int64) * (K // 2) + (k // 2 + rkh)[None, :], mask=m_mask, other=0)
         xs = tl.load(xs_ptr + rm[:, None].to(tl.int64) * (K // 16) + (k // 16 + rks)[None, :], mask=m_mask,
                      other=0.0)
         acc = tl.dot_scaled(xq, xs, "e2m1", w.T, ws, "e2m1", acc)
-        if k + BLOCK_K < K:
-            w = tl.load(w_rows + ((k + BLOCK_K) // 2 + rkh)[None, :])
-            ws = tl.load(ws_ptr + scale_offsets(rn[:, None], ((k + BLOCK_K) // 16 + rks)[None, :], K // 16,
-                                                SCALE_BLOCKED))
     alpha = tl.math.div_rn(1.0, tl.load(x_enc_ptr)) * tl.load(w_dec_ptr)
     _epilogue(acc, alpha, bias_ptr, out_ptr, rm, rn, M, N, HAS_BIAS)
 
