@@ -321,3 +321,13 @@ def test_should_pair_heuristic():
     assert not should_pair(8192, 8192, 8192, block_n=32)
     with pytest.raises(InputError):
         should_pair(0, 8192, 8192)
+
+
+def test_tcgen05_verifier_accepts_paired_kernel():
+    from bwtriton.passes import all_passes
+    if "verify-tcgen05" not in all_passes():
+        pytest.skip("verify-tcgen05 pass not available")
+    res = compile_tma("fp16", passes=("+pair-ctas", "+verify-tcgen05"))
+    counts = res.reports["verify-tcgen05"]["counts"]
+    assert counts["error"] == 0 and counts["warning"] == 0, res.reports["verify-tcgen05"]
+    assert "cta_group::2" in res.asm["ptx"]
