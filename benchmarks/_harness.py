@@ -206,6 +206,7 @@ def run_all(out_dir: "str | Path", *, name: str = "bench", only: list[str] | Non
         results.append(r)
         status = r.error or f"ours {_fmt(r.rate_ours)} vs peer {_fmt(r.rate_peer)} {case.unit}"
         print(f"[{time.time() - t0:6.1f}s] {case.name}: {status}", flush=True)
+        write_csv(results, out / f"{name}.csv")  # after every case, so a run cut short keeps what it measured
     table = format_table(results)
     print("\n" + table, flush=True)
     write_csv(results, out / f"{name}.csv")

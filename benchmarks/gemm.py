@@ -123,7 +123,24 @@ def main(argv: list[str] | None = None) -> int:
     only = [s for s in args.only.split(",") if s]
     results = run_all(args.out, name="gemm", only=only, rounds=rounds, rep_ms=args.rep_ms,
                       title=f"bwtriton GEMM vs peer on {name}")
+    _print_tuning_log(Path(args.out))
     return 1 if results and all(r.error for r in results) else 0
+
+
+def _print_tuning_log(out: Path) -> None:
+    """Every autotuning candidate's time per tuning key (set BWTRITON_GEMM_SWEEP=1 to widen the candidates)."""
+    from bwtriton.kernels.matmul import TUNING_LOG
+    lines = []
+    for key, timings in TUNING_LOG.items():
+        cap, dtype, out_dtype, kmajor, sa, sb, bucket = key
+        lines.append(f"{str(dtype).replace('torch.', '')}->{str(out_dtype).replace('torch.', '')} "
+                     f"B{'col' if kmajor else 'row'} scales={sa},{sb} bucket={'x'.join(map(str, bucket))}:")
+        best = min(timings.values())
+        for cfg, ms in sorted(timings.items(), key=lambda kv: kv[1]):
+            lines.append(f"    {cfg:<32} {ms:8.3f} ms  {best / ms:6.3f}")
+    text = "\n".join(lines)
+    print("\nautotuning candidates (time, speed relative to the best):\n" + text)
+    (out / "gemm_tuning.txt").write_text(text + "\n")
 
 
 if __name__ == "__main__":

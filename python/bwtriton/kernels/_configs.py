@@ -7,6 +7,7 @@ Blackwell: 128x256 tcgen05 tiles with the accumulator in TMEM, warp-specialised)
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
@@ -41,7 +42,8 @@ class GemmConfig:
     def short(self) -> str:
         """Compact label, e.g. '128x256x64 s3 w8 ws'."""
         flags = "".join((" ws" if self.warp_specialize else "", " flat" if self.flatten else "",
-                         f" epi/{self.epilogue_split}" if self.epilogue_split > 1 else ""))
+                         f" epi/{self.epilogue_split}" if self.epilogue_split > 1 else "",
+                         f" g{self.group_m}" if self.group_m != 8 else ""))
         return f"{self.block_m}x{self.block_n}x{self.block_k} s{self.num_stages} w{self.num_warps}{flags}"
 
     def as_dict(self) -> dict:
@@ -73,6 +75,19 @@ def _hopper(in_bytes: float) -> list[GemmConfig]:
     ]
 
 
+def _hopper_sweep(in_bytes: float) -> list[GemmConfig]:
+    """Extra candidates tried only with BWTRITON_GEMM_SWEEP=1 (exploration on a GPU; too slow for every use)."""
+    bk = int(128 // in_bytes)
+    return [
+        GemmConfig(128, 256, bk, 4, 8, flatten=True),
+        GemmConfig(128, 256, bk, 3, 8, epilogue_split=1),
+        GemmConfig(256, 128, bk, 3, 8),
+        GemmConfig(256, 128, bk, 4, 8),
+        GemmConfig(128, 256, bk, 3, 8, group_m=16),
+        GemmConfig(128, 128, bk, 3, 4),
+    ]
+
+
 def _blackwell(in_bytes: float) -> list[GemmConfig]:
     bk = int(128 // in_bytes)
     return [
@@ -98,6 +113,8 @@ def gemm_configs(capability: int, in_bytes: float, out_bytes: int) -> list[GemmC
     """
     family = capability // 10
     cands = _hopper(in_bytes) if family == 9 else _blackwell(in_bytes) if family == 10 else _fallback(in_bytes)
+    if family == 9 and os.environ.get("BWTRITON_GEMM_SWEEP") == "1":
+        cands += _hopper_sweep(in_bytes)
     kept = [c for c in cands if fits(c, in_bytes, out_bytes, capability)]
     if kept:
         return kept

@@ -177,10 +177,12 @@ def _launch(a, b, c, a_scale, b_scale, facts: dict, cfg: GemmConfig) -> None:
     m, n, k = facts["m"], facts["n"], facts["k"]
     num_sms = _num_sms(facts["device"].index or 0)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    # NUM_SMS (the tile-loop stride) stays the SM count even when fewer tiles than SMs launch fewer programs:
+    # each program then owns one tile, and the kernel is not recompiled for every small shape.
     grid = (max(1, min(num_sms, tiles)),)
     a_desc, b_desc, c_desc = _descriptors(a, b, c, facts["b_kmajor"], cfg)
     matmul_tma_persistent_kernel[grid](
-        a_desc, b_desc, c_desc, a_scale, b_scale, m, n, k, NUM_SMS=grid[0], B_KMAJOR=facts["b_kmajor"],
+        a_desc, b_desc, c_desc, a_scale, b_scale, m, n, k, NUM_SMS=num_sms, B_KMAJOR=facts["b_kmajor"],
         A_SCALE=facts["a_scale_mode"], B_SCALE=facts["b_scale_mode"], **cfg.kernel_kwargs())
 
 
