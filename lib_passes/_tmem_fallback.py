@@ -224,18 +224,66 @@ def _emit_fission(ttir: str, loop: _Loop, groups: list[list[int]]) -> tuple[str,
         for local, j in enumerate(idxs):
             if j not in result_map:
                 result_map[j] = name if len(idxs) == 1 else f"{name}#{local}"
-    after = "".join(lines[last + 1:])
+    # Sink each accumulator's pure epilogue ops (e.g. the truncf to the output type) to right after its own loop.
+    # Why: otherwise every accumulator stays live in registers as fp32 until the end, and LLVM then schedules
+    # the packing of the last tcgen05.ld results before tcgen05.wait::ld (caught by verify-tcgen05).
+    group_of = {j: g for g, idxs in enumerate(groups) for j in idxs}
+    sunk: dict[int, list[str]] = {}
+    moved_lines: set[int] = set()
+    defined_after: set[str] = set()
+    siblings = _siblings_after(op)
+    for sib in siblings:
+        uses = set(sib.operands)
+        from_loop = {int(u.split("#")[1]) if "#" in u else 0 for u in uses
+                     if u.split("#")[0] == res_name}
+        groups_used = {group_of[j] for j in from_loop}
+        movable = (len(groups_used) == 1 and not sib.regions and sib.name.startswith(_PURE_PREFIXES)
+                   and not (uses & defined_after))
+        if movable:
+            sunk.setdefault(groups_used.pop(), []).append(lines[sib.line])
+            moved_lines.add(sib.line)
+        else:
+            defined_after.update(sib.result_refs())
+            defined_after.update(sib.results)
+    if sunk:
+        rebuilt, loop_no = [], -1
+        for chunk in new_text:
+            rebuilt.append(chunk)
+            if chunk == close_line + "\n":
+                loop_no += 1
+                rebuilt.extend(sunk.get(loop_no, []))
+        new_text = rebuilt
+    after = "".join(line for k, line in enumerate(lines[last + 1:], start=last + 1) if k not in moved_lines)
+    before_rename = "".join(new_text)
 
     def rename(m: re.Match) -> str:
         if m.group(1) != res_name:
             return m.group(0)
         idx = int(m.group(2)) if m.group(2) else 0
         return result_map[idx] if (m.group(2) or n_results == 1) else m.group(0)
-    after = re.sub(r"(%[\w$.\-]+)(?:#(\d+))?(?![\w$.\-])", rename, after)
-    text = "".join(lines[:first]) + "".join(new_text) + after
+    pattern = r"(%[\w$.\-]+)(?:#(\d+))?(?![\w$.\-])"
+    after = re.sub(pattern, rename, after)
+    # the sunk epilogue lines sit after their loop: rename their uses of the old loop result too
+    head_len = len("".join(lines[:first]))
+    loops_text = "".join(re.sub(pattern, rename, chunk) if chunk in sum(sunk.values(), []) else chunk
+                         for chunk in new_text)
+    del head_len, before_rename
+    text = "".join(lines[:first]) + loops_text + after
     what = (f"split the loop carrying {len(groups)} accumulators ({_loc_hint(op)}) into {len(groups)} loops run "
             f"one after another, one accumulator each")
     return text, what
+
+
+def _siblings_after(op: irt.Op) -> list[irt.Op]:
+    """Ops after `op` in its block (single-region parents only, which covers function bodies)."""
+    parent = op.parent
+    if parent is None:
+        return []
+    for region in parent.regions:
+        for k, other in enumerate(region):
+            if other is op:
+                return region[k + 1:]
+    return []
 
 
 def _loc_hint(op: irt.Op) -> str:

@@ -1,4 +1,6 @@
-"""`tmem-ttir-snapshot`: keep the kernel's TTIR text for `plan-tmem`'s fallback.
+"""`tmem-ttir-snapshot`: keep the kernel's TTIR text for `plan-tmem`'s fallback, and reject single
+accumulators that can never fit in TMEM with a clear message (Triton 3.6 would fail inside `make_ttgir` with a
+raw verifier error before `plan-tmem` runs).
 
 `plan-tmem` runs on TTGIR; when a kernel needs more than 512 TMEM columns it re-lowers the TTIR with a
 rewrite. Triton's `make_ttgir` mutates the TTIR module in place, so this companion stores its text (in
@@ -25,7 +27,18 @@ class TmemTtirSnapshot(Pass):
     def run(self, module: Any, ctx: PassContext) -> None:
         from bwtriton.passes.plan_tmem import SNAPSHOT_KEY
         selected = (ctx.metadata.get("bwtriton") or {}).get("passes", ["plan-tmem"])
-        if "plan-tmem" in selected:
-            ctx.metadata[SNAPSHOT_KEY] = str(module)
-            ctx.report["kept_chars"] = len(ctx.metadata[SNAPSHOT_KEY])
+        if "plan-tmem" not in selected:
+            return None
+        from bwtriton.tmem.analyze import oversized_dots
+        text = str(module)
+        too_big = oversized_dots(text, num_ctas=int(ctx.metadata.get("num_ctas", 1) or 1))
+        if too_big:
+            listing = "; ".join(f"%{d['name']} ({d['location'] or 'unknown location'}): {d['shape'][0]}x"
+                                f"{d['shape'][1]}x{d['dtype']} accumulator = {d['columns']} columns"
+                                for d in too_big)
+            ctx.error(f"a single MMA accumulator exceeds the 512 TMEM columns of a CTA: {listing}. No rewrite can "
+                      f"split one accumulator here: reduce BLOCK_N (columns = N for fp32 with BLOCK_M <= 128) or "
+                      f"BLOCK_M (each 128 rows adds N columns), or spread the tile over a 2-CTA cluster.")
+        ctx.metadata[SNAPSHOT_KEY] = text
+        ctx.report["kept_chars"] = len(text)
         return None

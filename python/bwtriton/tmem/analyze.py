@@ -135,3 +135,33 @@ def _describe(op: irt.Op, md: irt.MemDesc, names: set[str], users: dict[str, lis
                           shape=list(md.shape), dtype=md.element, kind=kind, buffers=fp.buffers,
                           columns=fp.columns, lanes=fp.lanes, block_m=block_m, block_n=block_n,
                           col_stride=col_stride, live_start=start, live_end=end, op_index=op.index)
+
+
+_DOT_RESULT_RE = re.compile(r"->\s*tensor<(\d+)x(\d+)x(\w+)")
+
+
+def oversized_dots(ttir: str, num_ctas: int = 1, budget: int = 512) -> list[dict]:
+    """`tt.dot`/`tt.dot_scaled` ops of a TTIR module whose accumulator alone exceeds the TMEM budget.
+
+    Triton 3.6 rejects these inside `make_ttgir` with a raw MLIR verifier error ("nCol ... must be less than or
+    equal to 512 * 32 / bitwidth"), before any TTGIR pass could help, so they are caught at TTIR. One
+    M x N accumulator takes ceil(M/128) 128-row blocks of N columns (fp32), split over the CTAs of a cluster.
+    """
+    aliases = irt.parse_aliases(ttir)
+    found = []
+    for op in irt.all_ops(irt.parse_ops(ttir)):
+        if op.name not in ("tt.dot", "tt.dot_scaled"):
+            continue
+        m = _DOT_RESULT_RE.search(irt.strip_loc(op.head))
+        if not m:
+            continue
+        rows, cols, elem = int(m.group(1)), int(m.group(2)), m.group(3)
+        if rows < 64 or ("inputPrecision = ieee" in op.head and "xf32>" in op.head.split("->")[0]):
+            continue  # not a tcgen05 MMA (FMA or mma.sync path): no TMEM accumulator
+        bits = max(irt.element_bits(elem), 32) if elem.startswith(("f", "i")) else 32
+        columns = max(1, -(-rows // 128)) * cols * bits // 32 // max(1, num_ctas)
+        if columns > budget:
+            loc = op.head[op.head.rfind(" loc("):] if " loc(" in op.head else ""
+            found.append({"name": (op.results[0] if op.results else "").lstrip("%"), "shape": [rows, cols],
+                          "dtype": elem, "columns": columns, "location": irt.resolve_location(loc, aliases)})
+    return found

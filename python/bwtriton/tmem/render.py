@@ -61,6 +61,19 @@ def _lane_bands(a: dict) -> list[tuple[int, int]]:
     return [(32 * q + off, 16) for q in range(4)]
 
 
+def _rectangles(allocs: list[dict]) -> list[list[tuple[int, int, float, float]]]:
+    """Per allocation, its (col0, col1, lane0, lanes) rectangles. Allocations that share columns (disjoint
+    live ranges, reused by the allocator) split their lane bands into stacked sub-bands, so each stays visible."""
+    out = []
+    for i, a in enumerate(allocs):
+        c0, c1 = a["column_range"]
+        same = [j for j, b in enumerate(allocs) if (b["lane_offset"], b["lanes"]) == (a["lane_offset"], a["lanes"])
+                and b["column_range"][0] < c1 and c0 < b["column_range"][1]]
+        k, n = same.index(i), len(same)
+        out.append([(c0, c1, lane0 + k * nlanes / n, nlanes / n) for lane0, nlanes in _lane_bands(a)])
+    return out
+
+
 def _colours(allocs: list[dict]) -> list[str]:
     used: dict[str, int] = {}
     out = []
@@ -103,24 +116,15 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
         out.append(f'<rect x="{x}" y="{top}" width="{(width_cols - COLUMNS) * col_px}" height="{LANES * lane_px}" '
                    f'fill="#fdd" stroke="#c00"/><text x="{x + 4}" y="{top - 4}" fill="#c00">over budget</text>')
     # Allocations sharing columns (disjoint live ranges) are drawn as stacked sub-bands.
-    sharing: dict[tuple, list[int]] = {}
-    for i, a in enumerate(allocs):
-        sharing.setdefault((a["lane_offset"], a["lanes"]), []).append(i)
     colours = _colours(allocs)
-    for i, a in enumerate(allocs):
-        c0, c1 = a["column_range"]
-        overlapping = [j for j in sharing[(a["lane_offset"], a["lanes"])]
-                       if allocs[j]["column_range"][0] < c1 and c0 < allocs[j]["column_range"][1]]
-        k, n = overlapping.index(i), len(overlapping)
-        for lane0, nlanes in _lane_bands(a):
-            sub = nlanes / n
-            y = top + (lane0 + k * sub) * lane_px
-            out.append(f'<rect x="{left + c0 * col_px}" y="{y:.1f}" width="{(c1 - c0) * col_px}" '
-                       f'height="{sub * lane_px:.1f}" fill="{colours[i]}" fill-opacity="0.85" stroke="#222">'
+    for i, (a, rects) in enumerate(zip(allocs, _rectangles(allocs))):
+        for c0, c1, lane0, nlanes in rects:
+            out.append(f'<rect x="{left + c0 * col_px}" y="{top + lane0 * lane_px:.1f}" width="{(c1 - c0) * col_px}" '
+                       f'height="{nlanes * lane_px:.1f}" fill="{colours[i]}" fill-opacity="0.85" stroke="#222">'
                        f'<title>{html.escape(_label(a))}</title></rect>')
-        lane0, nlanes = _lane_bands(a)[0]
-        out.append(f'<text x="{left + c0 * col_px + 3}" y="{top + (lane0 + (k + 0.5) * nlanes / n) * lane_px + 4:.0f}"'
-                   f' fill="#fff">{html.escape(a["name"])}</text>')
+        c0, _, lane0, nlanes = rects[0]
+        out.append(f'<text x="{left + c0 * col_px + 3}" y="{top + (lane0 + nlanes / 2) * lane_px + 4:.0f}" '
+                   f'fill="#fff">{html.escape(a["name"])}</text>')
     y = top + LANES * lane_px + 34
     for i, a in enumerate(allocs):
         out.append(f'<rect x="{left}" y="{y - 10}" width="12" height="12" fill="{colours[i]}"/>'
@@ -168,12 +172,12 @@ def _write_png(report: dict, path: str, title: str | None) -> None:
     ax.add_patch(Rectangle((0, 0), COLUMNS, LANES, facecolor="#f7f7f7", edgecolor="#333"))
     if width_cols > COLUMNS:
         ax.add_patch(Rectangle((COLUMNS, 0), width_cols - COLUMNS, LANES, facecolor="#fdd", edgecolor="#c00"))
-    for i, (a, colour) in enumerate(zip(allocs, _colours(allocs))):
-        c0, c1 = a["column_range"]
-        for lane0, nlanes in _lane_bands(a):
+    for a, colour, rects in zip(allocs, _colours(allocs), _rectangles(allocs)):
+        for n, (c0, c1, lane0, nlanes) in enumerate(rects):
             ax.add_patch(Rectangle((c0, lane0), c1 - c0, nlanes, facecolor=colour, edgecolor="#222", alpha=0.8,
-                                   label=_label(a) if lane0 == _lane_bands(a)[0][0] else None))
-        ax.text(c0 + 2, _lane_bands(a)[0][0] + 8, a["name"], color="white", fontsize=8)
+                                   label=_label(a) if n == 0 else None))
+        c0, _, lane0, nlanes = rects[0]
+        ax.text(c0 + 2, lane0 + nlanes / 2 + 2, a["name"], color="white", fontsize=8)
     for q in range(1, 4):
         ax.axhline(32 * q, color="#999", linestyle="--", linewidth=0.6)
     ax.set_xlim(0, width_cols)
