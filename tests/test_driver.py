@@ -126,3 +126,18 @@ def test_gluon_kernels_compile_through_the_same_driver():
     ptx = res.asm["ptx"]
     assert ptx.count("tcgen05.mma.cta_group::1.kind::f16") >= 1 and "tcgen05.alloc" in ptx
     assert res.summary()["tmem_columns"] == 128
+
+
+def test_two_cta_is_a_no_op_off_blackwell_and_auto_needs_a_shape():
+    res = bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(),
+                           target="sm_90a", two_cta=True)
+    assert res.summary()["num_ctas"] == 1 and "pair-ctas" not in res.selection.names
+    with pytest.raises(InputError, match=r"problem_shape=\(M, N, K\)"):
+        bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(),
+                         two_cta="auto")
+    small = bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(),
+                             two_cta="auto", problem_shape=(128, 128, 64))
+    assert small.summary()["num_ctas"] == 1 and "pair-ctas" not in small.selection.names
+    with pytest.raises(InputError, match="two_cta must be"):
+        bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(),
+                         two_cta="yes")

@@ -170,3 +170,10 @@ def test_selection_entries_are_in_pipeline_order(probe_passes):
     sel = resolve_passes("test-tag-ptx,test-set-maxnreg", "sm_100a")
     assert sel.names == ["test-set-maxnreg", "test-tag-ptx"]  # ttgir before ptx, whatever the spec order
     assert isinstance(sel, PassSelection) and sel.options_for("test-set-maxnreg") == {"regs": 168}
+
+
+def test_editing_bwtriton_source_changes_the_key(probe_passes, monkeypatch):
+    from bwtriton import pipeline
+    k1 = resolve_passes("test-tag-ptx", "sm_100a").key()
+    monkeypatch.setattr(pipeline, "source_digest", lambda: "edited")
+    assert resolve_passes("test-tag-ptx", "sm_100a").key() != k1

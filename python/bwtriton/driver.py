@@ -179,24 +179,47 @@ def _diagnostic_tail(text: str, lines: int = 12) -> str:
     return "\n".join(keep[-lines:])
 
 
+def _auto_two_cta(tgt: Target, problem_shape, constexprs: Mapping[str, Any]) -> bool:
+    """The `two_cta="auto"` decision (see docs/two_cta.md for the heuristic)."""
+    if not tgt.has_tcgen05:
+        return False
+    if problem_shape is None or len(problem_shape) != 3:
+        raise InputError("two_cta='auto' needs problem_shape=(M, N, K) to decide; or pass two_cta=True/False")
+    block_m = constexprs.get("BLOCK_M", constexprs.get("BM"))
+    block_n = constexprs.get("BLOCK_N", constexprs.get("BN"))
+    if block_m is None or block_n is None:
+        raise InputError("two_cta='auto' reads the tile from the BLOCK_M/BLOCK_N (or BM/BN) constexprs; "
+                         "name them so, or pass two_cta=True/False")
+    from .pairing import should_pair
+    return should_pair(*map(int, problem_shape), int(block_m), int(block_n))
+
+
 def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # noqa: A001
             constexprs: Mapping[str, Any] | None = None, target: "str | Target" = "sm_100a",
             num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
             passes: "str | Iterable[str] | None" = None, divisible_by_16: Iterable[str] | None = None,
-            two_cta: bool = False, **options: Any) -> CompileResult:
+            two_cta: "bool | str" = False, problem_shape: "tuple[int, int, int] | None" = None,
+            **options: Any) -> CompileResult:
     """Compile a kernel for `target` without a GPU, with bwtriton's passes in Triton's pipeline.
 
     `fn_or_path` is a `@triton.jit`/`@gluon.jit` function (then `signature` maps argument names to Triton types,
     e.g. ``{"a_ptr": "*fp16", "M": "i32"}``, and `constexprs` gives constexpr values) or a path to a .ttir/.ttgir
     file. Pointer and integer arguments are assumed 16-byte divisible, as `@triton.jit` specialises them at launch
     for aligned tensors and sizes; pass `divisible_by_16=[...]` to choose. `passes` selects passes (see
-    `bwtriton.pipeline.resolve_passes`). `two_cta=True` asks for 2-CTA (``cta_group::2``) MMAs: it compiles with
-    ``num_ctas=2`` and adds the ``pair-ctas`` pass. Extra keyword options go to Triton (e.g. ``maxnreg=168``).
+    `bwtriton.pipeline.resolve_passes`). `two_cta=True` asks for 2-CTA (``cta_group::2``) MMAs on tcgen05 targets:
+    it compiles with ``num_ctas=2`` and adds the ``pair-ctas`` pass (elsewhere it changes nothing, so one kernel
+    source serves every target). ``two_cta="auto"`` pairs only when `bwtriton.pairing.should_pair` says the problem
+    (`problem_shape=(M, N, K)`, tile from the BLOCK_M/BLOCK_N constexprs) is large and tail-light enough.
+    Extra keyword options go to Triton (e.g. ``maxnreg=168``).
     """
     import triton
 
     tgt = get_target(target)
-    if two_cta:
+    if two_cta == "auto":
+        two_cta = _auto_two_cta(tgt, problem_shape, constexprs or {})
+    elif two_cta not in (True, False):
+        raise InputError(f"two_cta must be True, False or 'auto', got {two_cta!r}")
+    if two_cta and tgt.has_tcgen05:
         if num_ctas not in (1, 2):
             raise InputError(f"two_cta=True pairs 2 CTAs per cluster; num_ctas={num_ctas} conflicts with it")
         num_ctas = 2

@@ -18,6 +18,7 @@ stale cubin.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import os
@@ -67,13 +68,31 @@ class PassSelection:
         return out
 
     def key(self) -> str:
-        """Cache-key component: bwtriton version + passes + options. Equal selections give equal keys."""
-        text = f"bwtriton-{__version__}|" + ";".join(
+        """Cache-key component: bwtriton version, the source of bwtriton and its passes, passes + options.
+        Equal selections of the same code give equal keys; editing a pass invalidates its cached kernels."""
+        text = f"bwtriton-{__version__}|{source_digest()}|" + ";".join(
             f"{n}{{{','.join(f'{k}={v!r}' for k, v in opts)}}}" for n, opts in self.entries)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def describe(self) -> str:
         return ", ".join(self.names) or "(no bwtriton passes)"
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """Hash of every Python file of bwtriton and bwtriton.passes (read once per process)."""
+    import bwtriton
+    import bwtriton.passes
+    h = hashlib.sha256()
+    for root in (os.path.dirname(bwtriton.__file__), os.path.dirname(bwtriton.passes.__file__)):
+        for dirpath, dirnames, filenames in sorted(os.walk(root)):
+            dirnames.sort()
+            for name in sorted(f for f in filenames if f.endswith(".py")):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()[:16]
 
 
 _ENTRY = re.compile(r"^(?P<sign>[+-]?)(?P<name>[A-Za-z0-9_.\-]+)(?:\{(?P<opts>[^{}]*)\})?$")
