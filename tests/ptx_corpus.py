@@ -318,6 +318,34 @@ def _compile_gluon_two_ctas(m: int = 256, n: int = 256) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# A kernel Triton 3.6 turns into `trap;`: three 128x256 fp32 accumulators need 768 > 512 TMEM columns.
+@triton.jit
+def _tmem_overflow_kernel(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc0 = tl.zeros((BM, BN), dtype=tl.float32)
+    acc1 = tl.zeros((BM, BN), dtype=tl.float32)
+    acc2 = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        acc0 = tl.dot(a, b, acc0)
+        acc1 = tl.dot(a * 2, b, acc1)
+        acc2 = tl.dot(a * 3, b, acc2)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc0 + acc1 * acc2)
+
+
+def _compile_tmem_overflow() -> str:
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
+           "BK": "constexpr"}
+    src = triton.compiler.ASTSource(fn=_tmem_overflow_kernel, signature=sig,
+                                    constexprs={"BM": 128, "BN": 256, "BK": 32})
+    return triton.compile(src, target=SM100, options={"num_warps": 8, "num_stages": 1}).asm["ptx"]
+
+
+_BAD_BUILDERS: dict[str, Callable[[], str]] = {"tmem_overflow_trap": _compile_tmem_overflow}
+
 _BUILDERS: dict[str, Callable[[], str]] = {
     "dot_fp16": lambda: _compile_matmul("fp16", "fp16"),
     "dot_bf16": lambda: _compile_matmul("bf16", "bf16"),
@@ -344,12 +372,17 @@ _BUILDERS: dict[str, Callable[[], str]] = {
 
 @functools.cache
 def _cached(name: str) -> str:
-    return _BUILDERS[name]()
+    return {**_BUILDERS, **_BAD_BUILDERS}[name]()
 
 
 def corpus_kernels() -> dict[str, Callable[[], str]]:
     """Kernel name -> callable returning its sm_100a PTX (compiled on first call, then cached)."""
     return {name: functools.partial(_cached, name) for name in _BUILDERS}
+
+
+def bad_kernels() -> dict[str, Callable[[], str]]:
+    """Kernels that Triton 3.6 compiles "successfully" into broken PTX (the verifier must reject them)."""
+    return {name: functools.partial(_cached, name) for name in _BAD_BUILDERS}
 
 
 def corpus_ptx(name: str) -> str:
@@ -363,7 +396,7 @@ if __name__ == "__main__":  # dump the corpus: python tests/ptx_corpus.py OUTDIR
     import time
     out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "out/ptx_corpus")
     out.mkdir(parents=True, exist_ok=True)
-    for name, get in corpus_kernels().items():
+    for name, get in {**corpus_kernels(), **bad_kernels()}.items():
         t0 = time.time()
         try:
             text = get()

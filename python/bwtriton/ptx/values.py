@@ -14,6 +14,7 @@ understood becomes an opaque symbol, so callers can still ask "same base?".
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,6 +31,7 @@ class AbsVal:
     lo: int
     hi: int
     base_max: Optional[int] = None
+    stride: int = 1          # every value is lo + i*stride (relative to base); lets lane/column fields separate
 
     @property
     def exact(self) -> Optional[int]:
@@ -112,7 +114,7 @@ class ValueResolver:
         b = self.operand(op.base)
         if b is None:
             return None
-        return AbsVal(b.base, b.lo + op.offset, b.hi + op.offset, b.base_max)
+        return AbsVal(b.base, b.lo + op.offset, b.hi + op.offset, b.base_max, b.stride)
 
     def reg(self, name: str) -> Optional[AbsVal]:
         if name in self._cache:
@@ -168,14 +170,15 @@ class ValueResolver:
                 if a.exact is not None and b.exact is not None:
                     return _const((a.exact + b.exact) & wmask)
                 if b.base is None and b.lo == b.hi:
-                    return AbsVal(a.base, a.lo + b.lo, a.hi + b.lo, a.base_max)
+                    return AbsVal(a.base, a.lo + b.lo, a.hi + b.lo, a.base_max, a.stride)
                 if a.base is None and a.lo == a.hi:
-                    return AbsVal(b.base, b.lo + a.lo, b.hi + a.lo, b.base_max)
+                    return AbsVal(b.base, b.lo + a.lo, b.hi + a.lo, b.base_max, b.stride)
                 ra, rb = a.full_range(), b.full_range()
+                st = math.gcd(a.stride if a.lo != a.hi else 0, b.stride if b.lo != b.hi else 0) or 1
                 if a.base is not None and b.base is None:
-                    return AbsVal(a.base, a.lo + b.lo, a.hi + b.hi, a.base_max)
+                    return AbsVal(a.base, a.lo + b.lo, a.hi + b.hi, a.base_max, st)
                 if b.base is not None and a.base is None:
-                    return AbsVal(b.base, b.lo + a.lo, b.hi + a.hi, b.base_max)
+                    return AbsVal(b.base, b.lo + a.lo, b.hi + a.hi, b.base_max, st)
                 if ra and rb:
                     return AbsVal(None, ra[0] + rb[0], ra[1] + rb[1])
                 return self._opaque(ins, reg)
@@ -187,7 +190,8 @@ class ValueResolver:
                     return _const((a.exact << k.exact) & wmask)
                 r = a.full_range()
                 if r and r[0] >= 0 and (r[1] << k.exact) <= wmask:
-                    return AbsVal(None, r[0] << k.exact, r[1] << k.exact)
+                    return AbsVal(None, r[0] << k.exact, r[1] << k.exact, None,
+                                  (a.stride if a.base is None else 1) << k.exact)
                 return self._opaque(ins, reg)
             if op == "shr" and len(ops) == 3:
                 a, k = self.operand(ops[1], w), self.operand(ops[2], 32)
@@ -215,26 +219,42 @@ class ValueResolver:
                 if a.exact is not None and b.exact is not None:
                     f = {"and": int.__and__, "or": int.__or__, "xor": int.__xor__}[op]
                     return _const(f(a.exact, b.exact) & wmask)
-                if b.exact is None:
+                if b.exact is None and a.exact is not None:
                     a, b = b, a
                 c = b.exact
-                if c is None:
-                    return self._opaque(ins, reg)
                 r = a.full_range()
+                if c is None:  # two variable operands: bounds and power-of-two stride only
+                    rb = b.full_range()
+                    if op == "and" or not r or not rb or r[0] < 0 or rb[0] < 0:
+                        return self._opaque(ins, reg)
+                    st = min(_lowbit(a.stride if a.base is None else 1), _lowbit(b.stride if b.base is None else 1))
+                    return AbsVal(None, 0, (1 << max(r[1], rb[1]).bit_length()) - 1, None, st)
                 if op == "and":
+                    if c < 0:
+                        c &= wmask
                     if r and r[0] >= 0 and r[1] <= c and (c + 1) & c == 0:
                         return a  # mask keeps every possible bit
-                    return AbsVal(None, 0, c if c >= 0 else wmask)
+                    hi = min(c, r[1]) if r and r[0] >= 0 else c
+                    return AbsVal(None, 0, hi, None, _lowbit(c) if c else 1)
                 if op == "or":
                     # or == add when the constant has no bit inside the variable part's range
                     if r and r[0] >= 0 and c >= 0 and (c & ((1 << r[1].bit_length()) - 1)) == 0:
                         if a.base is None:
-                            return AbsVal(None, a.lo + c, a.hi + c)
-                        return AbsVal(a.base, a.lo + c, a.hi + c, a.base_max)
+                            return AbsVal(None, a.lo + c, a.hi + c, None, a.stride)
+                        return AbsVal(a.base, a.lo + c, a.hi + c, a.base_max, a.stride)
                     if c == 0:
                         return a
-                    if a.base is None and r and r[0] >= 0 and c >= 0:  # bounds of x | c
-                        return AbsVal(None, max(r[0], c), (1 << max(r[1], c).bit_length()) - 1)
+                if a.base is None and r and r[0] >= 0 and c >= 0:  # bounds of x | c, x ^ c
+                    st = math.gcd(_lowbit(a.stride), _lowbit(c) if c else 0) or 1
+                    return AbsVal(None, max(r[0], c) if op == "or" else 0,
+                                  (1 << max(r[1], c).bit_length()) - 1, None, st)
+                return self._opaque(ins, reg)
+            if op == "shfl" and len(ops) >= 2:
+                # any lane's copy of the source: same bounds (the source's def chain is per-thread uniform
+                # in shape, which is all the bounds rely on)
+                src = self.operand(ops[1], w)
+                if src is not None and src.base is None:
+                    return AbsVal(None, src.lo, src.hi, None, src.stride)
                 return self._opaque(ins, reg)
             if op == "mul" and len(ops) == 3 and ("lo" in ins.modifiers or "wide" in ins.modifiers):
                 a, b = self.operand(ops[1], w), self.operand(ops[2], w)
@@ -243,7 +263,8 @@ class ValueResolver:
                 if a and b and b.exact is not None:
                     r = a.full_range()
                     if r and r[0] >= 0 and b.exact >= 0:
-                        return AbsVal(None, r[0] * b.exact, r[1] * b.exact)
+                        return AbsVal(None, r[0] * b.exact, r[1] * b.exact, None,
+                                      max(1, (a.stride if a.base is None else 1) * b.exact))
                 return self._opaque(ins, reg)
             if op == "selp" and len(ops) == 4:
                 a, b = self.operand(ops[1], w), self.operand(ops[2], w)
@@ -285,6 +306,11 @@ class ValueResolver:
         return AbsVal(var.base, var.lo + total, var.hi + total, var.base_max)
 
 
+def _lowbit(x: int) -> int:
+    """Largest power of two dividing x (x itself 0 -> 0)."""
+    return x & -x if x else 0
+
+
 def _merge(vals: list[Optional[AbsVal]]) -> Optional[AbsVal]:
     if not vals or any(v is None for v in vals):
         return None
@@ -294,7 +320,12 @@ def _merge(vals: list[Optional[AbsVal]]) -> Optional[AbsVal]:
         return first
     bases = {v.base for v in vals}  # type: ignore[union-attr]
     if len(bases) == 1:
-        return AbsVal(first.base, min(v.lo for v in vals), max(v.hi for v in vals), first.base_max)  # type: ignore
+        st = 0
+        for v in vals:
+            st = math.gcd(st, v.stride if v.lo != v.hi else 0)  # type: ignore[union-attr]
+            st = math.gcd(st, v.lo - first.lo)  # type: ignore[union-attr]
+        return AbsVal(first.base, min(v.lo for v in vals), max(v.hi for v in vals), first.base_max,  # type: ignore
+                      st or 1)
     ranges = [v.full_range() for v in vals]  # type: ignore[union-attr]
     if all(r is not None for r in ranges):
         return AbsVal(None, min(r[0] for r in ranges), max(r[1] for r in ranges))  # type: ignore[index]

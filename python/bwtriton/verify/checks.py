@@ -177,12 +177,16 @@ def _union(states):
 
 
 def _tmem_ref(ctx: Ctx, op) -> Optional[tuple[str, int, int]]:
-    """(tmem symbol, lane, column) of a TMEM address operand when it is alloc-base + constant."""
+    """(tmem symbol, lane, column) of a TMEM address operand that is alloc-base + offset with a known column.
+
+    The lane may vary per warp (Triton adds (warp % 4) * 32 << 16): then the lowest lane is returned, which
+    is what lane-quarter alignment needs, and the column is still exact when the stride is a multiple of 1<<16."""
     v = ctx.resolver.address(op) if op.kind == "addr" else ctx.resolver.operand(op)
-    if v is None or v.base is None or not v.base.startswith("tmem@") or v.offset is None:
+    if v is None or v.base is None or not v.base.startswith("tmem@") or v.lo < 0:
         return None
-    off = v.offset
-    return v.base, (off >> 16) & 0xFFFF, off & 0xFFFF
+    if v.lo != v.hi and v.stride % (1 << 16):
+        return None
+    return v.base, (v.lo >> 16) & 0xFFFF, v.lo & 0xFFFF
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -729,8 +733,9 @@ def check_proxy_fence(ctx: Ctx) -> None:
                         "fence.proxy.async.shared::cta after the writes (before the barrier)", related=min(fwd))
             elif loop:
                 ctx.add("missing-proxy-fence", "P15", "warning", ins,
-                        f"a generic-proxy shared-memory write (line {min(loop)}) from an earlier loop iteration "
-                        f"reaches this {ins.opcode} without fence.proxy.async (fine if it targets another buffer)",
+                        f"a generic-proxy shared-memory write (line {min(loop)}) reaches this {ins.opcode} "
+                        "without fence.proxy.async (across a loop back edge, or to an address that could not be "
+                        "told apart from the MMA operands; fine if it targets another buffer)",
                         related=min(loop))
         return st
 
