@@ -13,7 +13,7 @@ packed loads and does the dequantization in registers, as for any mixed-precisio
 
 Which ops: on targets with native NVFP4 MMA (sm_100a, sm_103a, and sm_120a, where Triton 3.6 emits
 `mma.sync ... kind::mxf4nvf4`) only NVFP4 dots that Triton cannot lower natively (not
-e2m1 x e2m1 with UE4M3 scales on both sides, k-packed) are rewritten; `kind::mxf4nvf4` stays for the rest.
+e2m1 x e2m1 with UE4M3 scales on both sides, k-packed, tile M a multiple of 128) are rewritten; `kind::mxf4nvf4` stays for the rest.
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ NATIVE_NVFP4_CAPABILITIES = frozenset({100, 103, 120})
 def natively_supported(op: DotScaledOp, target) -> bool:
     """Whether Triton 3.6 lowers this NVFP4 dot to a hardware block-scaled MMA on `target` (kind::mxf4nvf4)."""
     native = bool(getattr(target, "native_block_scaled", False)) or target.capability in NATIVE_NVFP4_CAPABILITIES
-    return (native and op.a_format == op.b_format == "e2m1"
+    # Measured on sm_100a: a dot tile with M = 64 falls back to Triton's decomposition (and crashes); M = 128/256
+    # with N = 64..256 lower natively.
+    return (native and op.out_type.shape[0] % 128 == 0 and op.a_format == op.b_format == "e2m1"
             and op.scale_elems == ("f8E4M3FN", "f8E4M3FN") and op.lhs_k_pack and op.rhs_k_pack)
 
 

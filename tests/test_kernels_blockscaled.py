@@ -1,0 +1,214 @@
+"""Block-scaled kernels: input validation (CPU), sm_100a code generation (CPU compile), numerics (GPU).
+
+Numerics tolerance. The references multiply the *dequantized* operands in float64. Every dequantized value is
+exact in the kernels too (E2M1 x UE4M3 / UE8M0 products, or MXFP8 values, fit bf16 exactly), so the only errors
+are the fp32 accumulation, at most ~K * 2^-24 relative to sum_k |a_k||b_k| (we allow K * 2^-23), the fp32
+product of the two global scales (2^-23 relative), and the final rounding to bf16 (2^-8 relative of the value).
+"""
+from __future__ import annotations
+
+import importlib
+import re
+
+import pytest
+import torch
+
+import bwtriton
+from bwtriton.errors import InputError
+from bwtriton.formats import quantize_mxfp4, quantize_mxfp8, quantize_nvfp4
+
+blockscaled = importlib.import_module("bwtriton.kernels.blockscaled")
+decode = importlib.import_module("bwtriton.kernels.decode")
+linear = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+
+
+def assert_close_to_reference(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias=None, out_bits: int = 8):
+    """|out - a@b^T| <= 2^-out_bits |ref| + K 2^-23 (|a|@|b|^T) + tiny, all in float64."""
+    a64, b64 = a.double().cpu(), b.double().cpu()
+    ref = a64 @ b64.T
+    if bias is not None:
+        ref = ref + bias.double().cpu()
+    k = a.shape[1]
+    bound = 2.0 ** -out_bits * ref.abs() + k * 2.0 ** -23 * (a64.abs() @ b64.abs().T) + 1e-30
+    err = (out.double().cpu() - ref).abs()
+    worst = (err / bound).max().item()
+    assert worst <= 1.0, f"error exceeds the bound by {worst:.2f}x (max abs err {err.max().item():.3e})"
+
+
+# ------------------------------------------------------------------------------------------------ validation (CPU)
+
+def _nv(rows=128, k=256, blocked=False):
+    return quantize_nvfp4(torch.randn(rows, k), blocked=blocked)
+
+
+def test_rejects_non_quantized_input():
+    with pytest.raises(InputError, match="QuantizedTensor"):
+        blockscaled.nvfp4_matmul(torch.randn(128, 256), _nv())
+
+
+def test_rejects_wrong_format():
+    with pytest.raises(InputError, match="mxfp4.*nvfp4"):
+        blockscaled.nvfp4_matmul(quantize_mxfp4(torch.randn(128, 256)), _nv())
+
+
+def test_rejects_k_mismatch():
+    with pytest.raises(InputError, match="K mismatch"):
+        blockscaled.nvfp4_matmul(_nv(128, 256), _nv(128, 512))
+
+
+def test_rejects_mixed_scale_layouts():
+    with pytest.raises(InputError, match="to_blocked"):
+        blockscaled.nvfp4_matmul(_nv(128, 256), _nv(128, 256, blocked=True))
+
+
+def test_rejects_unaligned_shape():
+    with pytest.raises(InputError, match="multiple of 64"):
+        blockscaled.nvfp4_matmul(_nv(96, 256), _nv(128, 256))
+
+
+def test_rejects_cpu_tensors_with_a_fix():
+    with pytest.raises(InputError, match=r"\.cuda\(\)"):
+        blockscaled.nvfp4_matmul(_nv(), _nv())
+
+
+def test_rejects_tampered_scales():
+    import dataclasses
+    q = _nv()
+    bad = dataclasses.replace(q, scales=q.scales.float())
+    with pytest.raises(InputError, match="scales must be"):
+        blockscaled.nvfp4_matmul(bad, _nv())
+
+
+def test_decode_rejects_large_m_and_wrong_dtype():
+    w = _nv(128, 256)
+    with pytest.raises(InputError, match="decode range"):
+        decode.nvfp4_decode_matmul(torch.randn(65, 256, dtype=torch.bfloat16), w)
+    with pytest.raises(InputError, match="bfloat16"):
+        decode.nvfp4_decode_matmul(torch.randn(4, 256), w)
+
+
+def test_linear_rejects_bad_bias():
+    w = _nv(128, 256)
+    with pytest.raises(InputError, match="bias"):
+        linear.nvfp4_linear(torch.randn(4, 256, dtype=torch.bfloat16), w, bias=torch.randn(64))
+
+
+# ----------------------------------------------------------------------------------- sm_100a code paths (CPU)
+
+@pytest.fixture(scope="module")
+def sm100_ptx():
+    """PTX of the TMA kernel (blocked 5-D scales) and the fused linear kernel for sm_100a, compiled once."""
+    out = {}
+    for fmt in ("nvfp4", "mxfp4", "mxfp8_e4m3"):
+        sig, const = blockscaled.tma_signature(fmt)
+        out[f"tma-{fmt}"] = bwtriton.compile(blockscaled.block_scaled_matmul_tma_kernel, signature=sig,
+                                             constexprs=const, target="sm_100a").asm["ptx"]
+    sig = {"x_ptr": "*bf16", "x_enc_ptr": "*fp32", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "w_dec_ptr": "*fp32",
+           "bias_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32"}
+    out["fused"] = bwtriton.compile(linear.nvfp4_linear_fused_kernel, signature=sig, target="sm_100a", num_warps=8,
+                                    constexprs=dict(HAS_BIAS=True, SCALE_BLOCKED=False, BLOCK_M=128, BLOCK_N=128,
+                                                    BLOCK_K=128, GROUP_M=8)).asm["ptx"]
+    return out
+
+
+@pytest.mark.parametrize("fmt,kind", [("nvfp4", "kind::mxf4nvf4.block_scale.scale_vec::4X"),
+                                      ("mxfp4", "kind::mxf4.block_scale.scale_vec::2X"),
+                                      ("mxfp8_e4m3", "kind::mxf8f6f4.block_scale.scale_vec::1X")])
+def test_tma_kernel_uses_block_scaled_tcgen05_and_tcgen05_cp(sm100_ptx, fmt, kind):
+    ptx = sm100_ptx[f"tma-{fmt}"]
+    assert re.search(r"tcgen05\.mma\.cta_group::1\." + re.escape(kind), ptx)
+    # 128x4 scale blocks reach TMEM by tcgen05.cp, 32 rows x 128 bit replicated over the 4 warps' lane quarters.
+    assert re.search(r"tcgen05\.cp\.cta_group::1\.warpx4\.32x128b", ptx)
+
+
+def test_fused_linear_keeps_native_nvfp4_mma_on_sm100(sm100_ptx):
+    ptx = sm100_ptx["fused"]
+    assert "kind::mxf4nvf4.block_scale.scale_vec::4X" in ptx
+    assert "kind::f16" not in ptx  # not dequantized to a bf16 MMA
+
+
+# ------------------------------------------------------------------------------------------------ numerics (GPU)
+
+SHAPES = [(128, 128, 256), (256, 192, 512)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("blocked", [False, True])
+def test_nvfp4_matmul_numerics(m, n, k, blocked):
+    torch.manual_seed(0)
+    a_q = quantize_nvfp4(torch.randn(m, k, device="cuda"), blocked=blocked)
+    b_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.02, blocked=blocked)
+    out = blockscaled.nvfp4_matmul(a_q, b_q)
+    assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+    assert_close_to_reference(out, a_q.dequantize(torch.float64), b_q.dequantize(torch.float64))
+
+
+@pytest.mark.gpu
+def test_nvfp4_matmul_fp32_out_is_tighter():
+    torch.manual_seed(1)
+    a_q, b_q = quantize_nvfp4(torch.randn(128, 512, device="cuda")), quantize_nvfp4(torch.randn(128, 512,
+                                                                                                  device="cuda"))
+    out = blockscaled.nvfp4_matmul(a_q, b_q, out_dtype=torch.float32)
+    assert_close_to_reference(out, a_q.dequantize(torch.float64), b_q.dequantize(torch.float64), out_bits=22)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn,quant", [("mxfp4_matmul", quantize_mxfp4), ("mxfp8_matmul", quantize_mxfp8)])
+def test_mx_matmul_numerics(fn, quant):
+    torch.manual_seed(2)
+    a_q, b_q = quant(torch.randn(128, 256, device="cuda")), quant(torch.randn(192, 256, device="cuda"))
+    out = getattr(blockscaled, fn)(a_q, b_q)
+    assert_close_to_reference(out, a_q.dequantize(torch.float64), b_q.dequantize(torch.float64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 5, 16, 64])
+@pytest.mark.parametrize("blocked", [False, True])
+def test_decode_numerics(m, blocked):
+    torch.manual_seed(3)
+    n, k = 512, 2048
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=blocked)
+    out = decode.nvfp4_decode_matmul(x, w_q)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 4])
+def test_decode_split_k_matches(split):
+    torch.manual_seed(4)
+    x = torch.randn(3, 4096, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(256, 4096, device="cuda"))
+    out = decode.nvfp4_decode_matmul(x, w_q, config={"SPLIT_K": split})
+    assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 48, 200])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_nvfp4_linear_fused_and_two_kernel(m, with_bias):
+    torch.manual_seed(5)
+    n, k = 256, 512
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16) if with_bias else None
+    x_q = quantize_nvfp4(x.float())  # the in-kernel quantizer is its bit-exact twin
+    ref_a, ref_b = x_q.dequantize(torch.float64), w_q.dequantize(torch.float64)
+    for fn in (linear.nvfp4_linear, linear.nvfp4_linear_two_kernel,
+               lambda *a, **kw: linear.nvfp4_linear_two_kernel(*a, use_pdl=False, **kw)):
+        out = fn(x, w_q, bias)
+        assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+        assert_close_to_reference(out, ref_a, ref_b, bias)
+
+
+@pytest.mark.gpu
+def test_pdl_quantizer_is_bit_exact():
+    torch.manual_seed(6)
+    x = torch.randn(100, 512, device="cuda").to(torch.bfloat16)
+    ref = quantize_nvfp4(x.float())
+    xq, xs = linear.quantize_nvfp4_pdl(x, ref.global_encode_scale.reshape(1))
+    torch.cuda.synchronize()
+    assert torch.equal(xq, ref.data)
+    assert torch.equal(xs.view(torch.uint8), ref.scales.view(torch.uint8))
