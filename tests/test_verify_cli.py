@@ -1,0 +1,87 @@
+"""`bwtriton check` (exit codes, --json, --explain) and the `verify-tcgen05` compile pass."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bwtriton.cli import main
+from bwtriton.errors import CompileError
+from ptx_corpus import bad_kernels, corpus_ptx
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ptx")
+    good = d / "good.ptx"
+    good.write_text(corpus_ptx("dot_bf16"))
+    trap = d / "trap.ptx"
+    trap.write_text(bad_kernels()["tmem_overflow_trap"]())
+    junk = d / "junk.ptx"
+    junk.write_text("this is not ptx\n")
+    two = d / "two.ptx"
+    two.write_text(corpus_ptx("gluon_two_ctas"))
+    return {"good": good, "trap": trap, "junk": junk, "two": two, "missing": d / "nope.ptx"}
+
+
+def test_exit_codes(files, capsys):
+    assert main(["check", str(files["good"])]) == 0
+    assert "0 error(s), 0 warning(s)" in capsys.readouterr().out
+    assert main(["check", str(files["trap"])]) == 1
+    out = capsys.readouterr().out
+    assert "error: [trap-only-body/T1]" in out and str(files["trap"]) in out
+    assert main(["check", str(files["junk"])]) == 2
+    assert "not PTX" in capsys.readouterr().err
+    assert main(["check", str(files["missing"])]) == 2
+
+
+def test_json(files, capsys):
+    assert main(["check", "--json", str(files["trap"])]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["counts"]["error"] == 1
+    (f,) = [x for x in doc["findings"] if x["severity"] == "error"]
+    assert f["check"] == "trap-only-body" and isinstance(f["line"], int)
+
+
+def test_explain_matches_kernel_parameters(files, capsys):
+    """dot_bf16 is compiled with BM=BN=128 from bf16 pointers: the decoded descriptors must say so."""
+    assert main(["check", "--explain", "--json", str(files["good"])]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    mmas = doc["mmas"]
+    assert mmas and all(m["kind"] == "f16" and m["cta_group"] == 1 for m in mmas)
+    d = mmas[0]["idesc"]
+    assert (d["M"], d["N"], d["K"], d["a_type"], d["b_type"], d["d_type"]) == (128, 128, 16, "bf16", "bf16", "f32")
+    assert mmas[0]["a_desc"]["swizzle"] == "128B"
+    assert mmas[0]["d_tmem"]["column"] == 0 and mmas[0]["d_tmem"]["columns"] == 128
+
+
+def test_explain_text_two_ctas(files, capsys):
+    assert main(["check", "--explain", str(files["two"])]) == 0
+    out = capsys.readouterr().out
+    # the Gluon 2-CTA kernel is M=N=256 for the pair (two_ctas=True, block 128x256 per CTA)
+    assert "cta_group::2 kind::f16" in out and "M=256 N=256" in out
+
+
+def test_pass_reports_and_fails():
+    from bwtriton import get_target
+    from bwtriton.passes import get_pass
+    from bwtriton.passes.base import PassContext
+    cls = get_pass("verify-tcgen05")
+    assert cls().applies_to(get_target("sm_100a")) and not cls().applies_to(get_target("sm_90a"))
+    p = cls()
+    ctx = PassContext("verify-tcgen05", get_target("sm_100a"), cls.option_defaults())
+    assert p.run(corpus_ptx("ws_tma_matmul"), ctx) is None
+    assert ctx.report["counts"]["error"] == 0 and ctx.report["findings"] == []
+    ctx = PassContext("verify-tcgen05", get_target("sm_100a"), cls.option_defaults())
+    with pytest.raises(CompileError) as ei:
+        p.run(bad_kernels()["tmem_overflow_trap"](), ctx)
+    assert ei.value.pass_name == "verify-tcgen05"
+    assert ei.value.findings[0]["check"] == "trap-only-body"
+
+
+def test_pass_runs_by_default_in_compile():
+    import bwtriton
+    from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
+    res = bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs())
+    rep = res.reports["verify-tcgen05"]
+    assert rep["counts"]["error"] == 0 and rep["counts"]["warning"] == 0
