@@ -71,6 +71,7 @@ def _hopper(in_bytes: float) -> list[GemmConfig]:
         GemmConfig(128, 256, bk, 3, 8),
         GemmConfig(128, 256, bk, 4, 8),
         GemmConfig(128, 256, bk, 3, 8, flatten=True),
+        GemmConfig(128, 256, bk, 4, 8, flatten=True),
         GemmConfig(128, 128, bk, 4, 8),
     ]
 
@@ -79,7 +80,6 @@ def _hopper_sweep(in_bytes: float) -> list[GemmConfig]:
     """Extra candidates tried only with BWTRITON_GEMM_SWEEP=1 (exploration on a GPU; too slow for every use)."""
     bk = int(128 // in_bytes)
     return [
-        GemmConfig(128, 256, bk, 4, 8, flatten=True),
         GemmConfig(128, 256, bk, 3, 8, epilogue_split=1),
         GemmConfig(256, 128, bk, 3, 8),
         GemmConfig(256, 128, bk, 4, 8),
