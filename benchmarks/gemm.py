@@ -50,7 +50,8 @@ def register_dense_cases(quick: bool = False) -> None:
     half_shapes = [(8192, 8192, 8192, torch.bfloat16, False, 0.95), (4096, 4096, 4096, torch.bfloat16, False, None),
                    (8192, 8192, 8192, torch.bfloat16, True, None), (4096, 4096, 4096, torch.float16, False, None)]
     if not quick:
-        half_shapes += [(16384, 8192, 1024, torch.bfloat16, False, None), (2048, 8192, 8192, torch.bfloat16, True, None)]
+        half_shapes += [(16384, 8192, 1024, torch.bfloat16, False, None),
+                        (2048, 8192, 8192, torch.bfloat16, True, None)]
     for m, n, k, dtype, colmajor, target in half_shapes:
         tag = "bf16" if dtype == torch.bfloat16 else "fp16"
         layout = " B^T" if colmajor else ""
