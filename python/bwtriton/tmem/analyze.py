@@ -25,7 +25,6 @@ def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
             users.setdefault(name, []).append(op)
     allocations: list[TmemAllocation] = []
     row_links: dict[str, str] = {}
-    operand_of: dict[str, str] = {}  # operand alloc name -> accumulator alloc name (same MMA)
     alias_sets: dict[str, set[str]] = {}
     for op in ops:
         if op.name != "ttng.tmem_alloc" or not op.results:
@@ -51,7 +50,6 @@ def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
         if a_alloc is not None:
             a_alloc.kind = "operand"
             if d_alloc is not None:
-                operand_of[a_alloc.name] = d_alloc.name
                 if a_alloc.lanes == 64:
                     row_links[a_alloc.name] = d_alloc.name
                     row_links.setdefault(d_alloc.name, a_alloc.name)
@@ -80,18 +78,16 @@ def _alias_closure(root: str, users: dict[str, list[irt.Op]], ops: list[irt.Op])
                             if idx < len(refs):
                                 new.append(refs[idx])
             elif user.name == "ttg.warp_specialize":
-                captures = [v for v in user.operands]
                 positions = [i for i, v in enumerate(_ws_captures(user)) if v == cur]
                 for line in user.text.splitlines():
                     m = _PARTITION_ARGS_RE.match(line)
                     if m:
                         args = [p.split(":", 1)[0].strip() for p in irt.split_top_level(m.group(1))]
                         new.extend(args[i] for i in positions if i < len(args))
-                del captures
             elif user.name in ("scf.yield",):
                 parent = user.parent
                 if parent is not None and parent.name == "scf.if":
-                    idx = [v for v in user.operands].index(cur)
+                    idx = user.operands.index(cur)
                     refs = parent.result_refs()
                     if idx < len(refs):
                         new.append(refs[idx])
