@@ -1,0 +1,342 @@
+"""ld / st / atom / red, cp.async (Ampere-style, queued per warp until wait_group), ldmatrix / stmatrix."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..ptx.ir import Instruction, Operand
+from .errors import MemoryFaultError, UnsupportedInstructionError
+from .memory import CLUSTER_WINDOW, PARAM_BASE, split_cluster_address
+from .program import NP_TYPES, Program, convert
+
+U64 = np.dtype(np.uint64)
+_SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
+
+
+def space_of(ins: Instruction) -> str:
+    for m in ins.modifiers:
+        if m in _SPACES:
+            return "shared" if m == "shared::cta" else m
+    if ins.opcode == "ld.global.nc":
+        return "global"
+    return "generic"
+
+
+def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
+    """`[base + off]` -> f(warp) giving a uint64 lane array of addresses (param symbols give param offsets)."""
+    if op.kind != "addr":
+        raise UnsupportedInstructionError(f"expected an address operand, got {op.text!r}", line=ins.line,
+                                          text=ins.text)
+    off = np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF)
+    if op.base is None:
+        c = np.full(32, off, dtype=np.uint64)
+        return lambda w: c
+    if op.base.kind == "sym":
+        c = np.full(32, np.uint64(prog.env.symbol_address(op.base.name, ins)) + off, dtype=np.uint64)
+        return lambda w: c
+    rd = prog.src(op.base, U64, ins)
+    if op.offset == 0:
+        return lambda w: np.broadcast_to(rd(w), (32,))
+    return lambda w: np.broadcast_to(rd(w), (32,)) + off
+
+
+def active_index(w) -> np.ndarray:
+    m = w.mask
+    return w.all_lanes if m is None else np.nonzero(m)[0]
+
+
+def mem_read(w, space: str, addr: np.ndarray, nbytes: int) -> np.ndarray:
+    """Bytes [len(addr), nbytes] at per-lane addresses in a state space (generic resolves by address)."""
+    if space == "global":
+        return w.launch.gmem.read(addr, nbytes)
+    if space in ("shared", "shared::cluster"):
+        return _shared_rw(w, space, addr, nbytes, None)
+    if space == "param":
+        return w.launch.params.read(addr.astype(np.int64) - _param_origin(addr), nbytes)
+    if space == "generic":
+        return _generic(w, addr, nbytes, None)
+    raise UnsupportedInstructionError(f"reads from .{space} are not emulated")
+
+
+def mem_write(w, space: str, addr: np.ndarray, data: np.ndarray) -> None:
+    if space == "global":
+        return w.launch.gmem.write(addr, data)
+    if space in ("shared", "shared::cluster"):
+        _shared_rw(w, space, addr, data.shape[1], data)
+        return None
+    if space == "generic":
+        _generic(w, addr, data.shape[1], data)
+        return None
+    raise UnsupportedInstructionError(f"writes to .{space} are not emulated")
+
+
+def _param_origin(addr: np.ndarray) -> int:
+    # ld.param takes param offsets (from the param symbol); generic param addresses start at PARAM_BASE
+    return PARAM_BASE if int(addr.max(initial=0)) >= PARAM_BASE else 0
+
+
+def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
+    cta = w.cta
+    a = addr.astype(np.int64)
+    if space == "shared::cluster" or (a.size and int(a.max()) & CLUSTER_WINDOW):
+        ranks = (a >> 24) & 0x3F
+        cluster = (a & CLUSTER_WINDOW) != 0
+        ranks = np.where(cluster, ranks, cta.rank)
+        local = np.where(cluster, a & 0xFFFFFF, a)
+        out = np.empty((len(a), nbytes), dtype=np.uint8) if data is None else None
+        for r in np.unique(ranks):
+            sel = ranks == r
+            smem = cta.cluster.ctas[int(r)].smem
+            if data is None:
+                out[sel] = smem.read(local[sel], nbytes)
+            else:
+                smem.write(local[sel], data[sel])
+        return out
+    if data is None:
+        return cta.smem.read(a, nbytes)
+    cta.smem.write(a, data)
+    return None
+
+
+def _generic(w, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
+    a = addr.astype(np.uint64)
+    hi = int(a.max()) if a.size else 0
+    lo = int(a.min()) if a.size else 0
+    if hi < (1 << 31):
+        return _shared_rw(w, "shared", a, nbytes, data)
+    if lo >= PARAM_BASE and hi < PARAM_BASE + (1 << 20):
+        if data is not None:
+            raise MemoryFaultError("write to the (read-only) param space")
+        return w.launch.params.read(a.astype(np.int64) - PARAM_BASE, nbytes)
+    if data is None:
+        return w.launch.gmem.read(a, nbytes)
+    w.launch.gmem.write(a, data)
+    return None
+
+
+def _vec_regs(op: Operand) -> list[Operand]:
+    return list(op.items) if op.kind == "vec" else [op]
+
+
+def _ld(ins: Instruction, prog: Program) -> Callable:
+    t = ins.types[-1]
+    dt = NP_TYPES[t]
+    space = space_of(ins)
+    dests = _vec_regs(ins.operands[0])
+    n = len(dests)
+    width = dt.itemsize
+    rd_addr = address_reader(ins.operands[1], prog, ins)
+    writers = [prog.dst(d, ins) for d in dests]
+
+    def ld(w):
+        idx = active_index(w)
+        addr = rd_addr(w)[idx]
+        raw = mem_read(w, space, addr, width * n)  # [k, width*n]
+        vals = raw.view(dt).reshape(len(idx), n)
+        for i, wr in enumerate(writers):
+            full = np.zeros(32, dtype=dt)
+            full[idx] = vals[:, i]
+            wr(w, full)
+    return ld
+
+
+def _st(ins: Instruction, prog: Program) -> Callable:
+    t = ins.types[-1]
+    dt = NP_TYPES[t]
+    space = space_of(ins)
+    srcs = [prog.src(s, dt, ins) for s in _vec_regs(ins.operands[1])]
+    rd_addr = address_reader(ins.operands[0], prog, ins)
+
+    def st(w):
+        idx = active_index(w)
+        addr = rd_addr(w)[idx]
+        cols = [np.broadcast_to(np.asarray(convert(s(w), dt)), (32,))[idx] for s in srcs]
+        data = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.uint8).reshape(len(idx), -1)
+        mem_write(w, space, addr, data)
+    return st
+
+
+def _atom(ins: Instruction, prog: Program) -> Callable:
+    red = ins.opcode == "red"
+    t = ins.types[-1]
+    dt = NP_TYPES[t]
+    space = space_of(ins)
+    opname = next(m for m in ins.modifiers if m in ("add", "min", "max", "exch", "cas", "and", "or", "xor",
+                                                    "inc", "dec"))
+    ops = ins.operands if red else ins.operands[1:]
+    rd_addr = address_reader(ops[0], prog, ins)
+    rb = prog.src(ops[1], dt, ins)
+    rc = prog.src(ops[2], dt, ins) if opname == "cas" else None
+    wr = None if red else prog.dst(ins.operands[0], ins)
+    if t in ("f16x2", "bf16x2", "bf16", "f16"):
+        raise UnsupportedInstructionError(f"atomics on {t}", line=ins.line, text=ins.text)
+
+    def atom(w):
+        idx = active_index(w)
+        addr = rd_addr(w)
+        b = np.broadcast_to(np.asarray(rb(w), dtype=dt), (32,))
+        c = np.broadcast_to(np.asarray(rc(w), dtype=dt), (32,)) if rc else None
+        old_all = np.zeros(32, dtype=dt)
+        for lane in idx:  # lanes apply one after the other (some order is as good as any)
+            a = addr[lane:lane + 1]
+            old = mem_read(w, space, a, dt.itemsize).view(dt)[0, 0] if space != "generic" else \
+                mem_read(w, space, a, dt.itemsize).view(dt)[0, 0]
+            x = b[lane]
+            if opname == "add":
+                new = old + x
+            elif opname == "min":
+                new = min(old, x)
+            elif opname == "max":
+                new = max(old, x)
+            elif opname == "exch":
+                new = x
+            elif opname == "cas":
+                new = c[lane] if old == x else old
+            elif opname == "and":
+                new = old & x
+            elif opname == "or":
+                new = old | x
+            elif opname == "xor":
+                new = old ^ x
+            elif opname == "inc":
+                new = 0 if old >= x else old + 1
+            else:
+                new = x if (old == 0 or old > x) else old - 1
+            old_all[lane] = old
+            mem_write(w, space, a, np.array([new], dtype=dt).view(np.uint8).reshape(1, -1))
+        if wr is not None:
+            wr(w, old_all)
+    return atom
+
+
+# --- cp.async (non-bulk): copies wait in per-warp groups until cp.async.wait_group ------------------------
+def _cp_async(ins: Instruction, prog: Program) -> Callable:
+    ops = ins.operands
+    rd_dst = address_reader(ops[0], prog, ins)
+    rd_src = address_reader(ops[1], prog, ins)
+    size = int(ops[2].value)  # type: ignore[arg-type]
+    rd_srcsize = prog.src(ops[3], np.dtype(np.uint32), ins) if len(ops) > 3 and ops[3].kind != "imm" or \
+        (len(ops) > 3 and ops[3].kind == "imm") else None
+
+    def cp(w):
+        idx = active_index(w)
+        dst = rd_dst(w)[idx].copy()
+        src = rd_src(w)[idx].copy()
+        srcsize = np.broadcast_to(np.asarray(rd_srcsize(w)), (32,))[idx].copy() if rd_srcsize else \
+            np.full(len(idx), size)
+        w.cp_open.append((dst, src, srcsize, size))
+    return cp
+
+
+def complete_cp_group(w, group: list) -> None:
+    for dst, src, srcsize, size in group:
+        data = np.zeros((len(dst), size), dtype=np.uint8)
+        full = srcsize >= size
+        if full.all():
+            data = w.launch.gmem.read(src, size)
+        else:
+            for k in range(len(dst)):
+                nb = int(min(srcsize[k], size))
+                if nb:
+                    data[k, :nb] = w.launch.gmem.read(src[k:k + 1], nb)[0]
+        w.cta.smem.write(dst, data)
+
+
+def _cp_commit(w):
+    w.cp_groups.append(w.cp_open)
+    w.cp_open = []
+
+
+def _cp_wait(n: int) -> Callable:
+    def wait(w):
+        while len(w.cp_groups) > n:
+            complete_cp_group(w, w.cp_groups.pop(0))
+    return wait
+
+
+def _cp_wait_all(w):
+    _cp_commit(w)
+    _cp_wait(0)(w)
+
+
+# --- ldmatrix / stmatrix ------------------------------------------------------------------------------
+def _ldmatrix(ins: Instruction, prog: Program) -> Callable:
+    mods = ins.modifiers
+    if "m8n8" not in mods:
+        raise UnsupportedInstructionError("ldmatrix shapes other than m8n8", line=ins.line, text=ins.text)
+    num = int(next(m for m in mods if m in ("x1", "x2", "x4"))[1:])
+    trans = "trans" in mods
+    rd_addr = address_reader(ins.operands[1], prog, ins)
+    writers = [prog.dst(d, ins) for d in _vec_regs(ins.operands[0])]
+    t = np.arange(32)
+
+    def ldm(w):
+        addr = rd_addr(w)
+        for i, wr in enumerate(writers):
+            rows = addr[8 * i:8 * i + 8]
+            mat = mem_read(w, "shared", rows, 16).view(np.uint16).reshape(8, 8)  # [row, col]
+            if trans:
+                lo, hi = mat[2 * (t % 4), t // 4], mat[2 * (t % 4) + 1, t // 4]
+            else:
+                lo, hi = mat[t // 4, 2 * (t % 4)], mat[t // 4, 2 * (t % 4) + 1]
+            wr(w, lo.astype(np.uint32) | (hi.astype(np.uint32) << 16))
+    if num != len(writers):
+        raise UnsupportedInstructionError("ldmatrix .num does not match the destination count", line=ins.line)
+    return ldm
+
+
+def _stmatrix(ins: Instruction, prog: Program) -> Callable:
+    mods = ins.modifiers
+    if "m8n8" not in mods:
+        raise UnsupportedInstructionError("stmatrix shapes other than m8n8", line=ins.line, text=ins.text)
+    trans = "trans" in mods
+    rd_addr = address_reader(ins.operands[0], prog, ins)
+    srcs = [prog.src(s, np.dtype(np.uint32), ins) for s in _vec_regs(ins.operands[1])]
+    t = np.arange(32)
+
+    def stm(w):
+        addr = rd_addr(w)
+        for i, s in enumerate(srcs):
+            v = np.broadcast_to(np.asarray(s(w), np.uint32), (32,))
+            mat = np.zeros((8, 8), dtype=np.uint16)
+            lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
+            if trans:
+                mat[2 * (t % 4), t // 4], mat[2 * (t % 4) + 1, t // 4] = lo, hi
+            else:
+                mat[t // 4, 2 * (t % 4)], mat[t // 4, 2 * (t % 4) + 1] = lo, hi
+            mem_write(w, "shared", addr[8 * i:8 * i + 8], mat.view(np.uint8).reshape(8, 16))
+    return stm
+
+
+def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
+    op = ins.opcode
+    if op in ("ld", "ld.global.nc"):
+        return _ld(ins, prog)
+    if op == "st":
+        return _st(ins, prog)
+    if op in ("atom", "red"):
+        return _atom(ins, prog)
+    if op == "cp.async":
+        return _cp_async(ins, prog)
+    if op == "cp.async.commit_group":
+        return _cp_commit
+    if op == "cp.async.wait_group":
+        return _cp_wait(int(ins.operands[0].value))  # type: ignore[arg-type]
+    if op == "cp.async.wait_all":
+        return _cp_wait_all
+    if op == "ldmatrix":
+        return _ldmatrix(ins, prog)
+    if op == "stmatrix":
+        return _stmatrix(ins, prog)
+    if op in ("prefetch", "prefetchu", "cp.async.bulk.prefetch", "cp.async.bulk.prefetch.tensor", "discard",
+              "applypriority", "createpolicy"):
+        if op == "createpolicy":
+            wr = prog.dst(ins.operands[0], ins)
+            return lambda w: wr(w, np.uint64(0))
+        return lambda w: None
+    return None
+
+
+def cluster_barrier_target(w, addr: int) -> tuple[int, int]:
+    return split_cluster_address(addr, w.cta.rank)

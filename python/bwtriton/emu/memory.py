@@ -1,0 +1,223 @@
+"""Memories of an emulated launch: global buffers (the launch's tensors at base addresses), the param space,
+per-CTA shared memory (with the shared::cluster window), Tensor Memory, and mbarrier objects.
+
+Address conventions (chosen to look like the hardware's where kernels depend on it):
+* shared::cta addresses: `SMEM_BASE + offset` (1 KiB-aligned, so 128B swizzle atoms line up as on the GPU);
+* shared::cluster addresses of CTA rank r: `CLUSTER_WINDOW | r << 24 | shared::cta address`; a plain
+  shared::cta address used as a shared::cluster address refers to the executing CTA (as in PTX);
+* param space: generic addresses from `PARAM_BASE` (cvta.param is the identity);
+* global buffers: from `GLOBAL_BASE`, each 4 KiB-aligned, with a guard gap between them.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .errors import MemoryFaultError
+
+SMEM_BASE = 0x400
+CLUSTER_WINDOW = 1 << 30
+PARAM_BASE = 0x7F00_0000_0000
+GLOBAL_BASE = 0x1000_0000_0000
+_GAP = 1 << 20
+
+TMEM_LANES = 128
+TMEM_COLS = 512
+
+
+class GlobalMemory:
+    """Byte-addressed global memory made of disjoint regions (numpy uint8 views sharing the tensors' storage)."""
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.regions: list[np.ndarray] = []
+        self.names: list[str] = []
+        self._next = GLOBAL_BASE
+        self._last = 0
+
+    def add(self, data: np.ndarray, name: str = "") -> int:
+        """Map a uint8 array; returns its base address."""
+        assert data.dtype == np.uint8 and data.ndim == 1
+        base = self._next
+        self._next = (base + data.size + _GAP + 4095) & ~4095
+        self.bases.append(base)
+        self.regions.append(data)
+        self.names.append(name)
+        return base
+
+    def alloc(self, nbytes: int, name: str = "") -> int:
+        return self.add(np.zeros(max(nbytes, 1), dtype=np.uint8), name)
+
+    def locate(self, addr: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """(region of every address, offset in it); raises on any access not inside one region."""
+        a = addr.astype(np.uint64, copy=False)
+        i = self._last
+        if self.bases:
+            base = self.bases[i]
+            lo, hi = int(a.min()), int(a.max())
+            if lo >= base and hi + nbytes <= base + self.regions[i].size:
+                return np.full(a.shape, i), (a - np.uint64(base)).astype(np.int64)
+        idx = np.array([bisect.bisect_right(self.bases, int(x)) - 1 for x in a.ravel()]).reshape(a.shape)
+        offs = np.empty(a.shape, dtype=np.int64)
+        for k, (x, r) in enumerate(zip(a.ravel(), idx.ravel())):
+            x = int(x)
+            if r < 0 or x + nbytes > self.bases[r] + self.regions[r].size:
+                raise MemoryFaultError(f"global access of {nbytes} bytes at 0x{x:x} is outside every launch "
+                                       f"buffer ({self.describe()})")
+            offs.ravel()[k] = x - self.bases[r]
+        if idx.size:
+            self._last = int(idx.ravel()[0])
+        return idx, offs
+
+    def describe(self) -> str:
+        return ", ".join(f"{n or 'buf'}@0x{b:x}+{r.size}" for n, b, r in zip(self.names, self.bases, self.regions))
+
+    def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        """Bytes [len(addr), nbytes] read at each address."""
+        idx, offs = self.locate(addr, nbytes)
+        ar = np.arange(nbytes)
+        first = int(idx.ravel()[0]) if idx.size else 0
+        if (idx == first).all():
+            return self.regions[first][offs[:, None] + ar]
+        out = np.empty((len(addr), nbytes), dtype=np.uint8)
+        for k in range(len(addr)):
+            out[k] = self.regions[idx[k]][offs[k] + ar]
+        return out
+
+    def write(self, addr: np.ndarray, data: np.ndarray) -> None:
+        """Write rows of `data` ([len(addr), nbytes] uint8) at each address (later lanes win, as no order is
+        defined between lanes)."""
+        nbytes = data.shape[1]
+        idx, offs = self.locate(addr, nbytes)
+        ar = np.arange(nbytes)
+        first = int(idx.ravel()[0]) if idx.size else 0
+        if (idx == first).all():
+            self.regions[first][offs[:, None] + ar] = data
+            return
+        for k in range(len(addr)):
+            self.regions[idx[k]][offs[k] + ar] = data[k]
+
+
+class ParamSpace:
+    """The kernel parameters as bytes, at generic addresses from PARAM_BASE; tensor maps are kept by address."""
+
+    def __init__(self, size: int) -> None:
+        self.data = np.zeros(max(size, 8), dtype=np.uint8)
+        self.tensormaps: dict[int, object] = {}
+
+    def read(self, offset: np.ndarray, nbytes: int) -> np.ndarray:
+        if int(offset.max()) + nbytes > self.data.size or int(offset.min()) < 0:
+            raise MemoryFaultError(f"param access at offset {int(offset.max())} outside the {self.data.size}-byte "
+                                   "param space")
+        return self.data[offset.astype(np.int64)[:, None] + np.arange(nbytes)]
+
+
+class SharedMemory:
+    """One CTA's shared memory: bytes at shared::cta addresses SMEM_BASE .. SMEM_BASE + size."""
+
+    def __init__(self, size: int, rank: int) -> None:
+        self.size = size
+        self.rank = rank
+        self.data = np.zeros(size, dtype=np.uint8)
+
+    def offsets(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        off = addr.astype(np.int64) - SMEM_BASE
+        if off.size and (int(off.min()) < 0 or int(off.max()) + nbytes > self.size):
+            bad = int(addr[(off < 0) | (off + nbytes > self.size)][0])
+            raise MemoryFaultError(f"shared access of {nbytes} bytes at 0x{bad:x} outside CTA {self.rank}'s shared "
+                                   f"memory [0x{SMEM_BASE:x}, 0x{SMEM_BASE + self.size:x}) -- is the kernel's "
+                                   "`shared` size in the launch metadata right?")
+        return off
+
+    def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        off = self.offsets(addr, nbytes)
+        return self.data[off[:, None] + np.arange(nbytes)]
+
+    def write(self, addr: np.ndarray, data: np.ndarray) -> None:
+        off = self.offsets(addr, data.shape[1])
+        self.data[off[:, None] + np.arange(data.shape[1])] = data
+
+    def read_u32(self, addr: int) -> int:
+        off = int(self.offsets(np.array([addr]), 4)[0])
+        return int(self.data[off:off + 4].view(np.uint32)[0])
+
+    def write_u32(self, addr: int, value: int) -> None:
+        off = int(self.offsets(np.array([addr]), 4)[0])
+        self.data[off:off + 4] = np.array([value], dtype=np.uint32).view(np.uint8)
+
+
+def split_cluster_address(addr: int, own_rank: int) -> tuple[int, int]:
+    """shared::cluster address -> (CTA rank, shared::cta address)."""
+    if addr & CLUSTER_WINDOW:
+        return (addr >> 24) & 0x3F, addr & 0xFFFFFF
+    return own_rank, addr
+
+
+def cluster_address(rank: int, cta_addr: int) -> int:
+    return CLUSTER_WINDOW | (rank << 24) | (cta_addr & 0xFFFFFF)
+
+
+@dataclass
+class MBarrier:
+    """An mbarrier object: phase, pending arrivals of the current phase, pending transaction bytes.
+    `done_seq` is the newest asynchronous-op sequence number whose completion a waiter observes."""
+
+    count: int
+    pending: int
+    tx: int = 0
+    phase: int = 0
+    release_seq: int = 0
+    done_seq: int = 0
+    line: int = 0
+
+    def arrive(self, n: int = 1, seq: int = 0) -> None:
+        self.pending -= n
+        self.release_seq = max(self.release_seq, seq)
+        self._maybe_complete()
+
+    def expect_tx(self, nbytes: int) -> None:
+        self.tx += nbytes
+
+    def complete_tx(self, nbytes: int, seq: int = 0) -> None:
+        self.tx -= nbytes
+        self.release_seq = max(self.release_seq, seq)
+        self._maybe_complete()
+
+    def _maybe_complete(self) -> None:
+        if self.pending <= 0 and self.tx <= 0:
+            self.phase += 1
+            self.pending = self.count
+            self.tx = 0
+            self.done_seq = max(self.done_seq, self.release_seq)
+            self.release_seq = 0
+
+    def phase_done(self, parity: int) -> bool:
+        """try_wait.parity semantics: true once the phase with this parity has completed."""
+        return (self.phase & 1) != (parity & 1)
+
+
+@dataclass
+class TensorMemory:
+    """One CTA's TMEM (128 lanes x 512 columns x 32 bit) with its allocator and per-column write tracking."""
+
+    rank: int
+    data: np.ndarray = field(default_factory=lambda: np.zeros((TMEM_LANES, TMEM_COLS), dtype=np.uint32))
+    allocations: dict[int, tuple[int, int]] = field(default_factory=dict)  # column -> (ncols, line)
+    relinquished: bool = False
+    last_alloc: int = 1 << 30
+    # Newest async op (MMA / cp) that wrote each column, and how many queued ops still write it.
+    writer_seq: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_COLS, dtype=np.int64))
+    inflight: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_COLS, dtype=np.int64))
+
+    def allocate(self, ncols: int) -> Optional[int]:
+        """First fit, aligned to ncols (power of two). None when no room."""
+        used = np.zeros(TMEM_COLS, dtype=bool)
+        for c, (n, _) in self.allocations.items():
+            used[c:c + n] = True
+        for c in range(0, TMEM_COLS, ncols):
+            if not used[c:c + ncols].any():
+                return c
+        return None

@@ -1,0 +1,295 @@
+"""`run(compiled, grid, *args)`: emulate a kernel launch over a grid of clusters on CPU torch tensors."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..ptx import parse_ptx
+from ..ptx.ir import Function
+from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
+from .program import CompileEnv, Program
+from .scheduler import run_cluster
+from .tma import SWIZZLE_CODES, TensorMap
+from .warp import Warp
+
+_PARAM_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4, "b32": 4,
+                "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}
+
+
+@dataclass
+class EmulationStats:
+    """What one `run` did: warp-instructions executed, wall seconds, and their ratio."""
+
+    instructions: int
+    seconds: float
+    ctas: int
+
+    @property
+    def instructions_per_second(self) -> float:
+        return self.instructions / self.seconds if self.seconds > 0 else float("inf")
+
+    def __str__(self) -> str:
+        return (f"{self.instructions} warp-instructions over {self.ctas} CTAs in {self.seconds:.2f} s "
+                f"({self.instructions_per_second / 1e3:.1f} k warp-instr/s)")
+
+
+@dataclass
+class ParamSlot:
+    name: str
+    type: str
+    offset: int
+    size: int
+
+
+@dataclass
+class KernelImage:
+    """A parsed, compiled kernel entry plus its param layout (cached per PTX text)."""
+
+    fn: Function
+    prog: Program
+    params: list[ParamSlot]
+    param_bytes: int
+
+
+def _param_layout(fn: Function, source: str) -> tuple[list[ParamSlot], int]:
+    slots, off = [], 0
+    for p in fn.params:
+        m = re.search(r"\.param\b[^,()]*?\b" + re.escape(p.name) + r"\s*\[\s*(\d+)\s*\]", source)
+        count = int(m.group(1)) if m else 1
+        elem = _PARAM_SIZES.get(p.type, 8)
+        align = elem
+        if ".align" in p.attrs:
+            align = int(p.attrs[p.attrs.index(".align") + 1])
+        off = (off + align - 1) // align * align
+        slots.append(ParamSlot(p.name, p.type if count == 1 else f"b8[{count}]", off, elem * count))
+        off += elem * count
+    return slots, off
+
+
+@functools.lru_cache(maxsize=32)
+def _image(text_hash: str, text: str, name: Optional[str]) -> KernelImage:
+    mod = parse_ptx(text)
+    entries = mod.entries
+    if not entries:
+        raise InputError("the PTX has no .entry kernel")
+    if name is None:
+        fn = entries[0]
+    else:
+        cands = [f for f in entries if f.name == name]
+        if not cands:
+            raise InputError(f"no kernel {name!r} in the PTX; entries: {', '.join(f.name for f in entries)}")
+        fn = cands[0]
+    params, nbytes = _param_layout(fn, text)
+    symbols = {p.name: PARAM_BASE + p.offset for p in params}
+    symbols["global_smem"] = SMEM_BASE
+    prog = Program(fn, CompileEnv(symbols))
+    return KernelImage(fn, prog, params, nbytes)
+
+
+def load_image(ptx: str, name: Optional[str] = None) -> KernelImage:
+    return _image(hashlib.sha1(ptx.encode()).hexdigest(), ptx, name)
+
+
+# --- launch state ---------------------------------------------------------------------------------------
+class Launch:
+    def __init__(self, gmem: GlobalMemory, params: ParamSpace, grid_ctas, grid_clusters):
+        self.gmem = gmem
+        self.params = params
+        self.grid_ctas = grid_ctas
+        self.grid_clusters = grid_clusters
+        self.progress = 0
+        self.instructions = 0
+
+
+class Cluster:
+    def __init__(self, launch: Launch, cluster_id, nctas: int):
+        self.launch = launch
+        self.cluster_id = cluster_id
+        self.ctas: list[CTA] = []
+        self.async_queue: list = []
+        self.seq = 0
+        self.last_seq_of: dict[int, int] = {}
+        self.bar_gen = 0
+        self.bar_arrived = 0
+        self.bar_obs = 0
+        self.bar_done_obs = 0
+        self.nthreads = 0
+
+
+class CTA:
+    def __init__(self, cluster: Cluster, rank: int, ctaid, image: KernelImage, ntid, smem_bytes: int):
+        self.cluster = cluster
+        self.rank = rank
+        self.ctaid = ctaid
+        self.prog = image.prog
+        self.smem = SharedMemory(smem_bytes, rank)
+        self.tmem = TensorMemory(rank)
+        self.mbarriers: dict = {}
+        self.barriers: dict = {}
+        self.nthreads = ntid[0] * ntid[1] * ntid[2]
+        nwarps = (self.nthreads + 31) // 32
+        self.warps_spec = range(nwarps)
+        self.warps = [Warp(self, i, image.prog, cluster.launch, ntid) for i in range(nwarps)]
+
+
+# --- arguments ------------------------------------------------------------------------------------------
+def _is_tensor(x: Any) -> bool:
+    return type(x).__name__ in ("Tensor", "Parameter") and hasattr(x, "untyped_storage")
+
+
+def _is_descriptor(x: Any) -> bool:
+    return hasattr(x, "base") and hasattr(x, "block_shape") and hasattr(x, "strides")
+
+
+class _ArgPacker:
+    def __init__(self, image: KernelImage, gmem: GlobalMemory, params: ParamSpace, meta: dict):
+        self.image, self.gmem, self.params = image, gmem, params
+        self.storages: dict[int, int] = {}
+        self.i = 0
+        self.desc_meta = list(meta.get("tensordesc_meta") or [])
+        self.desc_index = 0
+
+    def _next(self, what: str) -> ParamSlot:
+        if self.i >= len(self.image.params):
+            raise InputError(f"too many kernel arguments: the kernel takes {len(self.image.params)} parameters "
+                             f"(after expanding tensor descriptors); {what} has no parameter left")
+        slot = self.image.params[self.i]
+        self.i += 1
+        return slot
+
+    def _store(self, slot: ParamSlot, value: Any) -> None:
+        t = slot.type
+        if t.startswith("b8["):
+            raise InputError(f"parameter {slot.name} is a {t} blob (a TMA tensor map): pass a TensorDescriptor")
+        if t in ("f32", "f64"):
+            raw = np.array([value], dtype=np.float32 if t == "f32" else np.float64).view(np.uint8)
+        else:
+            v = int(value)
+            raw = np.array([v & ((1 << (8 * slot.size)) - 1)], dtype=np.uint64).view(np.uint8)[:slot.size]
+        self.params.data[slot.offset:slot.offset + slot.size] = raw
+
+    def tensor_address(self, t) -> int:
+        if t.device.type != "cpu":
+            raise InputError(f"the emulator needs CPU tensors, got a tensor on {t.device}; pass t.cpu() "
+                             "(and copy results back)")
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key not in self.storages:
+            import torch
+            u8 = torch.empty(0, dtype=torch.uint8).set_(st).numpy()
+            self.storages[key] = self.gmem.add(u8, f"arg{self.i}")
+        return self.storages[key] + t.storage_offset() * t.element_size()
+
+    def add(self, arg: Any) -> None:
+        if _is_descriptor(arg):
+            return self._descriptor(arg)
+        slot = self._next(repr(arg)[:40])
+        if arg is None:
+            return self._store(slot, 0)
+        if _is_tensor(arg):
+            return self._store(slot, self.tensor_address(arg))
+        if isinstance(arg, (bool, int, np.integer)):
+            return self._store(slot, int(arg))
+        if isinstance(arg, (float, np.floating)):
+            return self._store(slot, float(arg))
+        raise InputError(f"unsupported kernel argument of type {type(arg).__name__}: pass CPU torch tensors, "
+                         "Python ints/floats, None or TensorDescriptors")
+
+    def _descriptor(self, d) -> None:
+        slot = self._next("a TensorDescriptor")
+        if not slot.type.startswith("b8["):
+            raise InputError(f"a TensorDescriptor was passed for parameter {slot.name} ({slot.type}), but the "
+                             "kernel was not lowered to TMA here (no tensor-map parameter)")
+        meta = self.desc_meta[self.desc_index] if self.desc_index < len(self.desc_meta) else None
+        self.desc_index += 1
+        shape = [int(s) for s in d.shape]
+        strides = [int(s) for s in d.strides]
+        eb = d.base.element_size()
+        block = list(meta["block_size"]) if meta else [int(b) for b in d.block_shape]
+        swz = SWIZZLE_CODES.get(int(meta["swizzle"]), 0) if meta else 0
+        if meta and meta.get("fp4_padded"):
+            raise InputError("fp4-padded TMA tensor maps are not emulated yet")
+        elem = int(meta["elem_size"]) if meta else eb
+        tmap = TensorMap(base=self.tensor_address(d.base), shape=tuple(shape),
+                         strides=tuple(s * eb for s in strides), box=tuple(block), elem_bytes=elem, swizzle=swz)
+        self.params.tensormaps[PARAM_BASE + slot.offset] = tmap
+        # a recognisable blob in param space: the map's base address (the emulator keys maps by address)
+        self.params.data[slot.offset:slot.offset + 8] = np.array([tmap.base], dtype=np.uint64).view(np.uint8)
+        for s in shape:
+            self._store(self._next("descriptor shape"), s)
+        for s in strides:
+            self._store(self._next("descriptor stride"), s)
+
+    def finish(self, scratch: int) -> None:
+        # Triton appends global-scratch and profile-scratch pointers to every kernel
+        while self.i < len(self.image.params):
+            slot = self._next("scratch")
+            self._store(slot, scratch if scratch and self.i == len(self.image.params) - 1 else 0)
+
+
+# --- entry point ---------------------------------------------------------------------------------------
+def _unpack_compiled(compiled: Any) -> tuple[str, dict, Optional[str]]:
+    if isinstance(compiled, str):
+        return compiled, {}, None
+    asm = getattr(compiled, "asm", None)
+    if asm is None or "ptx" not in asm:
+        raise InputError("run() takes what bwtriton.compile / triton.compile returns (with .asm['ptx']) or PTX "
+                         "text")
+    md = compiled.metadata
+    md = md if isinstance(md, dict) else md._asdict()
+    return asm["ptx"], dict(md), getattr(compiled, "name", None) or md.get("name")
+
+
+def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optional[int] = None,
+        num_ctas: Optional[int] = None, shared: Optional[int] = None, name: Optional[str] = None,
+        tensordesc_meta: Optional[list] = None, max_instructions: int = 200_000_000) -> EmulationStats:
+    """Emulate `compiled` (a bwtriton/triton compile result, or PTX text) on `grid` programs with `args`
+    (CPU torch tensors, ints, floats, None, TensorDescriptors) in the kernel's non-constexpr argument order.
+    Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations."""
+    t0 = time.perf_counter()
+    ptx, md, md_name = _unpack_compiled(compiled)
+    if tensordesc_meta is not None:
+        md["tensordesc_meta"] = tensordesc_meta
+    image = load_image(ptx, name or md_name)
+    fn = image.fn
+    grid = (grid,) if isinstance(grid, int) else tuple(grid)
+    if not 1 <= len(grid) <= 3 or any(int(g) < 1 for g in grid):
+        raise InputError(f"grid must be 1 to 3 positive ints, got {grid}")
+    grid3 = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+    nctas = num_ctas or md.get("num_ctas") or fn.cluster_size or 1
+    reqntid = fn.directives.get("reqntid")
+    if reqntid:
+        ntid = tuple(reqntid) + (1,) * (3 - len(reqntid))
+    else:
+        nw = num_warps or md.get("num_warps")
+        if not nw:
+            raise InputError("the PTX has no .reqntid: pass num_warps=")
+        ntid = (32 * nw, 1, 1)
+    smem_bytes = shared if shared is not None else md.get("shared", 232448)
+    gmem = GlobalMemory()
+    params = ParamSpace(image.param_bytes)
+    packer = _ArgPacker(image, gmem, params, md)
+    for a in args:
+        packer.add(a)
+    total_ctas = grid3[0] * nctas * grid3[1] * grid3[2]
+    scratch = md.get("global_scratch_size") or 0
+    packer.finish(gmem.alloc(scratch * total_ctas, "global_scratch") if scratch else 0)
+    grid_ctas = (grid3[0] * nctas, grid3[1], grid3[2])
+    launch = Launch(gmem, params, grid_ctas, grid3)
+    for cz in range(grid3[2]):
+        for cy in range(grid3[1]):
+            for cx in range(grid3[0]):
+                cluster = Cluster(launch, (cx, cy, cz), nctas)
+                for r in range(nctas):
+                    cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid,
+                                            max(int(smem_bytes), 16)))
+                cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
+                run_cluster(cluster, max_instructions)
+    return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)

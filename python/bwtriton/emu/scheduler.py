@@ -1,0 +1,124 @@
+"""Runs one cluster: warps round-robin (a quantum of instructions each), blocked warps yield, asynchronous
+tensor-core / TMA work completes at scheduling points, and a round in which nothing can move is a deadlock."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import DeadlockError, EmulationError, TmemLeakError
+from .program import DIVERGED, EXITED, YIELD
+from .sync import DONE_PC
+from .tcgen05 import complete_async
+
+QUANTUM = 4000
+
+
+def _reselect(w) -> None:
+    """Divergent warp: run the lanes with the smallest PC next; reconverge when all live lanes agree."""
+    lp = np.where(w.live, w.lane_pc, DONE_PC)
+    m = int(lp.min())
+    act = lp == m
+    w.pc = m
+    if (act == w.live).all():
+        w.lane_pc = None
+        w.mask = None if w.live.all() else w.live.copy()
+    else:
+        w.mask = act
+
+
+def _exit_lanes(w) -> None:
+    act = w.mask if w.mask is not None else w.live
+    w.live = w.live & ~act
+    if not w.live.any():
+        w.done = True
+
+
+def run_warp(w, budget: int) -> tuple[int, bool]:
+    """Execute up to `budget` instructions; returns (instructions retired, blocked?)."""
+    code = w.code
+    n = 0
+    while n < budget and not w.done:
+        if w.lane_pc is None:  # converged fast path
+            pc = w.pc
+            while n < budget:
+                w.pc = pc
+                r = code[pc](w)
+                if r is None:
+                    pc += 1
+                elif r >= 0:
+                    pc = r
+                else:
+                    break
+                n += 1
+            else:
+                w.pc = pc
+                break
+            if r == YIELD:
+                w.pc = pc
+                w.executed += n
+                return n, True
+            n += 1
+            if r == EXITED:
+                _exit_lanes(w)
+                if w.done:
+                    break
+                w.pc = pc + 1
+                w.mask = w.live.copy()
+            elif r == DIVERGED:
+                _reselect(w)
+            continue
+        # divergent: per-lane PCs, one instruction at a time
+        r = code[w.pc](w)
+        if r == YIELD:
+            w.executed += n
+            return n, True
+        n += 1
+        if r is None:
+            w.lane_pc[w.mask] = w.pc + 1
+        elif r >= 0:
+            w.lane_pc[w.mask] = r
+        elif r == EXITED:
+            _exit_lanes(w)
+            if w.done:
+                break
+            w.lane_pc[~w.live] = DONE_PC
+        _reselect(w)
+    w.executed += n
+    return n, False
+
+
+def run_cluster(cluster, max_instructions: int = 200_000_000) -> None:
+    warps = [w for cta in cluster.ctas for w in cta.warps]
+    launch = cluster.launch
+    total = 0
+    while True:
+        alive = [w for w in warps if not w.done]
+        if not alive:
+            break
+        progressed = False
+        for w in alive:
+            before = launch.progress
+            n, blocked = run_warp(w, QUANTUM)
+            total += n
+            if n or launch.progress != before:
+                progressed = True
+            if blocked and complete_async(cluster):
+                progressed = True
+        if total > max_instructions:
+            raise EmulationError(f"more than {max_instructions} warp-instructions without finishing: an infinite "
+                                 "loop? (raise max_instructions if the kernel is just big)")
+        if not progressed and not complete_async(cluster):
+            blocked = "; ".join(f"{w.where()} at PTX line {_line(w)}: {w.blocked_on or 'running'}"
+                                for w in warps if not w.done)
+            raise DeadlockError(f"deadlock: no warp can make progress and no asynchronous work is pending -- {blocked}")
+    complete_async(cluster)
+    launch.instructions += total
+    for cta in cluster.ctas:
+        if cta.tmem.allocations:
+            col, (n, line) = next(iter(cta.tmem.allocations.items()))
+            raise TmemLeakError(f"CTA {cta.ctaid} exited with TMEM columns {col}..{col + n - 1} still allocated "
+                                "(add tcgen05.dealloc before exit)", line=line)
+
+
+def _line(w) -> int:
+    fn = w.cta.prog.fn
+    return fn.instructions[w.pc].line if w.pc < len(fn.instructions) else fn.end_line

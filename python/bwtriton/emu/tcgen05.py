@@ -1,0 +1,565 @@
+"""The tcgen05 family: TMEM alloc/dealloc/relinquish, ld/st (every shape, lane-quarter rule), mma (every kind,
+block-scaled, both cta_groups), commit (multicast), cp (smem -> TMEM), wait, fence.
+
+mma / cp / commit are asynchronous: issue queues them on the cluster's in-order tensor-core queue; the
+scheduler completes the queue at its next scheduling point (a warp blocking). commit arrives on its
+mbarrier(s) when completing, carrying the sequence number of the newest op before it; waiters record it, and
+tcgen05.ld refuses TMEM columns whose newest writer was not observed that way."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
+from ..ptx.ir import Instruction
+from . import operands as opnd
+from .errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
+                     UnsupportedInstructionError)
+from .memops import active_index, address_reader
+from .memory import TMEM_COLS, TMEM_LANES, split_cluster_address
+from .program import Program
+
+U32 = np.dtype(np.uint32)
+U64 = np.dtype(np.uint64)
+
+
+@functools.lru_cache(maxsize=1024)
+def idesc_of(value: int, kind: str) -> InstrDesc:
+    return decode_idesc(value, kind)
+
+
+def _cta_group(ins: Instruction) -> int:
+    v = ins.modifier_value("cta_group")
+    return int(v) if v else 1
+
+
+def _uniform(w, arr, what: str) -> int:
+    a = np.broadcast_to(np.asarray(arr), (32,))[active_index(w)]
+    if (a != a[0]).any():
+        raise EmulationError(f"{what} differs between the lanes of the warp (must be warp-uniform)",
+                             where=w.where())
+    return int(a[0])
+
+
+# --- allocation -------------------------------------------------------------------------------------------
+def _alloc(ins: Instruction, prog: Program) -> Callable:
+    rd_dst = address_reader(ins.operands[0], prog, ins)
+    rd_n = prog.src(ins.operands[1], U32, ins)
+
+    def alloc(w):
+        ncols = _uniform(w, rd_n(w), "tcgen05.alloc nCols")
+        dst = _uniform(w, rd_dst(w), "tcgen05.alloc destination")
+        tm = w.cta.tmem
+        if ncols not in (32, 64, 128, 256, 512):
+            raise TmemAllocError(f"tcgen05.alloc of {ncols} columns: nCols must be a power of 2 in [32, 512]")
+        if tm.relinquished:
+            raise TmemAllocError("tcgen05.alloc after tcgen05.relinquish_alloc_permit in this CTA")
+        col = tm.allocate(ncols)
+        if col is None:
+            # A real GPU would block until another CTA frees columns; one CTA per SM here, so it never would.
+            raise TmemAllocError(f"tcgen05.alloc of {ncols} columns: only "
+                                 f"{TMEM_COLS - sum(n for n, _ in tm.allocations.values())} free "
+                                 "(missing tcgen05.dealloc?)")
+        tm.allocations[col] = (ncols, ins.line)
+        w.cta.smem.write_u32(dst, col)
+        w.launch.progress += 1
+    return alloc
+
+
+def _dealloc(ins: Instruction, prog: Program) -> Callable:
+    rd_t = prog.src(ins.operands[0], U32, ins)
+    rd_n = prog.src(ins.operands[1], U32, ins)
+
+    def dealloc(w):
+        taddr = _uniform(w, rd_t(w), "tcgen05.dealloc taddr")
+        ncols = _uniform(w, rd_n(w), "tcgen05.dealloc nCols")
+        tm = w.cta.tmem
+        col = taddr & 0xFFFF
+        got = tm.allocations.get(col)
+        if got is None or taddr >> 16:
+            raise TmemAllocError(f"tcgen05.dealloc of 0x{taddr:x}: not the address of a live allocation "
+                                 f"(live: {sorted(tm.allocations)})")
+        if got[0] != ncols:
+            raise TmemAllocError(f"tcgen05.dealloc of {ncols} columns at column {col}, allocated with {got[0]}")
+        if tm.inflight[col:col + ncols].any():
+            raise TmemRaceError(f"tcgen05.dealloc of columns {col}..{col + ncols - 1} while an MMA/cp writing them "
+                                "is still in flight (wait on its commit mbarrier first)")
+        del tm.allocations[col]
+    return dealloc
+
+
+def _relinquish(w):
+    w.cta.tmem.relinquished = True
+
+
+# --- ld / st ------------------------------------------------------------------------------------------------
+_BASE_REGS = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4, "16x32bx2": 1}
+
+
+@functools.lru_cache(maxsize=256)
+def ld_st_map(shape: str, num: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lane offset [32, R], column offset [32, R], uses-second-half [32, R]) of every register (unpacked)."""
+    t = np.arange(32)[:, None]
+    base = _BASE_REGS[shape]
+    regs = base * num
+    j = np.arange(regs)[None, :]
+    rep, jj = j // base, j % base
+    half = np.zeros((32, regs), dtype=bool)
+    if shape == "32x32b":
+        lane, col = t + 0 * j, j + 0 * t
+    elif shape == "16x64b":   # [U] reference §3c (from CUTLASS); not cross-checked against the PTX figure
+        lane, col = 8 * (t % 2) + t // 4 + 0 * j, (t // 2) % 2 + 2 * rep
+    elif shape == "16x128b":
+        lane, col = t // 4 + 8 * jj, t % 4 + 4 * rep
+    elif shape == "16x256b":
+        lane, col = t // 4 + 8 * (jj // 2), 2 * (t % 4) + jj % 2 + 8 * rep
+    elif shape == "16x32bx2":
+        lane, col = t % 16 + 0 * j, j + 0 * t
+        half = (t >= 16) + 0 * j > 0
+    else:
+        raise UnsupportedInstructionError(f"tcgen05 ld/st shape .{shape}")
+    return lane.astype(np.int64), col.astype(np.int64), half
+
+
+def _ldst_shape(ins: Instruction) -> tuple[str, int, bool]:
+    shape = next((m for m in ins.modifiers if m in _BASE_REGS), None)
+    num = next((int(m[1:]) for m in ins.modifiers if m[0] == "x" and m[1:].isdigit()), None)
+    if shape is None or num is None:
+        raise UnsupportedInstructionError("tcgen05.ld/st without a known .shape/.num", line=ins.line, text=ins.text)
+    packed = "pack::16b" in ins.modifiers or "unpack::16b" in ins.modifiers
+    return shape, num, packed
+
+
+def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
+    lane_off, col_off, half = ld_st_map(shape, num * (2 if packed else 1))
+    lane0, col0 = taddr >> 16, taddr & 0xFFFF
+    lanes = lane0 + lane_off
+    cols = col0 + col_off + np.where(half, half_off, 0)
+    quarter = 32 * (w.wid % 4)
+    if lanes.min() < quarter or lanes.max() >= quarter + 32:
+        raise LaneQuarterError(f"{what} at TMEM lane {lane0} touches lanes {int(lanes.min())}..{int(lanes.max())}, "
+                               f"but warp {w.wid} may only access lanes {quarter}..{quarter + 31} "
+                               f"(its warp_id % 4 = {w.wid % 4} quarter)", where=w.where())
+    if cols.max() >= TMEM_COLS or lanes.max() >= TMEM_LANES:
+        raise EmulationError(f"{what} outside TMEM (column {int(cols.max())}, lane {int(lanes.max())})")
+    tm = w.cta.tmem
+    owned = np.zeros(TMEM_COLS, dtype=bool)
+    for c, (n, _) in tm.allocations.items():
+        owned[c:c + n] = True
+    if not owned[np.unique(cols)].all():
+        raise TmemAllocError(f"{what} touches TMEM columns that are not allocated", where=w.where())
+    return lanes, cols
+
+
+def _ld(ins: Instruction, prog: Program) -> Callable:
+    shape, num, packed = _ldst_shape(ins)
+    ops = ins.operands
+    dests = list(ops[0].items) if ops[0].kind == "vec" else [ops[0]]
+    writers = [prog.dst(d, ins) for d in dests]
+    slots = [prog.slot(d.name, ins) for d in dests if d.kind == "reg"]
+    rd_t = address_reader(ops[1], prog, ins)
+    rd_half = prog.src(ops[2], U32, ins) if len(ops) > 2 else None
+    if "red" in ins.modifiers:
+        raise UnsupportedInstructionError("tcgen05.ld.red (sm_101a/103f+)", line=ins.line, text=ins.text)
+
+    def ld(w):
+        if w.mask is not None and not (w.mask == w.live).all():
+            raise EmulationError("tcgen05.ld is .sync.aligned: every lane of the warp must execute it",
+                                 where=w.where())
+        taddr = _uniform(w, rd_t(w), "tcgen05.ld address")
+        half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
+        lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
+        _check_observed(w, cols)
+        vals = w.cta.tmem.data[lanes, cols]  # [32, regs]
+        if packed:
+            vals = (vals[:, 0::2] & 0xFFFF) | ((vals[:, 1::2] & 0xFFFF) << 16)
+        for i, wr in enumerate(writers):
+            wr(w, vals[:, i])
+        w.pending_ld.update(slots)
+    return ld
+
+
+def _check_observed(w, cols: np.ndarray) -> None:
+    tm = w.cta.tmem
+    c = np.unique(cols)
+    if tm.inflight[c].any():
+        bad = int(c[tm.inflight[c] > 0][0])
+        raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} while an MMA/cp writing it is still in flight: "
+                            "wait on the mbarrier of its tcgen05.commit (then tcgen05.fence::after_thread_sync) "
+                            "before loading", where=w.where())
+    newest = int(tm.writer_seq[c].max())
+    if newest > w.observed:
+        bad = int(c[tm.writer_seq[c] == newest][0])
+        raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} written by an asynchronous MMA/cp whose completion "
+                            "this warp never observed (no wait on its tcgen05.commit mbarrier, directly or through "
+                            "a barrier)", where=w.where())
+
+
+def _st(ins: Instruction, prog: Program) -> Callable:
+    shape, num, packed = _ldst_shape(ins)
+    ops = ins.operands
+    rd_t = address_reader(ops[0], prog, ins)
+    has_half = len(ops) > 2
+    rd_half = prog.src(ops[1], U32, ins) if has_half else None
+    srcs = list(ops[-1].items) if ops[-1].kind == "vec" else [ops[-1]]
+    readers = [prog.src(s, U32, ins) for s in srcs]
+
+    def st(w):
+        if w.mask is not None and not (w.mask == w.live).all():
+            raise EmulationError("tcgen05.st is .sync.aligned: every lane of the warp must execute it",
+                                 where=w.where())
+        taddr = _uniform(w, rd_t(w), "tcgen05.st address")
+        half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
+        lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
+        tm = w.cta.tmem
+        if tm.inflight[np.unique(cols)].any():
+            raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
+        vals = np.stack([np.broadcast_to(np.asarray(r(w), np.uint32), (32,)) for r in readers], axis=1)
+        if packed:
+            vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
+        tm.data[lanes, cols] = vals
+    return st
+
+
+# --- asynchronous ops ------------------------------------------------------------------------------------
+@dataclass
+class AsyncOp:
+    """One queued tensor-core / copy operation; `run()` performs it. `writes`: (cta, columns) it will write."""
+
+    run: Callable[[], None]
+    issuer_rank: int
+    line: int
+    seq: int = 0
+    writes: list = field(default_factory=list)
+    commit_targets: Optional[list] = None  # commit: [(rank, shared address)]
+
+
+def _queue(w, op: AsyncOp) -> None:
+    cl = w.cta.cluster
+    cl.seq += 1
+    op.seq = cl.seq
+    for cta, cols in op.writes:
+        cta.tmem.inflight[cols] += 1
+    cl.async_queue.append(op)
+    w.launch.progress += 1
+
+
+def complete_async(cluster) -> int:
+    """Run every queued asynchronous op in order; returns how many ran."""
+    n = 0
+    while cluster.async_queue:
+        op = cluster.async_queue.pop(0)
+        if op.commit_targets is not None:
+            # the commit arrives once all ops issued before it (by its CTA) completed: the queue is in order
+            seq = cluster.last_seq_of.get(op.issuer_rank, 0)
+            for rank, local in op.commit_targets:
+                bar = cluster.ctas[rank].mbarriers.get(local)
+                if bar is None:
+                    raise EmulationError(f"tcgen05.commit arrives on an uninitialised mbarrier (CTA {rank}, "
+                                         f"0x{local:x})", line=op.line)
+                bar.arrive(1, seq)
+        else:
+            op.run()
+            cluster.last_seq_of[op.issuer_rank] = op.seq
+            for cta, cols in op.writes:
+                cta.tmem.inflight[cols] -= 1
+                cta.tmem.writer_seq[cols] = op.seq
+        n += 1
+    return n
+
+
+def _commit(ins: Instruction, prog: Program) -> Callable:
+    ops = ins.operands
+    rd_bar = address_reader(ops[0], prog, ins)
+    multicast = any(m.startswith("multicast") for m in ins.modifiers)
+    rd_mask = prog.src(ops[1], np.dtype(np.uint16), ins) if multicast else None
+
+    def commit(w):
+        addrs = rd_bar(w)
+        for lane in active_index(w):  # single-thread semantics: every issuing lane commits
+            rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
+            if multicast:
+                mask = int(np.broadcast_to(np.asarray(rd_mask(w)), (32,))[lane])
+                targets = [(r, local) for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
+            else:
+                targets = [(rank, local)]
+            _queue(w, AsyncOp(run=lambda: None, issuer_rank=w.cta.rank, line=ins.line, commit_targets=targets))
+    return commit
+
+
+def _pair(w, cta_group: int) -> list:
+    ctas = w.cta.cluster.ctas
+    if cta_group == 1:
+        return [w.cta]
+    r = w.cta.rank & ~1
+    if r + 1 >= len(ctas):
+        raise EmulationError("cta_group::2 needs a cluster of (at least) 2 CTAs; launch with num_ctas=2",
+                             where=w.where())
+    return [ctas[r], ctas[r + 1]]
+
+
+_SCALE_NSF = {("mxf8f6f4", "1X"): 1, ("mxf4", "2X"): 2, ("mxf4nvf4", "2X"): 2, ("mxf4nvf4", "4X"): 4}
+
+
+def _scale_vec(ins: Instruction, kind: str) -> str:
+    for m in ins.modifiers:
+        if m.startswith("scale_vec::"):
+            return m.split("::")[1]
+        if m == "block16":
+            return "4X"
+        if m == "block32":
+            return "1X" if kind == "mxf8f6f4" else "2X"
+    return "1X" if kind == "mxf8f6f4" else "2X"
+
+
+def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
+    kind = ins.modifier_value("kind")
+    if kind is None:
+        raise UnsupportedInstructionError("tcgen05.mma without .kind", line=ins.line, text=ins.text)
+    if ins.opcode != "tcgen05.mma" or "ws" in ins.modifiers or ins.opcode.endswith(".sp"):
+        raise UnsupportedInstructionError(f"`{ins.full_opcode}` (ws/sparse MMA) is not emulated", line=ins.line,
+                                          text=ins.text)
+    cta_group = _cta_group(ins)
+    scaled = "block_scale" in ins.modifiers
+    svec = _scale_vec(ins, kind) if scaled else None
+    ops = list(ins.operands)
+    rd_d = address_reader(ops[0], prog, ins)
+    a_in_tmem = ops[1].kind == "addr"
+    rd_a = address_reader(ops[1], prog, ins) if a_in_tmem else prog.src(ops[1], U64, ins)
+    rd_b = prog.src(ops[2], U64, ins)
+    rd_i = prog.src(ops[3], U32, ins)
+    rest = ops[4:]
+    rd_sa = rd_sb = None
+    if scaled:
+        rd_sa, rd_sb = address_reader(rest[0], prog, ins), address_reader(rest[1], prog, ins)
+        rest = rest[2:]
+    rest = [o for o in rest if o.kind != "vec"]  # disable-output-lane masks: not emulated (must be all 0)
+    if any(o.kind == "vec" for o in ops[4:]):
+        raise UnsupportedInstructionError("tcgen05.mma with disable-output-lane", line=ins.line, text=ins.text)
+    rd_en = prog.src(rest[0], np.dtype(bool), ins) if rest else (lambda w: np.bool_(True))
+    rd_scale_d = prog.src(rest[1], U32, ins) if len(rest) > 1 else None
+    line = ins.line
+
+    def mma(w):
+        d_all, a_all, b_all, i_all = rd_d(w), rd_a(w), rd_b(w), rd_i(w)
+        en_all = np.broadcast_to(np.asarray(rd_en(w)), (32,))
+        sa_all = rd_sa(w) if rd_sa else None
+        sb_all = rd_sb(w) if rd_sb else None
+        sd = int(np.asarray(rd_scale_d(w)).flat[0]) if rd_scale_d else 0
+        for lane in active_index(w):  # single-thread issue: every active lane starts one MMA
+            taddr_d = int(np.broadcast_to(d_all, (32,))[lane])
+            a = int(np.broadcast_to(a_all, (32,))[lane])
+            b = int(np.broadcast_to(b_all, (32,))[lane])
+            idesc = idesc_of(int(np.broadcast_to(i_all, (32,))[lane]), kind)
+            enable = bool(en_all[lane])
+            sa = int(sa_all[lane]) if sa_all is not None else None
+            sb = int(sb_all[lane]) if sb_all is not None else None
+            _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd)
+    return mma
+
+
+def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
+    m, n, k = idesc.m, idesc.n, idesc.k
+    if idesc.sparse:
+        raise UnsupportedInstructionError("sparse MMA (idesc bit 2)", line=line)
+    if m is None or n is None or n == 0:
+        raise DescriptorError(f"instruction descriptor 0x{idesc.value:08x}: M/N undecodable", line=line)
+    ctas = _pair(w, cta_group)
+    layout = opnd.d_tmem_layout(m, n, cta_group, taddr_d >> 16)
+    col_d = taddr_d & 0xFFFF
+    writes = []
+    for cta, (_, lanes, cols) in zip(ctas, layout):
+        used = np.unique(cols) + col_d
+        if used.max() >= TMEM_COLS:
+            raise DescriptorError(f"MMA D tile (M={m}, N={n}) at column {col_d} runs past TMEM column 511", line=line)
+        writes.append((cta, used))
+
+    def run():
+        _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd,
+                     layout)
+    _queue(w, AsyncOp(run=run, issuer_rank=w.cta.rank, line=line, writes=writes))
+
+
+def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, fmt: str, major: str,
+                    packed_fp4: bool) -> np.ndarray:
+    bits = opnd.ELEM_BITS[fmt]
+    row_bytes = k * bits // 8 if (packed_fp4 or bits >= 8) else k  # 4/6-bit in f8f6f4: padded to 1 byte each
+    if in_tmem:  # A from TMEM: row m in lane (taddr lane + m), K packed into consecutive 32-bit columns
+        lane0, col0 = desc_or_taddr >> 16, desc_or_taddr & 0xFFFF
+        words = cta.tmem.data[lane0:lane0 + rows, col0:col0 + row_bytes // 4]
+        raw = np.ascontiguousarray(words).view(np.uint8).reshape(rows, row_bytes)
+    elif major == "K":
+        raw = opnd.gather(cta.smem, opnd.kmajor_addresses(desc_or_taddr, rows, row_bytes))
+    else:
+        if bits < 8:
+            raise DescriptorError(f"MN-major {fmt} operands are not legal")
+        raw = opnd.gather(cta.smem, opnd.mnmajor_addresses(desc_or_taddr, rows, k, bits // 8))
+    return opnd.decode_rows(np.ascontiguousarray(raw), fmt, packed_fp4=packed_fp4)
+
+
+def _scales(cta, taddr: int, rows: int, nsf: int, sf_id: int, scale_type: str) -> np.ndarray:
+    """Scale factors [rows, nsf] from TMEM (reference §6b): row r in lane r%32 (replicated per 32-lane
+    sub-partition), column taddr.col + r//32, byte sf_id + j of the 32-bit word."""
+    lane0, col0 = taddr >> 16, taddr & 0xFFFF
+    r = np.arange(rows)
+    words = cta.tmem.data[lane0 + r % 32, col0 + r // 32]  # [rows]
+    codes = np.stack([(words >> np.uint32(8 * (sf_id + j))) & np.uint32(0xFF) for j in range(nsf)], axis=1)
+    return opnd.decode_scales(codes, scale_type)
+
+
+def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout):
+    m, n, k = idesc.m, idesc.n, idesc.k
+    a_fmt, b_fmt = idesc.a_type, idesc.b_type
+    if a_fmt is None or b_fmt is None or a_fmt.startswith("invalid") or b_fmt.startswith("invalid"):
+        raise DescriptorError(f"instruction descriptor 0x{idesc.value:08x}: A/B types {a_fmt}/{b_fmt} are not legal "
+                              f"for kind::{kind}", line=line)
+    packed = kind in ("mxf4", "mxf4nvf4")
+    nc = len(ctas)
+    ma, nb = m // nc, n // nc
+    a_parts, b_parts = [], []
+    for cta in ctas:  # cta_group::2: CTA v supplies A rows [v*M/2, ...) and B rows (N) [v*N/2, ...)
+        a_parts.append(_operand_values(cta, a, a_in_tmem, ma, k, a_fmt, idesc.a_major, packed))
+        b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed))
+    A = np.concatenate(a_parts, axis=0)
+    B = np.concatenate(b_parts, axis=0)
+    if scaled_kind := kind in BLOCK_SCALED:
+        nsf = _SCALE_NSF.get((kind, svec))
+        if nsf is None:
+            raise DescriptorError(f"scale_vec::{svec} is not legal for kind::{kind}", line=line)
+        if cta_group != 1:
+            raise UnsupportedInstructionError("block-scaled MMA with cta_group::2 (scale layout of §6b 2x2 case)",
+                                              line=line)
+        st = idesc.scale_type
+        sfa = _scales(ctas[0], sa, m, nsf, idesc.fields.get("sfa_id") or 0, st)
+        sfb = _scales(ctas[0], sb, n, nsf, idesc.fields.get("sfb_id") or 0, st)
+        vec = k // nsf
+        A = A * np.repeat(sfa, vec, axis=1)
+        B = B * np.repeat(sfb, vec, axis=1)
+    if idesc.fields.get("negate_a"):
+        A = -A
+    if idesc.fields.get("negate_b"):
+        B = -B
+    if kind == "i8":
+        prod = A.astype(np.int64) @ B.astype(np.int64).T
+    else:
+        prod = A @ B.T
+    d_type = idesc.d_type
+    for cta, (rows, lanes, cols) in zip(ctas, layout):
+        part = prod[rows[0]:rows[1]]
+        tm = cta.tmem.data
+        cols_abs = cols + (taddr_d & 0xFFFF)
+        if d_type == "s32":
+            old = tm[lanes, cols_abs].view(np.int32).astype(np.int64) if enable else 0
+            res = (old + part)
+            if idesc.fields.get("saturate"):
+                res = np.clip(res, -2 ** 31, 2 ** 31 - 1)
+            tm[lanes, cols_abs] = (res & 0xFFFFFFFF).astype(np.uint32)
+        elif d_type == "f16":
+            old = (tm[lanes, cols_abs] & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float64) \
+                if enable else 0.0
+            res = (old * (2.0 ** -sd) + part).astype(np.float16)
+            tm[lanes, cols_abs] = res.view(np.uint16).astype(np.uint32)
+        else:
+            old = tm[lanes, cols_abs].view(np.float32).astype(np.float64) if enable else 0.0
+            res = (old * (2.0 ** -sd) + part).astype(np.float32)
+            tm[lanes, cols_abs] = res.view(np.uint32)
+    del scaled_kind
+
+
+# --- tcgen05.cp: shared memory -> TMEM ---------------------------------------------------------------------
+_CP_SHAPES = {"128x256b": (128, 32), "4x256b": (4, 32), "128x128b": (128, 16), "64x128b": (64, 16),
+              "32x128b": (32, 16)}
+
+
+def _cp(ins: Instruction, prog: Program) -> Callable:
+    shape = next((m for m in ins.modifiers if m in _CP_SHAPES), None)
+    if shape is None:
+        raise UnsupportedInstructionError("tcgen05.cp shape", line=ins.line, text=ins.text)
+    if any(m.startswith(("b4x16", "b6x16", "b8x16")) for m in ins.modifiers):
+        raise UnsupportedInstructionError("tcgen05.cp with decompression (.b8x16.b4x16_p64 / b6x16_p32)",
+                                          line=ins.line, text=ins.text)
+    rows, row_bytes = _CP_SHAPES[shape]
+    warpx4 = "warpx4" in ins.modifiers
+    warpx2 = next((m for m in ins.modifiers if m.startswith("warpx2")), None)
+    if shape == "32x128b" and not warpx4 or shape == "64x128b" and not warpx2:
+        raise EmulationError(f"tcgen05.cp .{shape} needs its multicast qualifier", line=ins.line, text=ins.text)
+    cta_group = _cta_group(ins)
+    rd_t = address_reader(ins.operands[0], prog, ins)
+    rd_s = prog.src(ins.operands[1], U64, ins)
+    line = ins.line
+    ncols = row_bytes // 4
+
+    def lane_rows() -> np.ndarray:
+        """Destination lane (relative) of each (source row, copy) pair: [copies, rows]."""
+        r = np.arange(rows)
+        if warpx4:
+            return np.stack([r + 32 * q for q in range(4)])
+        if warpx2:
+            pairs = ((0, 2), (1, 3)) if warpx2.endswith("02_13") else ((0, 1), (2, 3))
+            # 64 rows: rows 0..31 -> first pair of warps' quarters, 32..63 -> second pair
+            out = np.empty((2, rows), dtype=np.int64)
+            for c in range(2):
+                for half in range(2):
+                    out[c, 32 * half:32 * half + 32] = 32 * pairs[half][c] + np.arange(32)
+            return out
+        return r[None, :]
+
+    dst_lanes = lane_rows()
+
+    def cp(w):
+        taddr_all, desc_all = rd_t(w), rd_s(w)
+        for lane in active_index(w):
+            taddr, desc = int(taddr_all[lane]), int(np.broadcast_to(desc_all, (32,))[lane])
+            ctas = _pair(w, cta_group)
+            cols = (taddr & 0xFFFF) + np.arange(ncols)
+            lanes = (taddr >> 16) + dst_lanes
+            if lanes.max() >= TMEM_LANES or cols.max() >= TMEM_COLS:
+                raise EmulationError("tcgen05.cp destination outside TMEM", where=w.where())
+
+            def run(ctas=ctas, desc=desc, lanes=lanes, cols=cols):
+                for cta in ctas:
+                    raw = opnd.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
+                    words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
+                    for copy in lanes:
+                        cta.tmem.data[copy[:, None], cols[None, :]] = words
+            _queue(w, AsyncOp(run=run, issuer_rank=w.cta.rank, line=line, writes=[(c, cols) for c in ctas]))
+    return cp
+
+
+def _wait(ins: Instruction) -> Callable:
+    what = ins.modifiers[0] if ins.modifiers else ""
+    if what == "ld":
+        def wait_ld(w):
+            w.pending_ld.clear()
+        return wait_ld
+    return lambda w: None
+
+
+def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
+    op = ins.opcode
+    if not op.startswith("tcgen05."):
+        return None
+    if op == "tcgen05.alloc":
+        return _alloc(ins, prog)
+    if op == "tcgen05.dealloc":
+        return _dealloc(ins, prog)
+    if op == "tcgen05.relinquish_alloc_permit":
+        return _relinquish
+    if op == "tcgen05.ld":
+        return _ld(ins, prog)
+    if op == "tcgen05.st":
+        return _st(ins, prog)
+    if op.startswith("tcgen05.mma"):
+        return _mma(ins, prog)
+    if op == "tcgen05.commit":
+        return _commit(ins, prog)
+    if op == "tcgen05.cp":
+        return _cp(ins, prog)
+    if op == "tcgen05.wait":
+        return _wait(ins)
+    if op == "tcgen05.fence":
+        return lambda w: None
+    raise UnsupportedInstructionError(f"`{ins.full_opcode}` is not emulated", line=ins.line, text=ins.text)

@@ -1,0 +1,75 @@
+"""Per-warp state: program counter (or per-lane PCs while divergent), active mask, registers as numpy arrays over
+the 32 lanes, and the bookkeeping strictness checks need (pending tcgen05.ld registers, observed MMA work)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .program import Program
+
+_ALL = np.arange(32)
+
+
+class Warp:
+    """One warp of one CTA. `mask` is None when all 32 lanes are live and active (the fast path)."""
+
+    def __init__(self, cta, wid: int, prog: Program, launch, ntid: tuple[int, int, int]):
+        self.cta = cta
+        self.wid = wid
+        self.launch = launch
+        self.code = prog.code
+        self.R = [np.zeros(32, dtype=dt) for dt in prog.slot_dtypes]
+        self.pc = 0
+        self.lane_pc: Optional[np.ndarray] = None
+        tid_linear = wid * 32 + _ALL
+        nthreads = ntid[0] * ntid[1] * ntid[2]
+        self.live = tid_linear < nthreads
+        self.mask: Optional[np.ndarray] = None if self.live.all() else self.live.copy()
+        self.done = not self.live.any()
+        self.all_lanes = _ALL
+        self.pending_ld: set[int] = set()
+        self.observed = 0                 # newest async-op sequence number whose completion this warp observed
+        self.bar_wait: Optional[tuple[int, int]] = None
+        self.cluster_gen: Optional[int] = None
+        self.cp_open: list = []
+        self.cp_groups: list = []
+        self.blocked_on = ""
+        self.executed = 0
+        tx = tid_linear % ntid[0]
+        ty = (tid_linear // ntid[0]) % ntid[1]
+        tz = tid_linear // (ntid[0] * ntid[1])
+        u32 = np.uint32
+        self._sregs = {
+            "%tid.x": tx.astype(u32), "%tid.y": ty.astype(u32), "%tid.z": tz.astype(u32),
+            "%laneid": _ALL.astype(u32), "%warpid": u32(wid), "%nwarpid": u32(len(cta.warps_spec)),
+            "%lanemask_eq": (np.uint64(1) << _ALL.astype(np.uint64)).astype(u32),
+            "%lanemask_lt": ((np.uint64(1) << _ALL.astype(np.uint64)) - np.uint64(1)).astype(u32),
+            "%lanemask_le": ((np.uint64(2) << _ALL.astype(np.uint64)) - np.uint64(1)).astype(u32),
+            "%lanemask_gt": (~((np.uint64(2) << _ALL.astype(np.uint64)) - np.uint64(1))).astype(u32),
+            "%lanemask_ge": (~((np.uint64(1) << _ALL.astype(np.uint64)) - np.uint64(1))).astype(u32),
+            "%smid": u32(cta.rank), "%nsmid": u32(148), "%gridid": np.uint64(0),
+            "%clock": u32(0), "%clock64": np.uint64(0), "%globaltimer": np.uint64(0),
+            "%dynamic_smem_size": u32(cta.smem.size), "%total_smem_size": u32(cta.smem.size),
+            "%is_explicit_cluster": u32(1 if len(cta.cluster.ctas) > 1 else 0),
+        }
+        for axis, i in (("x", 0), ("y", 1), ("z", 2)):
+            self._sregs[f"%ntid.{axis}"] = u32(ntid[i])
+            self._sregs[f"%ctaid.{axis}"] = u32(cta.ctaid[i])
+            self._sregs[f"%nctaid.{axis}"] = u32(launch.grid_ctas[i])
+            self._sregs[f"%clusterid.{axis}"] = u32(cta.cluster.cluster_id[i])
+            self._sregs[f"%nclusterid.{axis}"] = u32(launch.grid_clusters[i])
+            self._sregs[f"%cluster_ctaid.{axis}"] = u32(cta.rank if i == 0 else 0)
+            self._sregs[f"%cluster_nctaid.{axis}"] = u32(len(cta.cluster.ctas) if i == 0 else 1)
+        self._sregs["%cluster_ctarank"] = u32(cta.rank)
+        self._sregs["%cluster_nctarank"] = u32(len(cta.cluster.ctas))
+
+    def sreg(self, name: str):
+        try:
+            return self._sregs[name]
+        except KeyError:
+            from .errors import UnsupportedInstructionError
+            raise UnsupportedInstructionError(f"special register {name} is not emulated") from None
+
+    def where(self) -> str:
+        return f"CTA {self.cta.ctaid} (cluster rank {self.cta.rank}), warp {self.wid}"
