@@ -173,6 +173,36 @@ def _compile_ws_matmul() -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Persistent matmul: an outer loop over tiles around the K loop (epilogue smem traffic reaches the next tile's MMA
+# only through the outer back edge), pointer loads in and out.
+@triton.jit
+def _persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, NUM_SMS: tl.constexpr, BM: tl.constexpr,
+                              BN: tl.constexpr, BK: tl.constexpr):
+    num_n = tl.cdiv(N, BN)
+    tiles = tl.cdiv(M, BM) * num_n
+    for tile in tl.range(tl.program_id(0), tiles, NUM_SMS):
+        rm = (tile // num_n) * BM + tl.arange(0, BM)
+        rn = (tile % num_n) * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+            acc = tl.dot(a, b, acc)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16))
+
+
+def _compile_persistent() -> str:
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
+           "NUM_SMS": "constexpr", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}
+    names = _persistent_matmul_kernel.arg_names
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K")}
+    src = triton.compiler.ASTSource(fn=_persistent_matmul_kernel, signature=sig, attrs=attrs,
+                                    constexprs={"NUM_SMS": 148, "BM": 128, "BN": 128, "BK": 64})
+    return triton.compile(src, target=SM100, options={"num_warps": 4, "num_stages": 3}).asm["ptx"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Gluon kernels (defined lazily: importing gluon is only needed when one of them is requested)
 @functools.cache
 def _gluon_kernels():
@@ -362,6 +392,7 @@ _BUILDERS: dict[str, Callable[[], str]] = {
     "tma_scaled_nvfp4": lambda: _compile_block_scaled_tma(16),
     "tma_scaled_mxfp4": lambda: _compile_block_scaled_tma(32),
     "ws_tma_matmul": _compile_ws_matmul,
+    "persistent_matmul": _compile_persistent,
     "gluon_one_mma": _compile_gluon_one_mma,
     "gluon_mma_scaled_nvfp4": lambda: _compile_gluon_mma_scaled("fp8e4nv", 16),
     "gluon_mma_scaled_mxfp4": lambda: _compile_gluon_mma_scaled("u8", 32),

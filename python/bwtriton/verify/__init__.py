@@ -30,7 +30,7 @@ def-chain resolution; a value that is not statically known skips the check (neve
 | acc-read-unsynced         | P11  | error/warning | tcgen05.ld of an MMA's accumulator before commit -> mbarrier wait (error when the regions overlap) |
 | missing-after-thread-sync | P11  | note          | no tcgen05.fence::after_thread_sync at all (Triton 3.6 never emits it) |
 | mma-uncommitted           | P12  | warning       | an MMA that can reach exit without a tcgen05.commit |
-| missing-proxy-fence       | P15  | error/warning | st.shared/stmatrix/red/atom.shared -> tcgen05.mma/cp without fence.proxy.async (warning when only via a loop back edge) |
+| missing-proxy-fence       | P15  | error/warning/note | st.shared/stmatrix/red/atom.shared -> tcgen05.mma/cp without fence.proxy.async: error when the write provably lands in an operand tile on a forward path, warning when the addresses cannot be told apart, note when it only arrives over a loop back edge (persistent kernels reuse epilogue scratch as pipeline buffers, refilled by cp.async/TMA) |
 | alloc-result-unsynced     | P17  | warning       | the alloc's smem slot read without a barrier after the alloc |
 | cta-group2-cluster        | P18  | error/warning | cta_group::2 with an odd/1-CTA cluster (error) or no cluster directive (warning) |
 | idesc-field               | P19  | error         | idesc: reserved bits, types/dtype per kind, E2M1 code per kind, negate (i8), transpose (mxf4*), SF ids, scale type, scale_vec vs kind, sparsity vs .sp, legal M/N for kind+cta_group (§4), K=96 only sm_103a |

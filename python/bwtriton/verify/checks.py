@@ -79,6 +79,8 @@ def _branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[str, bool], 
     taken = ctx.func.label_block.get(last.targets[0]) if last.targets else None
     if taken is None or taken == u + 1:
         return None
+    if len(ctx.func.definitions(last.guard.reg)) != 1:
+        return None  # loop-carried or scoped (e.g. try_wait's `complete`): facts would only split paths
     value = (v == taken) != last.guard.negated
     facts = [(last.guard.reg, value)]
     work = [(last.guard.reg, value)]
@@ -103,7 +105,7 @@ def _branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[str, bool], 
     return tuple(facts)
 
 
-_MAX_BUNDLES = 32
+_MAX_BUNDLES = 64
 
 
 def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iterable], frozenset],
@@ -719,24 +721,25 @@ def check_proxy_fence(ctx: Ctx) -> None:
             return frozenset()
         if ins.opcode in readers and st and emit:
             verdict = {ln: overlaps(writes[ln], ins) for _, ln in st}
-            fwd = [ln for t, ln in st if t == "fwd" and verdict[ln] is not False]
-            loop = [ln for t, ln in st if t == "loop" and verdict[ln] is not False]
-            sure = [ln for ln in fwd if verdict[ln]]
+            sure = sorted(ln for t, ln in st if t == "fwd" and verdict[ln])
+            maybe_fwd = sorted(ln for t, ln in st if t == "fwd" and verdict[ln] is None)
+            maybe_loop = sorted(ln for t, ln in st if t == "loop" and verdict[ln] is not False)
             if sure:
-                fwd = sure
-            elif fwd:
-                loop, fwd = fwd + loop, []
-            if fwd:
                 ctx.add("missing-proxy-fence", "P15", "error", ins,
-                        f"{ins.opcode} reads shared memory through the async proxy after a generic-proxy "
-                        f"shared-memory write (line {min(fwd)}) with no fence.proxy.async in between; insert "
-                        "fence.proxy.async.shared::cta after the writes (before the barrier)", related=min(fwd))
-            elif loop:
+                        f"{ins.opcode} reads shared memory through the async proxy that a generic-proxy store "
+                        f"(line {sure[0]}) wrote with no fence.proxy.async in between; insert "
+                        "fence.proxy.async.shared::cta after the writes (before the barrier)", related=sure[0])
+            elif maybe_fwd:
                 ctx.add("missing-proxy-fence", "P15", "warning", ins,
-                        f"a generic-proxy shared-memory write (line {min(loop)}) reaches this {ins.opcode} "
-                        "without fence.proxy.async (across a loop back edge, or to an address that could not be "
-                        "told apart from the MMA operands; fine if it targets another buffer)",
-                        related=min(loop))
+                        f"a generic-proxy shared-memory write (line {maybe_fwd[0]}) reaches this {ins.opcode} "
+                        "without fence.proxy.async, and its address could not be told apart from the MMA operands",
+                        related=maybe_fwd[0])
+            elif maybe_loop:
+                # typical of persistent kernels: epilogue scratch reused by the next tile's pipeline buffers
+                ctx.add("missing-proxy-fence", "P15", "note", ins,
+                        f"a generic-proxy shared-memory write (line {maybe_loop[0]}) from an earlier loop iteration "
+                        f"reaches this {ins.opcode} without fence.proxy.async (fine if the buffer is refilled "
+                        "before the MMA reads it)", related=maybe_loop[0])
         return st
 
     def join(states):
