@@ -71,7 +71,7 @@ def table(fmt: str) -> np.ndarray:
         t = _minifloat_table(4, 3, 7, ieee_special=False, fn_nan=True, signed=False)
         return np.concatenate([t, t])
     if fmt == "ue8m0":
-        t = np.array([2.0 ** (b - 127) for b in range(256)], dtype=np.float32)
+        t = np.array([2.0 ** (b - 127) for b in range(255)] + [np.nan], dtype=np.float64).astype(np.float32)
         t[0] = np.float32(2.0 ** -127)
         t[255] = np.nan
         return t

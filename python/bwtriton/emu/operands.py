@@ -38,9 +38,11 @@ def _check(d: SmemDesc) -> int:
     if d.fields.get("version") != 1:
         raise DescriptorError(f"shared-memory descriptor 0x{d.value:016x}: bits 46-48 must be 0b001 on sm_100 "
                               f"(found {d.fields.get('version')})")
-    if d.fields.get("base_offset") or d.fields.get("lbo_mode"):
-        raise DescriptorError(f"shared-memory descriptor 0x{d.value:016x}: nonzero base offset / absolute LBO mode "
-                              "is not emulated")
+    # The base offset only shifts where a swizzle pattern starts; without swizzling it has no effect
+    # (Triton sets it on the SWIZZLE_NONE scale descriptors of tcgen05.cp).
+    if (d.fields.get("base_offset") and d.swizzle != "none") or d.fields.get("lbo_mode"):
+        raise DescriptorError(f"shared-memory descriptor 0x{d.value:016x}: nonzero base offset with swizzling / "
+                              "absolute LBO mode is not emulated")
     return SWIZZLE_BYTES[d.swizzle]
 
 
