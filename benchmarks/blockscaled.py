@@ -38,19 +38,19 @@ def _register_decode() -> None:
     from bwtriton.formats import quantize_nvfp4
     n = k = 8192
     for m in (1, 4, 16):
-        for split in (None, 1, 4):
+        for tag, cfg in (("auto", None), ("split1", {"SPLIT_K": 1}), ("split4", {"SPLIT_K": 4}),
+                         ("BN32 split2", {"BLOCK_N": 32, "SPLIT_K": 2}),
+                         ("BN128 8w split4", {"BLOCK_N": 128, "num_warps": 8, "SPLIT_K": 4})):
             def setup(m=m):
                 torch.manual_seed(0)
                 w = torch.randn(n, k, device="cuda") * 0.02
                 return {"x": torch.randn(m, k, device="cuda").to(torch.bfloat16), "w_q": quantize_nvfp4(w),
                         "w_bf16": w.to(torch.bfloat16)}
-            cfg = None if split is None else {"SPLIT_K": split}
-            tag = "auto" if split is None else f"split{split}"
             register_case(f"nvfp4 decode M={m} N=K={n} ({tag})",
                           lambda s, cfg=cfg: _mods()[1].nvfp4_decode_matmul(s["x"], s["w_q"], config=cfg),
                           lambda s: torch.matmul(s["x"], s["w_bf16"].T),
                           work=n * k * 4.5 / 8 + m * k * 2 + m * n * 2, unit="GB/s", peer_name="cuBLAS bf16",
-                          group="decode", setup=setup, check=_rel_err, target_ratio=2.5 if split is None else None)
+                          group="decode", setup=setup, check=_rel_err, target_ratio=2.5 if cfg is None else None)
 
 
 def _register_gemm() -> None:
