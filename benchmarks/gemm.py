@@ -125,7 +125,26 @@ def main(argv: list[str] | None = None) -> int:
     results = run_all(args.out, name="gemm", only=only, rounds=rounds, rep_ms=args.rep_ms,
                       title=f"bwtriton GEMM vs peer on {name}")
     _print_tuning_log(Path(args.out))
+    _print_launch_overhead()
     return 1 if results and all(r.error for r in results) else 0
+
+
+def _print_launch_overhead(calls: int = 2000) -> None:
+    """Host time per call on a tiny GEMM (GPU time negligible): the latency floor that small shapes pay."""
+    import time
+
+    import torch
+    from bwtriton.kernels import matmul
+    a = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
+    for name, fn in (("bwtriton.kernels.matmul", lambda: matmul(a, b)), ("torch.matmul", lambda: torch.matmul(a, b))):
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        print(f"launch overhead {name}: {(time.perf_counter() - t0) / calls * 1e6:.1f} us/call (128^3 bf16)")
 
 
 def _print_tuning_log(out: Path) -> None:
@@ -133,7 +152,7 @@ def _print_tuning_log(out: Path) -> None:
     from bwtriton.kernels.matmul import TUNING_LOG
     lines = []
     for key, timings in TUNING_LOG.items():
-        cap, dtype, out_dtype, kmajor, sa, sb, bucket = key
+        _cap, dtype, out_dtype, kmajor, sa, sb, bucket = key
         lines.append(f"{str(dtype).replace('torch.', '')}->{str(out_dtype).replace('torch.', '')} "
                      f"B{'col' if kmajor else 'row'} scales={sa},{sb} bucket={'x'.join(map(str, bucket))}:")
         best = min(timings.values())

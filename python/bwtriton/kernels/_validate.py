@@ -162,7 +162,7 @@ def tma_friendly_empty(rows: int, cols: int, dtype: torch.dtype, device: "torch.
     When `cols * itemsize` is already a multiple of 16 the result is contiguous; otherwise it is a view of the
     first `cols` columns of a wider buffer (unit inner stride, aligned row stride).
     """
-    per_row = TMA_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+    per_row = TMA_ALIGN_BYTES // dtype.itemsize
     padded = -(-cols // per_row) * per_row
     buf = torch.empty((rows, padded), dtype=dtype, device=device)
     return buf if padded == cols else buf[:, :cols]
@@ -185,4 +185,9 @@ def tma_descriptor(t: torch.Tensor, block_shape: Sequence[int]):
         if t.shape[dim] == 1:
             extent = t.shape[dim + 1] * strides[dim + 1] * elem
             strides[dim] = -(-extent // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES // elem
-    return TensorDescriptor(t, list(t.shape), strides, list(block_shape))
+    # Built without TensorDescriptor.__post_init__: its asserts repeat the checks above and cost several
+    # microseconds per launch, which shows on small GEMMs (launch overhead is host time the GPU waits for).
+    desc = object.__new__(TensorDescriptor)
+    desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = (
+        t, list(t.shape), strides, list(block_shape), "zero")
+    return desc

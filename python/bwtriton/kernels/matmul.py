@@ -169,13 +169,19 @@ def _descriptors(a, b, c, b_kmajor: bool, cfg: GemmConfig):
 
 
 @functools.lru_cache(maxsize=None)
-def _num_sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def _device_info(device_index: int) -> tuple[int, int]:
+    """(compute capability as major*10+minor, SM count), cached: querying per call costs launch latency."""
+    props = torch.cuda.get_device_properties(device_index)
+    return props.major * 10 + props.minor, props.multi_processor_count
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _launch(a, b, c, a_scale, b_scale, facts: dict, cfg: GemmConfig) -> None:
     m, n, k = facts["m"], facts["n"], facts["k"]
-    num_sms = _num_sms(facts["device"].index or 0)
+    num_sms = _device_info(_device_index(facts["device"]))[1]
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     # NUM_SMS (the tile-loop stride) stays the SM count even when fewer tiles than SMs launch fewer programs:
     # each program then owns one tile, and the kernel is not recompiled for every small shape.
@@ -198,15 +204,14 @@ def _shape_bucket(m: int, n: int, k: int) -> tuple:
 
 
 def _tuning_key(a, facts: dict) -> tuple:
-    cap = torch.cuda.get_device_capability(facts["device"])
+    cap = _device_info(_device_index(facts["device"]))[0]
     return (cap, a.dtype, facts["out_dtype"], facts["b_kmajor"], facts["a_scale_mode"], facts["b_scale_mode"],
             _shape_bucket(facts["m"], facts["n"], facts["k"]))
 
 
 def _candidates(a, facts: dict) -> list[GemmConfig]:
-    major, minor = torch.cuda.get_device_capability(facts["device"])
-    out_bytes = torch.empty((), dtype=facts["out_dtype"]).element_size()
-    cfgs = gemm_configs(major * 10 + minor, a.element_size(), out_bytes)
+    cap = _device_info(_device_index(facts["device"]))[0]
+    cfgs = gemm_configs(cap, a.element_size(), facts["out_dtype"].itemsize)
     return prune_for_shape(cfgs, facts["m"], facts["n"], facts["k"])
 
 
