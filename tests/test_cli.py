@@ -80,3 +80,9 @@ def test_demo_without_gpu_prints_the_census_table(capsys):
 def test_console_entry_point_and_module_agree():
     proc = subprocess.run([sys.executable, "-m", "bwtriton", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("bwtriton ")
+
+
+def test_demo_shows_the_two_cta_row(capsys):
+    rc, out, _ = run(capsys, "demo", "--no-gpu")
+    row = next(line for line in out.splitlines() if line.startswith("tl.dot fp16 two_cta"))
+    assert rc == 0 and "256x128x16" in row and "UTCHMMA.2CTA" in row and "  2  " in row

@@ -18,23 +18,10 @@ import triton.language as tl
 
 import bwtriton
 from bwtriton.errors import CompileError, InputError
+from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel
 from bwtriton.pairing import MmaSummary, eligibility_problems, should_pair, tail_waste
 from bwtriton.passes import _cga_layouts as cga
 from bwtriton.ptx.descriptors import decode_idesc
-
-
-@triton.jit
-def matmul_tma_bt_kernel(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr):
-    """C = A @ B with B stored [N, K] (read as b.T): the TMA form Triton 3.6 does not pair by itself."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = a_desc.load([pid_m * BLOCK_M, k])
-        b = b_desc.load([pid_n * BLOCK_N, k])
-        acc = tl.dot(a, b.T, acc)
-    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
 @triton.jit

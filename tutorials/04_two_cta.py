@@ -20,32 +20,19 @@ import sys
 import textwrap
 from pathlib import Path
 
-import triton
-import triton.language as tl
 
 import bwtriton
+from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
 from bwtriton.pairing import should_pair
 from bwtriton.ptx.descriptors import decode_idesc
 
 
-@triton.jit
-def matmul_tma_bt_kernel(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(0)   # with num_ctas=2 this is the cluster's id: one 256-row tile per CTA pair
-    pid_n = tl.program_id(1)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = a_desc.load([pid_m * BLOCK_M, k])
-        b = b_desc.load([pid_n * BLOCK_N, k])
-        acc = tl.dot(a, b.T, acc)
-    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
-
-
 def compile_kernel(block_m: int = 256, block_n: int = 128, block_k: int = 64, **kw):
-    sig = {"a_desc": f"tensordesc<fp16[{block_m},{block_k}]>", "b_desc": f"tensordesc<fp16[{block_n},{block_k}]>",
-           "c_desc": f"tensordesc<fp16[{block_m},{block_n}]>", "K": "i32"}
-    return bwtriton.compile(matmul_tma_bt_kernel, signature=sig,
-                            constexprs={"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}, **kw)
+    # The kernel (bwtriton/examples/tma_matmul.py): with num_ctas=2, tl.program_id is the cluster's id, so each
+    # CTA pair computes one 256-row tile.
+    spec = tma_bt_spec("fp16", block_m, block_n, block_k)
+    spec.pop("num_stages"), spec.pop("num_warps")
+    return bwtriton.compile(matmul_tma_bt_kernel, **spec, **kw)
 
 
 def without_pass() -> None:

@@ -49,8 +49,20 @@ def _scaled_case(kind: str) -> DemoCase:
     return DemoCase(f"tl.dot_scaled {kind}", build, run)
 
 
+def _two_cta_case() -> DemoCase:
+    from . import compile as bw_compile
+    from .examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
+
+    def build(target: str):
+        spec = tma_bt_spec("fp16")
+        return bw_compile(matmul_tma_bt_kernel, target=target, two_cta=True, **spec)
+    # cta_group::2 needs Blackwell; on other GPUs this case is compile-only.
+    return DemoCase("tl.dot fp16 two_cta", build, None)
+
+
 def demo_cases() -> list[DemoCase]:
-    return [_matmul_case("bf16"), _matmul_case("fp8e4nv"), _scaled_case("nvfp4"), _scaled_case("mxfp4")]
+    return [_matmul_case("bf16"), _matmul_case("fp8e4nv"), _scaled_case("nvfp4"), _scaled_case("mxfp4"),
+            _two_cta_case()]
 
 
 def _fmt_counts(counts: dict) -> str:
@@ -65,7 +77,7 @@ def census_row(name: str, result) -> list[str]:
     findings = verify.get("findings", verify.get("errors", []))
     vtext = "not run" if not verify else (f"{len(findings)} finding(s)" if findings else "clean")
     return [name, _fmt_counts(c["tcgen05"]) if c["tcgen05"] else _fmt_counts(c["other_mma"]),
-            ",".join(c["mma_kinds"]) or "-", ",".join(map(str, c["cta_groups"])) or "-",
+            ",".join(c["mma_kinds"]) or "-", ",".join(c["mma_shapes"]) or "-", ",".join(map(str, c["cta_groups"])) or "-",
             str(result.summary()["tmem_columns"]), ",".join(c["scale_vec"]) or "-",
             " ".join(f"{k}x{v}" for k, v in sorted(sass.items())) or "-", vtext]
 
@@ -80,7 +92,7 @@ def run_demo(target: str = "sm_100a", run_on_gpu: bool = True) -> int:
     for case in demo_cases():
         result = case.compile(tgt.name)
         rows.append(census_row(case.name, result))
-    print(format_table(("kernel", "tcgen05 instructions (PTX)", "mma kind", "cta_group", "TMEM cols",
+    print(format_table(("kernel", "tcgen05 instructions (PTX)", "mma kind", "idesc MxNxK", "cta_group", "TMEM cols",
                         "scale_vec", "SASS MMA/TMEM opcodes", "verifier"), rows))
     print(f"\ncompiled {len(rows)} kernels in {time.perf_counter() - t0:.1f} s; "
           f"`bwtriton compile --help` writes any stage (ttgir, ptx, sass, ...) to disk.")
@@ -102,6 +114,9 @@ def run_demo(target: str = "sm_100a", run_on_gpu: bool = True) -> int:
     enable()
     try:
         for case in demo_cases():
+            if case.run_on_gpu is None:
+                print(f"  {case.name:24s} compile-only on this GPU")
+                continue
             try:
                 print(f"  {case.name:24s} {case.run_on_gpu()}")
             except Exception as exc:  # report every case, then fail
