@@ -24,10 +24,10 @@ def _load_all() -> None:
 
 
 def all_passes() -> dict[str, type[Pass]]:
-    """Every registered pass by name, in pipeline order (stage, then name)."""
+    """Every registered pass by name, in pipeline order (stage, then `order`, then name)."""
     _load_all()
-    order = {s: i for i, s in enumerate(Stage)}
-    return dict(sorted(REGISTRY.items(), key=lambda kv: (order[kv[1].stage], kv[0])))
+    stage_index = {s: i for i, s in enumerate(Stage)}
+    return dict(sorted(REGISTRY.items(), key=lambda kv: (stage_index[kv[1].stage], kv[1].order, kv[0])))
 
 
 def get_pass(name: str) -> type[Pass]:

@@ -84,6 +84,9 @@ class Pass:
     purpose: ClassVar[str]
     options: ClassVar[tuple[PassOption, ...]] = ()
     default_enabled: ClassVar[bool] = True
+    #: Position within its stage (lower runs first; ties by name). Analyses that must see every rewrite of a stage
+    #: (snapshots, verifiers) take high numbers; rewrites that others build on take low ones.
+    order: ClassVar[int] = 50
 
     def applies_to(self, target) -> bool:
         """Whether the pass is meaningful for `target` (it is skipped elsewhere, even when enabled)."""

@@ -77,6 +77,7 @@ class PairCtas(Pass):
                           "on: pair or fail with the reason; auto: pair when eligible, else leave the kernel as "
                           "Triton made it (with a warning)"),)
     default_enabled = False
+    order = 20  # after plan-tmem (whose fallback re-lowers from TTIR)
 
     def applies_to(self, target) -> bool:
         return target.has_tcgen05

@@ -32,6 +32,7 @@ class PlanTmem(Pass):
         PassOption("fallback", bool, True, "when over budget, try correctness-preserving rewrites before failing"),
     )
     default_enabled = True
+    order = 10  # first TTGIR pass: its fallback re-lowers from TTIR, so TTGIR rewrites must come after it
 
     def applies_to(self, target) -> bool:
         return bool(target.has_tcgen05)

@@ -20,6 +20,7 @@ class TmemTtirSnapshot(Pass):
     stage = Stage.TTIR
     purpose = "keep the TTIR text so plan-tmem can re-lower over-budget kernels (companion of plan-tmem)"
     default_enabled = True
+    order = 1000  # last TTIR pass: the snapshot must include every TTIR rewrite
 
     def applies_to(self, target) -> bool:
         return bool(target.has_tcgen05)
