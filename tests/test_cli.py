@@ -86,3 +86,14 @@ def test_demo_shows_the_two_cta_row(capsys):
     rc, out, _ = run(capsys, "demo", "--no-gpu")
     row = next(line for line in out.splitlines() if line.startswith("tl.dot fp16 two_cta"))
     assert rc == 0 and "256x128x16" in row and "UTCHMMA.2CTA" in row and "  2  " in row
+
+
+def test_tmem_report_and_map(capsys, tmp_path):
+    svg = tmp_path / "map.svg"
+    rc, out, err = run(capsys, "compile", MATMUL, "--report", "tmem", "--tmem-map", str(svg))
+    assert rc == 0, err
+    assert "== plan-tmem" in out and "128" in out
+    text = svg.read_text()
+    assert text.lstrip().startswith("<svg") or "<svg" in text[:200]
+    rc, out, err = run(capsys, "compile", MATMUL, "--target", "sm_90a", "--tmem-map", str(svg))
+    assert rc == 1 and "no TMEM plan" in err

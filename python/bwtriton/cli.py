@@ -88,6 +88,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if args.report:
             print(render_reports(result, args.report))
         return 0
+    if args.tmem_map:
+        report = result.reports.get("plan-tmem")
+        if report is None:
+            raise InputError(f"no TMEM plan for this compile (plan-tmem runs on tcgen05 targets; target is "
+                             f"{result.target.name})")
+        from bwtriton.tmem import write_tmem_map
+        write_tmem_map(report, args.tmem_map)
+        print(f"  wrote TMEM map {args.tmem_map}")
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
     written = result.write(args.out, stages) if args.out else []
     if args.json:
@@ -167,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "to stdout instead of the summary")
     c.add_argument("--report", action="append", default=[], metavar="PASS|all",
                    help="print a pass's report (e.g. tmem, plan-tmem, verify-tcgen05, all)")
+    c.add_argument("--tmem-map", metavar="PATH", help="write the plan-tmem TMEM map picture (.svg, or .png with "
+                   "matplotlib)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compile)
 
