@@ -375,6 +375,12 @@ def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: 
         used = np.unique(cols) + col_d
         if used.max() >= TMEM_COLS:
             raise DescriptorError(f"MMA D tile (M={m}, N={n}) at column {col_d} runs past TMEM column 511", line=line)
+        owned = np.zeros(TMEM_COLS, dtype=bool)
+        for c, (nc, _) in cta.tmem.allocations.items():
+            owned[c:c + nc] = True
+        if not owned[used].all():
+            raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
+                                 f"{cta.rank} that are not allocated", line=line)
         writes.append((cta, used))
 
     def run():

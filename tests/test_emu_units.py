@@ -1,0 +1,152 @@
+"""Instruction semantics on hand-written PTX (one warp): conversions to bf16/fp8/fp4, integer ops, divergent
+branches with reconvergence, shfl, vote, selp/setp. Expected values come from torch / Python, not the emulator."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import bwtriton.emu as emu
+
+pytestmark = pytest.mark.emu
+
+HEADER = """
+.version 8.8
+.target sm_100a
+.address_size 64
+.visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1)
+.reqntid 32
+{
+  .reg .pred %p<8>;
+  .reg .b8 %rc<4>;
+  .reg .b16 %rs<8>;
+  .reg .b32 %r<32>;
+  .reg .b64 %rd<16>;
+  ld.param.u64 %rd1, [k_param_0];
+  ld.param.u64 %rd2, [k_param_1];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 8;
+  add.s64 %rd4, %rd1, %rd3;
+  add.s64 %rd5, %rd2, %rd3;
+  ld.global.v2.b32 {%r2, %r3}, [%rd4];
+"""
+
+
+def run_body(body: str, inp: torch.Tensor) -> torch.Tensor:
+    """Each lane t loads 8 bytes at in[t] into %r2, %r3, runs `body`, which must leave 8 bytes in %r4, %r5;
+    those are stored at out[t]."""
+    text = HEADER + body + "\n  st.global.v2.b32 [%rd5], {%r4, %r5};\n  ret;\n}\n"
+    out = torch.zeros(32, 2, dtype=torch.int32)
+    emu.run(text, (1,), inp.contiguous(), out)
+    return out
+
+
+def f32_pairs(a, b) -> torch.Tensor:
+    return torch.stack([torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32)], 1)
+
+
+def test_cvt_e2m1x2_satfinite_round_to_nearest_even():
+    a = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.3, 100.0, -100.0, 0.0] + [0.1] * 20)
+    b = torch.tensor([1.0, -1.0, 6.0, 0.5, -6.0, 2.0, 3.0, 4.0] * 4)
+    out = run_body("""
+  cvt.rn.satfinite.e2m1x2.f32 %rc1, %r2, %r3;
+  cvt.u32.u8 %r4, %rc1;
+  mov.b32 %r5, 0;
+""", f32_pairs(a, b))
+    codes = out[:, 0].numpy()
+    grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
+
+    def e2m1(x):  # reference: nearest grid value, ties to even code, saturate at 6
+        s = 8 if np.signbit(x) else 0
+        ax = min(abs(x), 6.0)
+        d = np.abs(grid - ax)
+        best = np.flatnonzero(d == d.min())
+        return s | int(best[0] if len(best) == 1 or best[0] % 2 == 0 else best[1])
+    for t in range(32):
+        assert codes[t] >> 4 == e2m1(float(a[t])), t  # a -> upper nibble
+        assert codes[t] & 0xF == e2m1(float(b[t])), t
+
+
+def test_cvt_bf16x2_and_f16x2_packing():
+    a, b = torch.randn(32) * 10, torch.randn(32) * 10
+    out = run_body("""
+  cvt.rn.bf16x2.f32 %r4, %r2, %r3;
+  cvt.rn.f16x2.f32 %r5, %r2, %r3;
+""", f32_pairs(a, b))
+    w = out.numpy().view(np.uint32)
+    bf_hi = torch.from_numpy((w[:, 0] >> 16).astype(np.int16)).view(torch.bfloat16)
+    bf_lo = torch.from_numpy((w[:, 0] & 0xFFFF).astype(np.uint16).view(np.int16)).view(torch.bfloat16)
+    assert torch.equal(bf_hi, a.bfloat16()) and torch.equal(bf_lo, b.bfloat16())
+    h_hi = torch.from_numpy((w[:, 1] >> 16).astype(np.uint16).view(np.float16))
+    assert torch.equal(h_hi, a.half())
+
+
+def test_cvt_e4m3x2_satfinite_matches_torch():
+    a, b = torch.randn(32) * 300, torch.randn(32)
+    out = run_body("""
+  cvt.rn.satfinite.e4m3x2.f32 %rs1, %r2, %r3;
+  cvt.u32.u16 %r4, %rs1;
+  cvt.rn.f16x2.e4m3x2 %r5, %rs1;
+""", f32_pairs(a, b))
+    w = out.numpy().view(np.uint32)
+    ref_hi = a.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    ref_lo = b.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    assert (w[:, 0] >> 8 == ref_hi).all() and (w[:, 0] & 0xFF == ref_lo).all()
+    back_lo = (w[:, 1] & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)
+    assert np.array_equal(back_lo, b.to(torch.float8_e4m3fn).float().numpy())
+
+
+def test_integer_ops_bfe_prmt_mul_hi_shifts():
+    x = torch.randint(-2 ** 31, 2 ** 31 - 1, (32, 2), dtype=torch.int64).to(torch.int32)
+    out = run_body("""
+  bfe.s32 %r6, %r2, 3, 9;
+  prmt.b32 %r7, %r2, %r3, 0x7351;
+  mul.hi.s32 %r8, %r2, %r3;
+  shr.s32 %r9, %r2, 40;
+  add.s32 %r4, %r6, %r8;
+  xor.b32 %r5, %r7, %r9;
+""", x)
+    a = x[:, 0].numpy().astype(np.int64)
+    b = x[:, 1].numpy().astype(np.int64)
+    field = (a >> 3) & 0x1FF
+    bfe = np.where(field & 0x100, field - 0x200, field)
+    mulhi = (a * b) >> 32
+    au, bu = a & 0xFFFFFFFF, b & 0xFFFFFFFF
+    by = [(au >> 8 * i) & 0xFF for i in range(4)] + [(bu >> 8 * i) & 0xFF for i in range(4)]
+    prmt = by[1] | by[5] << 8 | by[3] << 16 | by[7] << 24
+    shr = np.where(a < 0, -1, 0)
+    assert np.array_equal(out[:, 0].numpy(), ((bfe + mulhi + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32))
+    assert np.array_equal(out[:, 1].numpy().view(np.uint32), ((prmt ^ (shr & 0xFFFFFFFF)) & 0xFFFFFFFF)
+                          .astype(np.uint32))
+
+
+def test_divergent_branch_reconverges_and_shfl_vote():
+    """Lanes < 5 take one path, others another; after reconvergence a shfl and a ballot see every lane."""
+    out = run_body("""
+  setp.lt.u32 %p1, %r1, 5;
+  @%p1 bra $L_small;
+  mul.lo.s32 %r6, %r1, 100;
+  bra.uni $L_join;
+$L_small:
+  add.s32 %r6, %r1, 1000;
+$L_join:
+  shfl.sync.idx.b32 %r7, %r6, 31, 31, -1;
+  vote.sync.ballot.b32 %r8, %p1, -1;
+  add.s32 %r4, %r6, 0;
+  add.s32 %r5, %r7, %r8;
+""", torch.zeros(32, 2, dtype=torch.int32))
+    t = np.arange(32)
+    assert np.array_equal(out[:, 0].numpy(), np.where(t < 5, t + 1000, t * 100))
+    assert np.array_equal(out[:, 1].numpy(), np.full(32, 3100 + 0b11111))
+
+
+def test_memory_fault_names_the_line():
+    text = HEADER + "  ld.global.b32 %r4, [%rd1+100000];\n  ret;\n}\n"
+    with pytest.raises(emu.MemoryFaultError, match=r"PTX line \d+: global access"):
+        emu.run(text, (1,), torch.zeros(32, 2, dtype=torch.int32), torch.zeros(32, 2, dtype=torch.int32))
+
+
+def test_unsupported_instruction_is_reported():
+    text = HEADER + "  wgmma.fence.sync.aligned;\n  ret;\n}\n"
+    with pytest.raises(emu.UnsupportedInstructionError, match="wgmma.fence"):
+        emu.run(text, (1,), torch.zeros(32, 2, dtype=torch.int32), torch.zeros(32, 2, dtype=torch.int32))
