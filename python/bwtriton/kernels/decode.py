@@ -7,6 +7,12 @@ must stay cheaper than the memory traffic; it is done in registers with `dequant
 weight, exact), and the MMA is "swapped": the dequantized weight tile [BLOCK_N, BLOCK_K] is the register A operand
 and x^T [BLOCK_K, 16..64] the small B operand, so no MMA work is wasted on padding M up to 64/128 rows.
 SPLIT_K > 1 splits K over more CTAs (fp32 atomics) when N alone gives too few CTAs to saturate HBM.
+
+Measured on the H200 (N = K = 8192, one run): 60-62 us for M = 4/16 (auto config, split 2), 81 us for M = 1
+(split 1), against 45 us for cuBLAS bf16: 0.56-0.75x, far from the 2.5x goal. The kernel is issue-bound, not
+memory-bound: ~600 GB/s of 4.8 TB/s. A variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
+17 of 18 layout conversions but measured slower (106-205 us): Triton then reads the bytes from shared memory one
+at a time (ld.shared.b8) in the MMA operand layout. See the report of issue 4 for the next steps.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..errors import InputError
-from .blockscaled import _e2m1x4_to_bf16, check_quantized, check_same_device, scale_offsets
+from .blockscaled import check_quantized, check_same_device, dequant_nvfp4_bf16, scale_offsets
 
 __all__ = ["nvfp4_decode_matmul", "MAX_DECODE_M"]
 
@@ -26,36 +32,25 @@ MAX_DECODE_M = 64
 def nvfp4_decode_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_xm, stride_om,
                         SCALE_BLOCKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
-    """Swapped weight-only GEMM: acc[BLOCK_N, BLOCK_M] += W_even . x_even^T + W_odd . x_odd^T.
-
-    Byte j of a weight row holds elements 2j (low nibble) and 2j+1 (high nibble). Instead of interleaving them
-    back into K order (a join + reshape, which forces layout conversions through shared memory on every tile),
-    the two nibble planes are two K/2-long operands, paired with the even / odd columns of x. Everything from the
-    weight load to the MMA is then elementwise (the scale of byte j is gathered per byte: one per 8 bytes, L1
-    hits), so Triton can load the bytes straight into the MMA's register operand layout."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     m_mask = rm < M
     rkh = tl.arange(0, BLOCK_K // 2)
+    rk = tl.arange(0, BLOCK_K)
+    rks = tl.arange(0, BLOCK_K // 16)
     k_span = K // SPLIT_K
     k_lo = pid_k * k_span
     n_kb = K // 16
     w_rows = w_ptr + rn[:, None].to(tl.int64) * (K // 2)
-    x_rows = x_ptr + rm[:, None] * stride_xm
-    rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k in range(k_lo, k_lo + k_span, BLOCK_K):
-        kh = k // 2 + rkh                                   # byte index along the row
-        w = tl.load(w_rows + kh[None, :])
-        s = tl.load(ws_ptr + scale_offsets(rn[:, None], (kh // 8)[None, :], n_kb, SCALE_BLOCKED))
-        w_even, w_odd = _e2m1x4_to_bf16(w, s.to(tl.float32).to(tl.bfloat16))
-        # x: one contiguous [BLOCK_M, BLOCK_K] tile, de-interleaved in registers (x is tiny and L2-resident).
-        xt = tl.load(x_rows + (k + rk)[None, :], mask=m_mask[:, None], other=0.0)
-        x_even, x_odd = tl.split(tl.reshape(xt, (BLOCK_M, BLOCK_K // 2, 2)))
-        acc = tl.dot(w_even, x_even.T, acc)
-        acc = tl.dot(w_odd, x_odd.T, acc)
+        w = tl.load(w_rows + (k // 2 + rkh)[None, :])
+        s = tl.load(ws_ptr + scale_offsets(rn[:, None], (k // 16 + rks)[None, :], n_kb, SCALE_BLOCKED))
+        wd = dequant_nvfp4_bf16(w, s)
+        xt = tl.load(x_ptr + rm[None, :] * stride_xm + (k + rk)[:, None], mask=m_mask[None, :], other=0.0)
+        acc = tl.dot(wd, xt, acc)
     acc = acc * tl.load(alpha_ptr)
     ptrs = out_ptr + rm[None, :] * stride_om + rn[:, None]
     if SPLIT_K == 1:
