@@ -23,15 +23,11 @@ from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_
 from bwtriton.passes.mlir_util import reparse
 
 
-#: Compute capabilities where Triton 3.6 lowers e2m1 x e2m1 with UE4M3 scales to hardware (measured by compiling):
-#: sm_100a/sm_103a `tcgen05.mma ... kind::mxf4nvf4.block_scale.scale_vec::4X`; sm_120a
-#: `mma.sync.aligned.m16n8k64 ... kind::mxf4nvf4.block_scale.scale_vec::4X` (no tcgen05 there, but native fp4 mma).
-NATIVE_NVFP4_CAPABILITIES = frozenset({100, 103, 120})
-
-
 def natively_supported(op: DotScaledOp, target) -> bool:
     """Whether Triton 3.6 lowers this NVFP4 dot to a hardware block-scaled MMA on `target` (kind::mxf4nvf4)."""
-    native = bool(getattr(target, "native_block_scaled", False)) or target.capability in NATIVE_NVFP4_CAPABILITIES
+    # Target.native_block_scaled (measured by compiling): sm_100a/sm_103a `tcgen05.mma ... kind::mxf4nvf4`, sm_120a
+    # `mma.sync ... kind::mxf4nvf4.block_scale` (no tcgen05 there, but native fp4 MMA).
+    native = target.native_block_scaled
     # Measured on sm_100a: a dot tile with M = 64 falls back to Triton's decomposition (and crashes); M = 128/256
     # with N = 64..256 lower natively.
     return (native and op.out_type.shape[0] % 128 == 0 and op.a_format == op.b_format == "e2m1"

@@ -29,8 +29,9 @@ class Target:
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("sm_100a", 100, has_tcgen05=True, native_block_scaled=True),
     Target("sm_103a", 103, has_tcgen05=True, native_block_scaled=True),
-    # sm_120a (consumer Blackwell) has no tcgen05/TMEM; Triton 3.6 lowers dots to mma.sync there.
-    Target("sm_120a", 120),
+    # sm_120a (consumer Blackwell) has no tcgen05/TMEM; Triton 3.6 lowers dots to mma.sync there, including
+    # block-scaled ones (mma.sync ... kind::mxf4nvf4.block_scale.scale_vec::4X, measured).
+    Target("sm_120a", 120, native_block_scaled=True),
     Target("sm_90a", 90, has_wgmma=True),
     Target("sm_80", 80),
 )}
