@@ -1,4 +1,4 @@
-"""sm_100a numerics through the CPU emulator: Triton 3.6's own PTX for tl.dot (fp16/bf16/fp8/tf32),
+"""sm_100a numerics through the CPU emulator: Triton 3.6's own PTX for tl.dot (fp16/bf16/fp8/tf32; int8 lowers to mma.sync),
 tl.dot_scaled (MXFP4/NVFP4/MXFP8, pointer and TMA + 5-D scale/tcgen05.cp paths), warp-specialized TMA,
 Gluon tcgen05 (one MMA, scaled, two_ctas) must match float64 torch references within format tolerance
 (tolerances: `emu_cases.out_tolerance` -- output rounding + fp32 accumulation order)."""
@@ -22,6 +22,7 @@ CASES = {
     "dot_fp8e4m3": lambda: ec.case_matmul("fp8e4nv", "fp16", K=256, bk=128),
     "dot_fp8e5m2": lambda: ec.case_matmul("fp8e5", "fp16", K=256, bk=128),
     "dot_tf32": lambda: ec.case_matmul("fp32", "fp32", bk=32, prec="tf32"),
+    "dot_int8_mma_sync": lambda: ec.case_matmul("i8", "i32", K=256, bk=128),
     "dot_scaled_mxfp4": lambda: ec.case_dot_scaled("e2m1", "e2m1", "u8", 32, 256),
     "dot_scaled_nvfp4": lambda: ec.case_dot_scaled("e2m1", "e2m1", "fp8e4nv", 16, 256),
     "dot_scaled_mxfp8": lambda: ec.case_dot_scaled("e4m3", "e4m3", "u8", 32, 128, K=256),

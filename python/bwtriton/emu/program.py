@@ -207,9 +207,9 @@ class Program:
 
     # -- instruction dispatch ------------------------------------------------------------------------
     def _compile(self, ins: Instruction) -> Callable:
-        from . import alu, memops, sync, tcgen05, tma
+        from . import alu, memops, mma_sync, sync, tcgen05, tma
         f: Optional[Callable] = None
-        for mod in (sync, tcgen05, tma, memops, alu):
+        for mod in (sync, tcgen05, tma, memops, mma_sync, alu):
             f = mod.compile_instruction(ins, self)
             if f is not None:
                 break
