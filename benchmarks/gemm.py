@@ -4,8 +4,8 @@
 
 Peers: cuBLAS through `torch.matmul` (bf16/fp16) and `torch._scaled_mm` (fp8 e4m3, with use_fast_accum=True,
 the accumulation mode Triton uses for fp8 on sm_90; one row also shows the precise-accumulation peer).
-Block-scaled rows (NVFP4/MXFP) come from `gemm_blockscaled.py` in this folder when it exists: that module calls
-`_harness.register_case(...)` at import time.
+Block-scaled rows (NVFP4/MXFP) come from the modules in OPTIONAL_CASE_MODULES (`blockscaled.py` in this folder),
+which call `_harness.register_case(...)` at import time; `--only bf16,fp8` or `--only nvfp4` picks rows.
 """
 from __future__ import annotations
 
@@ -95,13 +95,17 @@ def register_dense_cases(quick: bool = False) -> None:
                       note=_note_config("a", "b", a_scale="sa", b_scale="sb"), target_ratio=target)
 
 
+#: Benchmark modules in this folder that register more rows when imported (block-scaled NVFP4/MXFP: part B).
+OPTIONAL_CASE_MODULES = ("blockscaled",)
+
+
 def register_optional_modules() -> None:
-    # --- block-scaled rows (part B): gemm_blockscaled.py registers its cases when imported ---
-    try:
-        import gemm_blockscaled  # noqa: F401
-    except ImportError as exc:
-        if getattr(exc, "name", None) != "gemm_blockscaled":
-            print(f"note: block-scaled cases skipped: {exc}")
+    import importlib
+    for name in OPTIONAL_CASE_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            print(f"note: {name} cases skipped: {exc}")
 
 
 def main(argv: list[str] | None = None) -> int:
