@@ -103,7 +103,7 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
             wbid, gen = w.bar_wait
             if b.gen > gen:
                 w.bar_wait = None
-                w.observed = max(w.observed, b.obs.pop(gen, 0) if False else b.obs.get(gen, 0))
+                w.observed = max(w.observed, b.obs.get(gen, 0))
                 return None
             return YIELD
         expected = int(np.asarray(rd_cnt(w)).flat[0]) if rd_cnt else cta.nthreads

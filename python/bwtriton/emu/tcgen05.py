@@ -431,7 +431,7 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
         b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed))
     A = np.concatenate(a_parts, axis=0)
     B = np.concatenate(b_parts, axis=0)
-    if scaled_kind := kind in BLOCK_SCALED:
+    if kind in BLOCK_SCALED:
         nsf = _SCALE_NSF.get((kind, svec))
         if nsf is None:
             raise DescriptorError(f"scale_vec::{svec} is not legal for kind::{kind}", line=line)
@@ -472,7 +472,6 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
             old = tm[lanes, cols_abs].view(np.float32).astype(np.float64) if enable else 0.0
             res = (old * (2.0 ** -sd) + part).astype(np.float32)
             tm[lanes, cols_abs] = res.view(np.uint32)
-    del scaled_kind
 
 
 # --- tcgen05.cp: shared memory -> TMEM ---------------------------------------------------------------------
