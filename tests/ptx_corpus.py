@@ -7,7 +7,8 @@ Compiling needs no GPU. Importable helper, not a conftest: `from ptx_corpus impo
 
 Kernels cover: tl.dot in fp16/bf16/fp8 e4m3/e5m2/tf32/int8 (pointer path), tl.dot_scaled mxfp4/nvfp4/
 mxf8f6f4 (pointer path) and nvfp4/mxfp4 with TMA descriptors and the 5-D cuBLAS scale layout (tcgen05.cp),
-a warp-specialized TMA matmul, and Gluon kernels (one tcgen05 MMA, tcgen05_mma_scaled, two_ctas).
+a warp-specialized TMA matmul, Gluon kernels (one tcgen05 MMA, tcgen05_mma_scaled, two_ctas), and the
+output of bwtriton's plan-tmem fallback (three fissioned accumulator loops).
 """
 from __future__ import annotations
 
@@ -374,6 +375,19 @@ def _compile_tmem_overflow() -> str:
     return triton.compile(src, target=SM100, options={"num_warps": 8, "num_stages": 1}).asm["ptx"]
 
 
+def _compile_tmem_fallback_3acc() -> str:
+    """plan-tmem's fallback output: three 256-column accumulators (768 > 512 columns) serialised into three
+    fissioned loops, each with a peeled prologue guarded by the trip count (the verifier's own pass is left
+    out: the corpus test runs it)."""
+    import bwtriton
+    from bwtriton.tmem.examples import MULTI_ACC_SIGNATURE, multi_acc_kernel
+    res = bwtriton.compile(multi_acc_kernel, signature=MULTI_ACC_SIGNATURE,
+                           constexprs=dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=3), num_warps=8,
+                           num_stages=2, passes="-verify-tcgen05")
+    assert res.reports["plan-tmem"]["fallbacks"], "the 768-column kernel no longer needs the fallback"
+    return res.asm["ptx"]
+
+
 _BAD_BUILDERS: dict[str, Callable[[], str]] = {"tmem_overflow_trap": _compile_tmem_overflow}
 
 _BUILDERS: dict[str, Callable[[], str]] = {
@@ -398,6 +412,7 @@ _BUILDERS: dict[str, Callable[[], str]] = {
     "gluon_mma_scaled_mxfp4": lambda: _compile_gluon_mma_scaled("u8", 32),
     "gluon_two_ctas": lambda: _compile_gluon_two_ctas(256, 256),
     "gluon_two_ctas_m128": lambda: _compile_gluon_two_ctas(128, 128),
+    "tmem_fallback_3acc": _compile_tmem_fallback_3acc,
 }
 
 

@@ -336,3 +336,151 @@ def resolve_value(func: Function, operand: Operand, resolver: Optional[ValueReso
     """Convenience: resolve one operand of `func` (a fresh resolver when none is given)."""
     r = resolver or ValueResolver(func)
     return r.address(operand) if operand.kind == "addr" else r.operand(operand)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Value numbering: structural keys of kernel-invariant values
+#
+# Two registers whose def chains are structurally equal hold equal values, provided every leaf of the chain
+# is the same at every point of the kernel (kernel parameters, constants, symbol addresses, thread/CTA ids)
+# and every step is a pure, unguarded, single definition. Such a key names a *value*, not a register, so a
+# fact learned about it (e.g. "K > 0" from a branch) holds wherever the same value is recomputed.
+
+# Special registers that never change during a thread's life (%warpid, %clock... may change: not listed).
+_INVARIANT_SREGS = frozenset(("%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x",
+                              "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid",
+                              "%cluster_ctarank", "%cluster_nctarank", "%clusterid.x", "%clusterid.y",
+                              "%clusterid.z", "%cluster_ctaid.x", "%cluster_ctaid.y", "%cluster_ctaid.z"))
+# Pure operations: the result depends only on the operands.
+_PURE_OPS = frozenset(("mov", "add", "sub", "mul", "mad", "mul24", "mad24", "shl", "shr", "and", "or", "xor",
+                       "not", "neg", "abs", "min", "max", "selp", "cvt", "cvta", "bfe", "bfi", "prmt", "setp",
+                       "div", "rem", "popc", "clz", "brev"))
+_COMMUTATIVE = frozenset(("add", "mul", "and", "or", "xor", "min", "max"))
+# Operations whose result bits do not depend on the signedness of the type (s32/u32/b32 are one key).
+_SIGN_BLIND = frozenset(("add", "sub", "and", "or", "xor", "not", "shl", "mov"))
+_MAX_DEPTH = 48
+# setp comparison -> (relation, unsigned?) ; lo/ls/hi/hs are PTX's unsigned spellings
+_CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+        "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+_MIRROR = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+ValueKey = tuple
+
+
+def _type_width(t: str) -> Optional[int]:
+    digits = t.lstrip("bsuf")
+    return int(digits) if digits.isdigit() and t[:1] in "bsu" else None
+
+
+class ValueNumbering:
+    """Structural keys (`ValueKey`, hashable tuples) for the kernel-invariant values of one function.
+
+    `key(op)` is None when the value is not provably invariant (loop-carried, loaded from memory, guarded...).
+    `predicate(reg)` canonicalises an integer comparison so that e.g. `setp.gt.s32 %p3, %r25, 0` and
+    `setp.lt.s32 %p17, %r25, 1` map to the same key with opposite polarity."""
+
+    def __init__(self, func: Function):
+        self.func = func
+        self._cache: dict[str, Optional[ValueKey]] = {}
+        self._active: set[str] = set()
+
+    # -- keys of values ------------------------------------------------------------------------------
+    def key(self, op: Operand, width: Optional[int] = None, depth: int = 0) -> Optional[ValueKey]:
+        """Key of an operand's value, or None when it is not a kernel-invariant value."""
+        if op.kind == "imm" and isinstance(op.value, int):
+            return ("imm", op.value & ((1 << width) - 1) if width else op.value)
+        if op.kind == "sreg":
+            return ("sreg", op.name) if op.name in _INVARIANT_SREGS else None
+        if op.kind == "sym":
+            return ("sym", op.name)
+        if op.kind == "reg" and not op.negated:
+            return self._reg(op.name, depth)  # type: ignore[arg-type]
+        return None
+
+    def _reg(self, name: str, depth: int) -> Optional[ValueKey]:
+        if name in self._cache:
+            return self._cache[name]
+        if name in self._active or depth > _MAX_DEPTH:
+            return None
+        defs = self.func.definitions(name)
+        if len(defs) != 1 or defs[0].guard is not None or defs[0].defs != (name,):
+            self._cache[name] = None  # several (loop) definitions, a conditional one, or a multi-result op
+            return None
+        self._active.add(name)
+        try:
+            result = self._expr(defs[0], depth + 1)
+        finally:
+            self._active.discard(name)
+        self._cache[name] = result
+        return result
+
+    def _expr(self, ins: Instruction, depth: int) -> Optional[ValueKey]:
+        ops = ins.operands[1:]
+        width = next((w for w in map(_type_width, ins.types) if w), None)
+        if ins.opcode == "ld" and ins.has("param") and len(ops) == 1 and ops[0].kind == "addr" \
+                and ops[0].base is not None and ops[0].base.kind == "sym":
+            # kernel parameters are read-only for the whole launch
+            return ("ld.param", ins.types, ops[0].base.name, ops[0].offset)
+        if ins.opcode not in _PURE_OPS or any(o.kind not in ("reg", "imm", "sreg", "sym") for o in ops):
+            return None
+        if ins.opcode == "mov" and len(ops) == 1:
+            return self.key(ops[0], width, depth)  # a copy has its source's value
+        keys = [self.key(o, width, depth) for o in ops]
+        if any(k is None for k in keys):
+            return None
+        if ins.opcode in _COMMUTATIVE:
+            keys = sorted(keys, key=repr)
+        types = tuple(f"b{_type_width(t)}" if ins.opcode in _SIGN_BLIND and _type_width(t) else t
+                      for t in ins.types)
+        return (ins.opcode, ins.modifiers, types, *keys)
+
+    # -- canonical predicates ------------------------------------------------------------------------
+    def predicate(self, reg: str) -> Optional[tuple[ValueKey, bool]]:
+        """(key, flip) with  reg == (key holds) XOR flip,  for an invariant integer comparison (through
+        not.pred / mov.pred); None otherwise. Orderings are normalised to `x >= c` / `a >= b`, so each
+        relation and its complement share one key."""
+        flip = False
+        for _ in range(8):
+            defs = self.func.definitions(reg)
+            if len(defs) != 1 or defs[0].guard is not None or defs[0].defs != (reg,):
+                return None
+            d = defs[0]
+            srcs = d.operands[1:]
+            if d.opcode in ("not", "mov") and len(srcs) == 1 and srcs[0].kind == "reg":
+                flip ^= (d.opcode == "not") != srcs[0].negated
+                reg = srcs[0].name  # type: ignore[assignment]
+                continue
+            canon = self._comparison(d)
+            return None if canon is None else (canon[0], canon[1] ^ flip)
+        return None
+
+    def _comparison(self, d: Instruction) -> Optional[tuple[ValueKey, bool]]:
+        if d.opcode != "setp" or len(d.operands) != 3 or len(d.types) != 1:
+            return None
+        rel = next((_CMP[m] for m in d.modifiers if m in _CMP), None)
+        ty = d.types[0]
+        w = _type_width(ty)
+        if rel is None or w is None or len(d.modifiers) != 1:
+            return None  # float compares (NaN) and setp.*.and/or combinations are left alone
+        unsigned = ty[0] != "s" or d.modifiers[0] in ("lo", "ls", "hi", "hs")
+        a, b = (self.key(o, w) for o in d.operands[1:])
+        if a is None or b is None:
+            return None
+        if rel in ("eq", "ne"):
+            return ("eq", w, *sorted((a, b), key=repr)), rel == "ne"
+        if a[0] == "imm" and b[0] != "imm":
+            a, b, rel = b, a, _MIRROR[rel]
+        sign = "u" if unsigned else "s"
+        if b[0] == "imm":  # x REL c over integers: x > c == x >= c+1, x < c == !(x >= c) ...
+            c = b[1]
+            if not unsigned and c >= 1 << (w - 1):
+                c -= 1 << w
+            top = (1 << w) - 1 if unsigned else (1 << (w - 1)) - 1
+            if rel in ("gt", "le"):
+                if c >= top:
+                    return None  # x > MAX is constant false: keep it out of the canonical form
+                c += 1
+            return ("ge", sign, w, a, ("imm", c)), rel in ("lt", "le")
+        if rel in ("ge", "lt"):
+            return ("ge", sign, w, a, b), rel == "lt"
+        return ("ge", sign, w, b, a), rel == "gt"   # a <= b == b >= a ; a > b == !(b >= a)

@@ -13,7 +13,7 @@ from bwtriton.ptx.cfg import back_edges, forward_dataflow, reachable_blocks
 from bwtriton.ptx.descriptors import (BLOCK_SCALED, FORMAT_BITS, d_tile_columns, decode_idesc, decode_smem_desc,
                                       idesc_problems, smem_desc_problems)
 from bwtriton.ptx.ir import Function, Instruction, Module
-from bwtriton.ptx.values import AbsVal, ValueResolver
+from bwtriton.ptx.values import AbsVal, ValueNumbering, ValueResolver
 
 from .findings import Finding
 
@@ -31,6 +31,11 @@ class Ctx:
     findings: list[Finding] = field(default_factory=list)
     alloc_cols: dict[str, Optional[int]] = field(default_factory=dict)   # tmem symbol -> allocated columns
     _seen: set = field(default_factory=set)
+    numbering: ValueNumbering = field(init=False)
+    edge_facts: dict = field(default_factory=dict)   # (u, v) -> predicate facts of that CFG edge (cached)
+
+    def __post_init__(self) -> None:
+        self.numbering = ValueNumbering(self.func)
 
     def add(self, check: str, rule: str, severity: str, ins_or_line, message: str,
             related: Optional[int] = None) -> None:
@@ -70,8 +75,26 @@ def _exact(ctx: Ctx, ins: Instruction, idx: int, width: int = 32) -> Optional[in
     return None if v is None else v.exact
 
 
-def _branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[str, bool], ...]]:
+def _fact(ctx: Ctx, reg: str, value: bool) -> tuple[tuple, bool]:
+    """A predicate fact in canonical form: keyed by the predicate's *value* when it is a kernel-invariant
+    integer comparison (so `K > 0` and a separately computed `K < 1` are one fact, opposite polarity), else by
+    the register (("reg", name): killed when the register is redefined)."""
+    canon = ctx.numbering.predicate(reg)
+    if canon is None:
+        return (("reg", reg), value)
+    key, flip = canon
+    return (key, value != flip)
+
+
+def _branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[tuple, bool], ...]]:
     """Predicate facts that hold on edge u -> v of a conditional `@%p bra` (with or/and/not.pred derivations)."""
+    if (u, v) in ctx.edge_facts:
+        return ctx.edge_facts[(u, v)]
+    ctx.edge_facts[(u, v)] = facts = _derive_branch_facts(ctx, u, v)
+    return facts
+
+
+def _derive_branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[tuple, bool], ...]]:
     blocks = ctx.func.blocks
     last = blocks[u].instructions[-1] if blocks[u].instructions else None
     if last is None or last.opcode != "bra" or last.guard is None or len(blocks[u].succs) < 2:
@@ -102,7 +125,12 @@ def _branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[str, bool], 
             if f not in facts:
                 facts.append(f)
                 work.append(f)
-    return tuple(facts)
+    canonical: dict[tuple, bool] = {}
+    for reg, val in facts:
+        key, cval = _fact(ctx, reg, val)
+        if canonical.setdefault(key, cval) != cval:
+            return None  # the branch contradicts itself: leave the edge alone rather than guess
+    return tuple(canonical.items())
 
 
 _MAX_BUNDLES = 64
@@ -117,7 +145,8 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
     which removes infeasible paths such as "MMA issued under !%p2 ... wait skipped under %p2".
     """
     func = ctx.func
-    pred_defs = {ins.index: frozenset(ins.defs) for ins in func.instructions if ins.defs}
+    # facts keyed by a register die when it is redefined; value-keyed facts (invariant comparisons) never do
+    pred_defs = {ins.index: frozenset(("reg", r) for r in ins.defs) for ins in func.instructions if ins.defs}
 
     def norm(bundles) -> frozenset:
         by_facts: dict = {}
