@@ -38,7 +38,7 @@ def sass_mma_opcodes(sass: str) -> collections.Counter:
 
 def ptx_census(ptx: str) -> dict[str, Any]:
     """What the tcgen05 path emitted: instruction counts by opcode, MMA kinds, cta_groups, scale_vec, TMEM columns
-    allocated, and whether the body is only a trap. Uses the project's PTX front end."""
+    allocated, and the MxNxK decoded from each MMA's instruction descriptor. Uses the project's PTX front end."""
     from bwtriton.ptx import parse_ptx
     module = parse_ptx(ptx)
     counts: collections.Counter = collections.Counter()
@@ -62,8 +62,12 @@ def ptx_census(ptx: str) -> dict[str, Any]:
                     alloc_cols.append(getattr(cols, "value", str(cols)))
             elif op.startswith(("wgmma.", "mma.")):
                 other[op] += 1
+    from bwtriton.verify.explain import explain_mmas
+    shapes = sorted({f"{d['M']}x{d['N']}x{d['K']}" for d in (r["idesc"] for r in explain_mmas(module))
+                     if d and d.get("M") and d.get("N")})
     return {"tcgen05": dict(counts), "mma_kinds": dict(kinds), "cta_groups": sorted(groups),
-            "scale_vec": sorted(scale_vecs), "alloc_columns": alloc_cols, "other_mma": dict(other)}
+            "scale_vec": sorted(scale_vecs), "alloc_columns": alloc_cols, "other_mma": dict(other),
+            "mma_shapes": shapes}
 
 
 def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = None) -> str:

@@ -41,7 +41,6 @@ def run_fp4_scaled(kind: str, m: int = 256, n: int = 256, k: int = 512) -> str:
     error is fp32 accumulation: K * 2^-24 relative to the sum of |products|; 1e-5 of max|ref| covers it.
     On Hopper, NVFP4 goes through bwtriton's `lower-nvfp4-portable` pass (upstream Triton 3.6 crashes there).
     """
-    import triton
     from ..formats import quantize_mxfp4, quantize_nvfp4
     from .scaled import fp4_scaled_matmul_kernel
     gen = torch.Generator(device="cuda").manual_seed(1)
