@@ -13,9 +13,6 @@ from bwtriton.passes import _tmem_ir as irt
 from bwtriton.tmem import examples as ex
 
 THREE_ACC = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=3)
-# verify-tcgen05's P11 (path-sensitive commit/wait) cannot yet correlate the trip-count predicates of the three
-# fissioned loops and reports a read on an infeasible path; its other checks are kept on (see docs/tmem.md).
-NO_VERIFIER = "-verify-tcgen05"
 
 
 def _entry_body(ptx: str) -> str:
@@ -32,7 +29,7 @@ def three_acc_upstream():
 @pytest.fixture(scope="module")
 def three_acc_planned():
     return bwtriton.compile(ex.multi_acc_kernel, signature=ex.MULTI_ACC_SIGNATURE, constexprs=THREE_ACC,
-                            num_warps=8, num_stages=2, passes=NO_VERIFIER)
+                            num_warps=8, num_stages=2)
 
 
 def test_upstream_turns_768_columns_into_a_trap_kernel(three_acc_upstream):
@@ -92,7 +89,7 @@ def test_fission_refuses_loops_with_side_effects(three_acc_upstream):
 def test_single_buffer_fallback_for_double_buffered_accumulator():
     r = bwtriton.compile(ex.ws_matmul_kernel, signature=ex.WS_MATMUL_SIGNATURE,
                          constexprs=dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, NUM_SMS=148), num_warps=4,
-                         num_stages=3, passes=NO_VERIFIER)
+                         num_stages=3)
     rep = r.reports["plan-tmem"]
     assert rep["upstream"]["used_columns"] == 1024
     assert [f["rewrite"] for f in rep["fallbacks"]] == ["single-buffer-accumulators"]
@@ -123,7 +120,7 @@ def test_single_accumulator_over_512_fails_before_triton_crashes():
 def test_fallback_can_be_disabled():
     with pytest.raises(CompileError, match=r"fallback disabled"):
         bwtriton.compile(ex.multi_acc_kernel, signature=ex.MULTI_ACC_SIGNATURE, constexprs=THREE_ACC,
-                         num_warps=8, num_stages=2, passes="-verify-tcgen05,plan-tmem{fallback=false}")
+                         num_warps=8, num_stages=2, passes="plan-tmem{fallback=false}")
 
 
 @pytest.mark.gpu

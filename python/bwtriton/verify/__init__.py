@@ -47,12 +47,12 @@ what Triton 3.6 emits; TMA writes are async-proxy already.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 from bwtriton.ptx import Module, parse_ptx
 from bwtriton.ptx.values import ValueResolver
 
-from .checks import ALL_CHECKS, Ctx, check_trap_only, discover_tmem
+from .checks import ALL_CHECKS, Ctx, LdHazard, check_trap_only, discover_tmem, ld_wait_hazards
 from .findings import Finding
 
 
@@ -98,21 +98,33 @@ def _shared_symbols(mod: Module) -> frozenset[str]:
     return frozenset(names | {"global_smem"})
 
 
-def verify_module(mod: Module, target: str = "sm_100a") -> VerifyReport:
-    """Run every check on every function of a parsed module."""
-    report = VerifyReport()
+def function_contexts(mod: Module, target: str = "sm_100a") -> Iterator[Ctx]:
+    """One check context per function of `mod` (TMEM allocations already linked for tcgen05 functions)."""
     shared = _shared_symbols(mod)
     tgt = target or mod.target or "sm_100a"
     for func in mod.functions:
-        report.functions.append(func.name)
         ctx = Ctx(mod, func, tgt, ValueResolver(func, shared))
-        check_trap_only(ctx)
         if any(i.is_tcgen05 for i in func.instructions):
             discover_tmem(ctx)
+        yield ctx
+
+
+def verify_module(mod: Module, target: str = "sm_100a") -> VerifyReport:
+    """Run every check on every function of a parsed module."""
+    report = VerifyReport()
+    for ctx in function_contexts(mod, target):
+        report.functions.append(ctx.func.name)
+        check_trap_only(ctx)
+        if any(i.is_tcgen05 for i in ctx.func.instructions):
             for check in ALL_CHECKS:
                 check(ctx)
         report.findings.extend(sorted(ctx.findings, key=lambda f: (f.line, f.check)))
     return report
+
+
+def find_ld_wait_hazards(mod: Module, target: Optional[str] = None) -> dict[str, list[LdHazard]]:
+    """Function name -> tcgen05.ld destination registers read before tcgen05.wait::ld (rule P9), per read."""
+    return {ctx.func.name: ld_wait_hazards(ctx)[0] for ctx in function_contexts(mod, target or mod.target or "")}
 
 
 def verify_ptx(ptx: Union[str, Module], target: Optional[str] = None) -> VerifyReport:
@@ -121,4 +133,5 @@ def verify_ptx(ptx: Union[str, Module], target: Optional[str] = None) -> VerifyR
     return verify_module(mod, target or mod.target or "sm_100a")
 
 
-__all__ = ["verify_ptx", "verify_module", "VerifyReport", "Finding"]
+__all__ = ["verify_ptx", "verify_module", "find_ld_wait_hazards", "function_contexts", "LdHazard",
+           "VerifyReport", "Finding"]

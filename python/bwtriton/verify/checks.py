@@ -527,36 +527,62 @@ def check_mma(ctx: Ctx) -> None:
                         f"MMA D address has lane {lane}: D must start at lane 0 (or 16 for M=64 layout F)")
 
 
-def check_ld_wait(ctx: Ctx) -> None:
-    """P9: registers written by tcgen05.ld are used only after tcgen05.wait::ld."""
+@dataclass(frozen=True)
+class LdHazard:
+    """`read` uses `reg`, written by the tcgen05.ld `ld`, on a path with no tcgen05.wait::ld in between."""
+
+    read: Instruction
+    reg: str
+    ld: Instruction
+
+
+def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, Instruction]]]:
+    """P9 analysis: (register reads before tcgen05.wait::ld, (tcgen05.mma, ld) pairs where an MMA follows an
+    un-waited ld). Shared by the check and by the `insert-tcgen05-wait-ld` pass, which repairs the reads."""
+    reads: list[LdHazard] = []
+    mmas: list[tuple[Instruction, Instruction]] = []
     lds = ctx.func.find("tcgen05.ld")
     if not lds:
-        return
-    origin: dict[str, int] = {}
-    for ld in lds:
-        for r in ld.defs:
-            origin.setdefault(r, ld.line)
+        return reads, mmas
+    seen: set = set()
 
+    # state: frozenset of (register, index of the tcgen05.ld that wrote it), not yet waited for
     def step(pending, ins, emit):
         if ins.opcode == "tcgen05.ld":
-            return pending | frozenset(ins.defs)
+            return frozenset(p for p in pending if p[0] not in ins.defs) | {(r, ins.index) for r in ins.defs}
         if ins.opcode == "tcgen05.wait" and ins.has("ld"):
             return frozenset()
         if pending:
-            used = [r for r in ins.uses if r in pending]
-            if used and emit:
-                ctx.add("ld-without-wait", "P9", "error", ins,
-                        f"{used[0]} is read before tcgen05.wait::ld: tcgen05.ld is asynchronous and its destination "
-                        "registers are only valid after tcgen05.wait::ld.sync.aligned", related=origin.get(used[0]))
-            if ins.opcode == "tcgen05.mma" and emit:
-                ctx.add("ld-without-wait", "P9", "warning", ins,
-                        "tcgen05.mma may race ahead of an earlier tcgen05.ld that was not waited for "
-                        "(tcgen05.wait::ld missing)")
+            if emit:
+                uses = set(ins.uses)
+                for reg, ld in sorted(p for p in pending if p[0] in uses):
+                    if (ins.index, reg, ld) not in seen:
+                        seen.add((ins.index, reg, ld))
+                        reads.append(LdHazard(ins, reg, ctx.func.instructions[ld]))
+                if ins.opcode == "tcgen05.mma" and (ins.index, None) not in seen:
+                    seen.add((ins.index, None))
+                    mmas.append((ins, ctx.func.instructions[min(ld for _, ld in pending)]))
             if ins.defs:
-                pending = pending - frozenset(ins.defs)
+                pending = frozenset(p for p in pending if p[0] not in ins.defs)
         return pending
 
     run_dataflow(ctx, frozenset(), step, _union)
+    reads.sort(key=lambda h: (h.read.index, h.reg))
+    return reads, mmas
+
+
+def check_ld_wait(ctx: Ctx) -> None:
+    """P9: registers written by tcgen05.ld are used only after tcgen05.wait::ld."""
+    reads, mmas = ld_wait_hazards(ctx)
+    for h in reads:
+        ctx.add("ld-without-wait", "P9", "error", h.read,
+                f"{h.reg} is read before tcgen05.wait::ld: tcgen05.ld is asynchronous and its destination "
+                "registers are only valid after tcgen05.wait::ld.sync.aligned (the insert-tcgen05-wait-ld pass "
+                "repairs this in bwtriton.compile)", related=h.ld.line)
+    for mma, _ in mmas:
+        ctx.add("ld-without-wait", "P9", "warning", mma,
+                "tcgen05.mma may race ahead of an earlier tcgen05.ld that was not waited for "
+                "(tcgen05.wait::ld missing)")
 
 
 def check_st_wait(ctx: Ctx) -> None:
