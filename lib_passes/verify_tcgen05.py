@@ -27,8 +27,7 @@ class VerifyTcgen05(Pass):
         keep_notes = ctx.options.get("notes", False)
         findings = [f for f in report.findings if keep_notes or f.severity != "note"]
         ctx.report["findings"] = [f.to_dict() for f in findings]
-        ctx.report["counts"] = {s: sum(1 for f in report.findings if f.severity == s)
-                                for s in ("error", "warning", "note")}
+        ctx.report["counts"] = report.counts
         for f in report.warnings:
             ctx.warn(f"line {f.line}: [{f.check}/{f.rule}] {f.message}")
         if report.errors and ctx.options.get("fail_on_error", True):

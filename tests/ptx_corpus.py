@@ -214,6 +214,19 @@ def _gluon_kernels():
         get_tmem_reg_layout, mbarrier, tcgen05_commit, tcgen05_mma, tcgen05_mma_scaled)
 
     @gluon.jit
+    def _commit_wait_store(acc, bar, c_ptr, M: gl.constexpr, N: gl.constexpr, tmem_layout: gl.constexpr,
+                           num_warps: gl.constexpr):
+        """The epilogue both single-MMA kernels share: commit -> mbarrier wait -> tcgen05.ld -> store."""
+        tcgen05_commit(bar)
+        mbarrier.wait(bar, phase=0)
+        mbarrier.invalidate(bar)
+        reg_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, (M, N), tmem_layout, num_warps)
+        c = acc.load(reg_layout)
+        cm = gl.arange(0, M, layout=gl.SliceLayout(1, reg_layout))
+        cn = gl.arange(0, N, layout=gl.SliceLayout(0, reg_layout))
+        gl.store(c_ptr + cm[:, None] * N + cn[None, :], c)
+
+    @gluon.jit
     def one_mma(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr, num_warps: gl.constexpr):
         blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
         om = gl.arange(0, M, layout=gl.SliceLayout(1, blk))
@@ -229,14 +242,7 @@ def _gluon_kernels():
         bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(bar, count=1)
         tcgen05_mma(a_smem, b_smem.permute((1, 0)), acc, use_acc=False)
-        tcgen05_commit(bar)
-        mbarrier.wait(bar, phase=0)
-        mbarrier.invalidate(bar)
-        reg_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, (M, N), tmem_layout, num_warps)
-        c = acc.load(reg_layout)
-        cm = gl.arange(0, M, layout=gl.SliceLayout(1, reg_layout))
-        cn = gl.arange(0, N, layout=gl.SliceLayout(0, reg_layout))
-        gl.store(c_ptr + cm[:, None] * N + cn[None, :], c)
+        _commit_wait_store(acc, bar, c_ptr, M, N, tmem_layout, num_warps)
 
     @gluon.jit
     def mma_scaled(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
@@ -267,14 +273,7 @@ def _gluon_kernels():
         bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(bar, count=1)
         tcgen05_mma_scaled(a_smem, b_smem.permute((1, 0)), acc, sa_t, sb_t, "e2m1", "e2m1", use_acc=False)
-        tcgen05_commit(bar)
-        mbarrier.wait(bar, phase=0)
-        mbarrier.invalidate(bar)
-        reg_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, (M, N), tmem_layout, num_warps)
-        c = acc.load(reg_layout)
-        cm = gl.arange(0, M, layout=gl.SliceLayout(1, reg_layout))
-        cn = gl.arange(0, N, layout=gl.SliceLayout(0, reg_layout))
-        gl.store(c_ptr + cm[:, None] * N + cn[None, :], c)
+        _commit_wait_store(acc, bar, c_ptr, M, N, tmem_layout, num_warps)
 
     @gluon.jit
     def mma_two_ctas(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,

@@ -61,17 +61,25 @@ class VerifyReport:
     findings: list[Finding] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
 
+    def of_severity(self, severity: str) -> list[Finding]:
+        """Findings of one severity ("error", "warning" or "note")."""
+        return [f for f in self.findings if f.severity == severity]
+
     @property
     def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
+        return self.of_severity("error")
 
     @property
     def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "warning"]
+        return self.of_severity("warning")
 
     @property
     def notes(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "note"]
+        return self.of_severity("note")
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: len(self.of_severity(s)) for s in ("error", "warning", "note")}
 
     @property
     def ok(self) -> bool:
@@ -82,7 +90,7 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "functions": self.functions,
-                "counts": {s: len([f for f in self.findings if f.severity == s]) for s in ("error", "warning", "note")},
+                "counts": self.counts,
                 "findings": [f.to_dict() for f in self.findings]}
 
 

@@ -18,8 +18,6 @@ from bwtriton.ptx.values import AbsVal, ValueNumbering, ValueResolver
 from .findings import Finding
 
 LEGAL_NCOLS = (32, 64, 128, 256, 512)
-TMEM_COLUMNS = 512
-TMEM_LANES = 128
 
 
 @dataclass
@@ -391,8 +389,6 @@ def check_alloc_lifetime(ctx: Ctx) -> None:
 _LD_SHAPE_COLS = {"32x32b": (32, 1), "16x64b": (16, 2), "16x128b": (16, 4), "16x256b": (16, 8),
                   "16x32bx2": (16, 1)}
 _LD_REGS = {"32x32b": 1, "16x64b": 1, "16x32bx2": 1, "16x128b": 2, "16x256b": 4}
-_CP_SHAPES = {"128x256b": (128, 8), "4x256b": (4, 8), "128x128b": (128, 4), "64x128b": (64, 4),
-              "32x128b": (32, 4)}
 
 
 def _shape_num(ins: Instruction) -> tuple[Optional[str], Optional[int]]:
@@ -536,37 +532,47 @@ class LdHazard:
     ld: Instruction
 
 
+def _until_wait(ctx: Ctx, issue: str, wait: str, on_issue: Callable, on_pending: Callable) -> None:
+    """Shared skeleton of the P9/P10 analyses: what the asynchronous `issue` instructions (tcgen05.ld / st)
+    leave pending until a `tcgen05.wait::<wait>`. `on_issue(state, ins) -> state`; for any other instruction
+    reached with a non-empty state, `on_pending(state, ins, emit) -> state` (emit: the reporting replay)."""
+    if not ctx.func.find(issue):
+        return
+
+    def step(state, ins, emit):
+        if ins.opcode == issue:
+            return on_issue(state, ins)
+        if ins.opcode == "tcgen05.wait" and ins.has(wait):
+            return frozenset()
+        return on_pending(state, ins, emit) if state else state
+
+    run_dataflow(ctx, frozenset(), step, _union)
+
+
 def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, Instruction]]]:
     """P9 analysis: (register reads before tcgen05.wait::ld, (tcgen05.mma, ld) pairs where an MMA follows an
     un-waited ld). Shared by the check and by the `insert-tcgen05-wait-ld` pass, which repairs the reads."""
     reads: list[LdHazard] = []
     mmas: list[tuple[Instruction, Instruction]] = []
-    lds = ctx.func.find("tcgen05.ld")
-    if not lds:
-        return reads, mmas
     seen: set = set()
 
     # state: frozenset of (register, index of the tcgen05.ld that wrote it), not yet waited for
-    def step(pending, ins, emit):
-        if ins.opcode == "tcgen05.ld":
-            return frozenset(p for p in pending if p[0] not in ins.defs) | {(r, ins.index) for r in ins.defs}
-        if ins.opcode == "tcgen05.wait" and ins.has("ld"):
-            return frozenset()
-        if pending:
-            if emit:
-                uses = set(ins.uses)
-                for reg, ld in sorted(p for p in pending if p[0] in uses):
-                    if (ins.index, reg, ld) not in seen:
-                        seen.add((ins.index, reg, ld))
-                        reads.append(LdHazard(ins, reg, ctx.func.instructions[ld]))
-                if ins.opcode == "tcgen05.mma" and (ins.index, None) not in seen:
-                    seen.add((ins.index, None))
-                    mmas.append((ins, ctx.func.instructions[min(ld for _, ld in pending)]))
-            if ins.defs:
-                pending = frozenset(p for p in pending if p[0] not in ins.defs)
-        return pending
+    def on_ld(pending, ins):
+        return frozenset(p for p in pending if p[0] not in ins.defs) | {(r, ins.index) for r in ins.defs}
 
-    run_dataflow(ctx, frozenset(), step, _union)
+    def on_pending(pending, ins, emit):
+        if emit:
+            uses = set(ins.uses)
+            for reg, ld in sorted(p for p in pending if p[0] in uses):
+                if (ins.index, reg, ld) not in seen:
+                    seen.add((ins.index, reg, ld))
+                    reads.append(LdHazard(ins, reg, ctx.func.instructions[ld]))
+            if ins.opcode == "tcgen05.mma" and (ins.index, None) not in seen:
+                seen.add((ins.index, None))
+                mmas.append((ins, ctx.func.instructions[min(ld for _, ld in pending)]))
+        return frozenset(p for p in pending if p[0] not in ins.defs) if ins.defs else pending
+
+    _until_wait(ctx, "tcgen05.ld", "ld", on_ld, on_pending)
     reads.sort(key=lambda h: (h.read.index, h.reg))
     return reads, mmas
 
@@ -587,28 +593,26 @@ def check_ld_wait(ctx: Ctx) -> None:
 
 def check_st_wait(ctx: Ctx) -> None:
     """P10: tcgen05.st -> tcgen05.wait::st before TMEM consumers and before signalling other threads."""
-    sts = ctx.func.find("tcgen05.st")
-    if not sts:
-        return
 
-    def step(st, ins, emit):
-        if ins.opcode == "tcgen05.st":
-            return frozenset([ins.line]) if not st else st
-        if ins.opcode == "tcgen05.wait" and ins.has("st"):
-            return frozenset()
-        if st and emit:
-            src = min(st)
-            if ins.opcode in ("tcgen05.mma", "tcgen05.ld", "tcgen05.cp"):
-                ctx.add("st-without-wait", "P10", "error", ins,
-                        f"{ins.opcode} follows tcgen05.st (line {src}) without tcgen05.wait::st: the store may not "
-                        "have landed in TMEM", related=src)
-            elif _is_thread_barrier(ins) or ins.opcode in ("mbarrier.arrive", "bar", "barrier"):
-                ctx.add("st-without-wait", "P10", "warning", ins,
-                        f"thread synchronisation after tcgen05.st (line {src}) without tcgen05.wait::st: other "
-                        "threads may observe TMEM before the store completes", related=src)
-        return st
+    # state: {line of the first un-waited tcgen05.st}
+    def on_st(state, ins):
+        return state or frozenset([ins.line])
 
-    run_dataflow(ctx, frozenset(), step, _union)
+    def on_pending(state, ins, emit):
+        src = min(state)
+        if not emit:
+            return state
+        if ins.opcode in ("tcgen05.mma", "tcgen05.ld", "tcgen05.cp"):
+            ctx.add("st-without-wait", "P10", "error", ins,
+                    f"{ins.opcode} follows tcgen05.st (line {src}) without tcgen05.wait::st: the store may not "
+                    "have landed in TMEM", related=src)
+        elif _is_thread_barrier(ins) or ins.opcode in ("mbarrier.arrive", "bar", "barrier"):
+            ctx.add("st-without-wait", "P10", "warning", ins,
+                    f"thread synchronisation after tcgen05.st (line {src}) without tcgen05.wait::st: other "
+                    "threads may observe TMEM before the store completes", related=src)
+        return state
+
+    _until_wait(ctx, "tcgen05.st", "st", on_st, on_pending)
 
 
 def check_accumulator_sync(ctx: Ctx) -> None:

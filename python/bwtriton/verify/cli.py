@@ -55,7 +55,7 @@ def run_check(args: argparse.Namespace) -> int:
             print(text_out if text_out else "no tcgen05.mma in this file")
         for f in findings:
             print(f.format(name))
-        counts = {s: sum(1 for f in report.findings if f.severity == s) for s in ("error", "warning", "note")}
+        counts = report.counts
         print(f"{name}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['note']} note(s) "
               f"in {len(report.functions)} function(s)")
     return 1 if report.errors else 0
