@@ -98,8 +98,9 @@ def plan_insertions(module, lines: list[str], hazards: dict) -> tuple[list[_Inse
 
 
 def apply_insertions(text: str, plan: list[_Insertion]) -> tuple[str, dict[int, int]]:
-    """Insert the waits; returns the new text and original anchor line -> line of the inserted wait."""
-    lines = text.splitlines(keepends=True)
+    """Insert the waits; returns the new text and original anchor line -> line of the inserted wait.
+    Lines are counted on "\n" only, as the parser counts them."""
+    lines = text.split("\n")
     before = {p.before_line for p in plan if p.before_line}
     after = {p.after_line for p in plan if p.after_line}
     out: list[str] = []
@@ -107,13 +108,13 @@ def apply_insertions(text: str, plan: list[_Insertion]) -> tuple[str, dict[int, 
     for n, line in enumerate(lines, 1):
         indent = line[:len(line) - len(line.lstrip())]
         if n in before:
-            out.append(f"{indent}{WAIT_LD}\n")
+            out.append(indent + WAIT_LD)
             where[n] = len(out)
-        out.append(line if line.endswith("\n") or n not in after else line + "\n")
+        out.append(line)
         if n in after:
-            out.append(f"{indent}{WAIT_LD}\n")
+            out.append(indent + WAIT_LD)
             where[n] = len(out)
-    return "".join(out), where
+    return "\n".join(out), where
 
 
 @register_pass
@@ -136,7 +137,7 @@ class InsertTcgen05WaitLd(Pass):
             return None
         module = parse_ptx(ir)
         hazards = find_ld_wait_hazards(module, ctx.target.name)
-        plan, left = plan_insertions(module, ir.splitlines(), hazards)
+        plan, left = plan_insertions(module, ir.split("\n"), hazards)
         ctx.report["count"] = len(plan)
         if left:
             ctx.report["left_to_verifier"] = left

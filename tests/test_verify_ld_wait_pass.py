@@ -141,3 +141,21 @@ def test_pass_is_registered_for_tcgen05_targets_only():
     p = InsertTcgen05WaitLd()
     assert p.applies_to(get_target("sm_100a")) and not p.applies_to(get_target("sm_90a"))
     assert InsertTcgen05WaitLd.order < bwtriton.passes.base.REGISTRY["verify-tcgen05"].order
+
+
+def test_fall_through_block_gets_the_wait_after_its_last_statement():
+    """The ld's block falls into a label (a join point): the wait goes after the block's last instruction."""
+    text = _BODY.format(body="""	setp.lt.s32 %p1, %r1, 4;
+	tcgen05.ld.sync.aligned.32x32b.x1.b32 {%r10}, [%r4];
+	add.s32 %r3, %r1, 1;
+$L_join:
+	add.s32 %r11, %r10, %r3;
+	tcgen05.wait::ld.sync.aligned;
+	st.global.b32 [%rd1], %r11;""")
+    out, rep = _run_pass(text)
+    assert [e["placement"] for e in rep["inserted"]] == ["end-of-block"]
+    lines = out.split("\n")
+    wait = rep["inserted"][0]["line"]
+    assert lines[wait - 2].strip() == "add.s32 %r3, %r1, 1;" and lines[wait - 1].strip() == WAIT_LD
+    assert lines[wait].strip() == "$L_join:"
+    assert verify_ptx(out).errors == []

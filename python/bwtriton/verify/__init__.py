@@ -9,7 +9,9 @@ Compile pass: `verify-tcgen05` (PTX stage, on by default for targets with tcgen0
 
 Checks (rule numbers are those of tcgen05_reference.md §7; T1 is ours). "Path" checks run a forward dataflow
 over the CFG, so "on every path" / "before use" follow control flow, not text order. Values come from
-def-chain resolution; a value that is not statically known skips the check (never a false error).
+def-chain resolution; a value that is not statically known skips the check (never a false error). Path
+sensitivity: facts learned on branch edges prune contradicting paths; comparisons of kernel-invariant values are
+keyed by value (`bwtriton.ptx.values.ValueNumbering`), so `K > 0` and a separately computed `K < 1` are one fact.
 
 | check id                  | rule | severity      | what it reports |
 |---------------------------|------|---------------|-----------------|
