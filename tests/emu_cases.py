@@ -126,21 +126,7 @@ def scaled_ref(a_vals, sa, b_vals, sb, vec):
     return (a_vals * scale_values(sa).repeat_interleave(vec, 1)) @ (b_vals * scale_values(sb).repeat_interleave(vec, 1)).T
 
 
-@functools.cache
-def compile_dot_scaled(a_fmt: str, b_fmt: str, scale_ty: str, vec: int, bk: int):
-    a_div = 2 if a_fmt == "e2m1" else 1
-    b_div = 2 if b_fmt == "e2m1" else 1
-    elem = {"e2m1": "u8", "e4m3": "fp8e4nv", "e5m2": "fp8e5"}
-    sig = {"a_ptr": f"*{elem[a_fmt]}", "as_ptr": f"*{scale_ty}", "b_ptr": f"*{elem[b_fmt]}",
-           "bs_ptr": f"*{scale_ty}", "c_ptr": "*fp32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
-           "BK": "constexpr", "VEC": "constexpr", "A_FMT": "constexpr", "B_FMT": "constexpr",
-           "A_DIV": "constexpr", "B_DIV": "constexpr"}
-    ce = {"BM": 128, "BN": 128, "BK": bk, "VEC": vec, "A_FMT": a_fmt, "B_FMT": b_fmt, "A_DIV": a_div,
-          "B_DIV": b_div}
-    names = pc._dot_scaled_kernel.arg_names
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "c_ptr", "K")}
-    src = triton.compiler.ASTSource(fn=pc._dot_scaled_kernel, signature=sig, constexprs=ce, attrs=attrs)
-    return triton.compile(src, target=pc.SM100, options={"num_warps": 4, "num_stages": 2})
+compile_dot_scaled = pc.compile_dot_scaled_kernel  # one definition of the dot_scaled test kernel
 
 
 def _operand(fmt: str, rows: int, k: int, g: torch.Generator):

@@ -87,7 +87,9 @@ def _dot_scaled_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, K,
     tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
 
 
-def _compile_dot_scaled(a_fmt: str, b_fmt: str, scale_ty: str, vec: int, bk: int = 256) -> str:
+@functools.cache
+def compile_dot_scaled_kernel(a_fmt: str, b_fmt: str, scale_ty: str, vec: int, bk: int = 256):
+    """The compiled `_dot_scaled_kernel` (Triton's CompiledKernel, no bwtriton passes) for these formats."""
     a_div = 2 if a_fmt == "e2m1" else 1
     b_div = 2 if b_fmt == "e2m1" else 1
     elem = {"e2m1": "u8", "e4m3": "fp8e4nv", "e5m2": "fp8e5"}
@@ -100,7 +102,11 @@ def _compile_dot_scaled(a_fmt: str, b_fmt: str, scale_ty: str, vec: int, bk: int
     names = _dot_scaled_kernel.arg_names
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "c_ptr", "K")}
     src = triton.compiler.ASTSource(fn=_dot_scaled_kernel, signature=sig, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=SM100, options={"num_warps": 4, "num_stages": 2}).asm["ptx"]
+    return triton.compile(src, target=SM100, options={"num_warps": 4, "num_stages": 2})
+
+
+def _compile_dot_scaled(a_fmt: str, b_fmt: str, scale_ty: str, vec: int, bk: int = 256) -> str:
+    return compile_dot_scaled_kernel(a_fmt, b_fmt, scale_ty, vec, bk).asm["ptx"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -17,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Iterator, Optional
+from typing import Iterator
 
 import torch
 import triton
 import triton.language as tl
 
 from ..errors import InputError
+from ._tiles import grouped_tile_coords
 
 __all__ = ["nvfp4_matmul", "mxfp4_matmul", "mxfp8_matmul"]
 
@@ -57,6 +58,7 @@ def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
     `bwtriton.enable()` does, but only for this block, and without clearing other kernels' JIT caches: our kernels
     are only ever launched inside this block, so their in-memory cache entries are always pipeline-compiled."""
     from triton import knobs
+
     from ..pipeline import stages_hook
     selection, target = _selection_for(device_capability(device))
     previous_dir = knobs.cache.dir
@@ -206,11 +208,7 @@ def block_scaled_matmul_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, al
     pid = tl.program_id(0)
     num_m = M // BLOCK_M
     num_n = N // BLOCK_N
-    group = pid // (GROUP_M * num_n)
-    first_m = group * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % size_m)
-    pid_n = (pid % (GROUP_M * num_n)) // size_m
+    pid_m, pid_n = grouped_tile_coords(pid, num_m, num_n, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rkd = tl.arange(0, BLOCK_K // EPB)

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from ._configs import GemmConfig, gemm_configs, prune_for_shape
+from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, dtype_name, tma_descriptor, tma_friendly_empty
 
 # Scale modes (constexpr A_SCALE / B_SCALE).
@@ -30,18 +31,6 @@ FP8_E4M3 = torch.float8_e4m3fn
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 _IN_DTYPES = _HALF_DTYPES + (FP8_E4M3,)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of a linear tile id in grouped order: GROUP_M rows of tiles share each column of B."""
-    tiles_per_group = GROUP_M * num_pid_n
-    group = tile_id // tiles_per_group
-    first_m = group * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile_id % tiles_per_group) % group_rows
-    pid_n = (tile_id % tiles_per_group) // group_rows
-    return pid_m, pid_n
 
 
 @triton.jit
@@ -74,7 +63,7 @@ def matmul_tma_persistent_kernel(
         scalar_scale = scalar_scale * tl.load(b_scale_ptr)
 
     for tile_id in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = grouped_tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

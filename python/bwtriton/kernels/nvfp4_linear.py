@@ -28,7 +28,13 @@ import triton.language as tl
 
 from ..errors import InputError
 from ..language.quant import quantize_nvfp4_tile
-from .blockscaled import bwtriton_pipeline, check_quantized, check_same_device, scale_offsets
+from ._tiles import grouped_tile_coords
+from .blockscaled import (
+    bwtriton_pipeline,
+    check_quantized,
+    check_same_device,
+    scale_offsets,
+)
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -50,11 +56,7 @@ def nvfp4_linear_fused_kernel(x_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec_ptr, bias_p
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = N // BLOCK_N
-    group = pid // (GROUP_M * num_n)
-    first_m = group * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % size_m)
-    pid_n = (pid % (GROUP_M * num_n)) // size_m
+    pid_m, pid_n = grouped_tile_coords(pid, num_m, num_n, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
