@@ -127,6 +127,26 @@ def test_fused_linear_keeps_native_nvfp4_mma_on_sm100(sm100_ptx):
     assert "kind::f16" not in ptx  # not dequantized to a bf16 MMA
 
 
+@pytest.fixture(scope="module")
+def gemv_compiled():
+    """The CUDA-core decode GEMV (M = 4, 4 rows per thread) compiled for Hopper and Blackwell, once."""
+    sig = {"x_ptr": "*i32", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "out_ptr": "*bf16", "alpha_ptr": "*fp32",
+           "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
+    const = dict(SCALE_BLOCKED=False, BLOCK_M=4, ROWS_PER_THREAD=4, THREADS_N=1, SPLIT_K=1)
+    return {t: bwtriton.compile(decode.nvfp4_gemv_kernel, signature=sig, constexprs=const, target=t, num_warps=4,
+                                num_stages=1) for t in ("sm_90a", "sm_100a")}
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_decode_gemv_compiles_without_smem_round_trips_or_spills(gemv_compiled, target):
+    res = gemv_compiled[target]
+    assert "convert_layout" not in res.asm["ttgir"] and "local_alloc" not in res.asm["ttgir"]
+    ptx = res.asm["ptx"]
+    assert "mul.rn.f32" in ptx and "0f7E800000" in ptx  # the exact e2m1 -> fp32 rebias
+    assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)  # 16-byte weight / activation loads
+    assert not re.search(r"\b(STL|LDL)\b", res.asm["sass"])  # no register spills
+
+
 # ------------------------------------------------------------------------------------------------ numerics (GPU)
 
 SHAPES = [(128, 128, 256), (256, 192, 512)]
@@ -182,6 +202,52 @@ def test_decode_split_k_matches(split):
     x = torch.randn(3, 4096, device="cuda").to(torch.bfloat16)
     w_q = quantize_nvfp4(torch.randn(256, 4096, device="cuda"))
     out = decode.nvfp4_decode_matmul(x, w_q, config={"SPLIT_K": split})
+    assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("blocked", [False, True])
+def test_decode_gemv_numerics(m, blocked):
+    """The CUDA-core path (forced for M = 8 too), plain and 128x4 scales, K split over CTAs (N = 256 is small)."""
+    torch.manual_seed(6)
+    n, k = 256, 3072  # K = 3 * 1024: several K steps per CTA, and only THREADS_N = 1 divides it in whole steps
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=blocked)
+    out = decode.nvfp4_decode_matmul(x, w_q, config={"path": "gemv"})
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
+
+
+@pytest.mark.gpu
+def test_decode_gemv_decodes_every_byte_and_scale_exactly():
+    """All 256 weight bytes (both nibbles, signed zero, subnormal 0.5) in every row, UE4M3 scales down to the
+    subnormal 2^-9, one-hot activations: out[0, n] picks single weights, so the fp32 result must equal the
+    dequantized weight exactly (no accumulation error), here read with fp32 output."""
+    from bwtriton.formats import QuantizedTensor
+    torch.manual_seed(7)
+    n, k = 64, 1024
+    data = torch.stack([torch.randperm(256, device="cuda")[torch.arange(k // 2, device="cuda") % 256]
+                        for _ in range(n)]).to(torch.uint8)
+    scale_bytes = torch.randint(0, 0x7F, (n, k // 16), device="cuda", dtype=torch.uint8)  # 0x7F is NaN
+    w_q = QuantizedTensor(data=data, scales=scale_bytes.view(torch.float8_e4m3fn), scale_layout="plain",
+                          global_scale=torch.tensor(0.75, device="cuda"), format="nvfp4", shape=(n, k))
+    dense = w_q.dequantize(torch.float64)
+    for cols in (torch.arange(0, 4), torch.tensor([1, 17, 510, 1023])):
+        x = torch.zeros(4, k, device="cuda", dtype=torch.bfloat16)
+        x[torch.arange(4), cols.cuda()] = 1.0
+        out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config={"path": "gemv", "SPLIT_K": 1})
+        assert torch.equal(out.double().cpu(), dense[:, cols].T.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["gemv", "mma"])
+def test_decode_paths_agree_at_llm_shape(path):
+    """N = K = 8192 (the benchmark shape) through both paths with their default configs."""
+    torch.manual_seed(8)
+    x = torch.randn(4, 8192, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(8192, 8192, device="cuda") * 0.02)
+    out = decode.nvfp4_decode_matmul(x, w_q, config={"path": path})
     assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
 
 
