@@ -220,6 +220,17 @@ def test_decode_gemv_numerics(m, blocked):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2])
+def test_decode_gemv_two_steps(split):
+    torch.manual_seed(9)
+    x = torch.randn(4, 4096, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(128, 4096, device="cuda"))
+    out = decode.nvfp4_decode_matmul(x, w_q, config={"path": "gemv", "TWO_STEPS": True, "SPLIT_K": split,
+                                                     "ROWS_PER_THREAD": 2})
+    assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
+
+
+@pytest.mark.gpu
 def test_decode_gemv_decodes_every_byte_and_scale_exactly():
     """All 256 weight bytes (both nibbles, signed zero, subnormal 0.5) in every row, UE4M3 scales down to the
     subnormal 2^-9, one-hot activations: out[0, n] picks single weights, so the fp32 result must equal the

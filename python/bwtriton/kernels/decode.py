@@ -93,9 +93,33 @@ def _e2m1x4_to_f32(packed):
 
 
 @gluon.jit
+def _gemv_loads(w_ptr, x_ptr, ws_ptr, w_off, x_off, x_mask, rn_s, rg_s, kh, n_kb, SCALE_BLOCKED: gl.constexpr):
+    """One K step's weight bytes, activation pairs and scales (kh = byte offset along the packed row)."""
+    w = gl.load(w_ptr + (w_off + kh))
+    xp = gl.load(x_ptr + (x_off + kh), mask=x_mask, other=0)
+    s = gl.load(ws_ptr + scale_offsets(gl.expand_dims(rn_s, 1), gl.expand_dims(kh // 8 + rg_s, 0), n_kb,
+                                        SCALE_BLOCKED))
+    return w, xp, s
+
+
+@gluon.jit
+def _gemv_step(acc, w, xp, s):
+    """acc[m, n, g] += s[n, g] * (8-byte partial dot of row n with activation row m)."""
+    lo, hi = _e2m1x4_to_f32(w)
+    xe = (xp << 16).to(gl.float32, bitcast=True)       # bf16 is the top half of an fp32: exact
+    xo = (xp & -65536).to(gl.float32, bitcast=True)
+    # Two separate sums: each in-thread reduction of products contracts to one FMUL + 7 FFMA, where the sum of
+    # (lo*xe + hi*xo) would cost an extra FADD per byte.
+    dot = (gl.sum(gl.expand_dims(lo, 0) * gl.expand_dims(xe, 1), axis=3)
+           + gl.sum(gl.expand_dims(hi, 0) * gl.expand_dims(xo, 1), axis=3))
+    return acc + dot * gl.expand_dims(s.to(gl.float32), 0)
+
+
+@gluon.jit
 def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                       SCALE_BLOCKED: gl.constexpr, BLOCK_M: gl.constexpr, ROWS_PER_THREAD: gl.constexpr,
-                      THREADS_N: gl.constexpr, SPLIT_K: gl.constexpr):
+                      THREADS_N: gl.constexpr, SPLIT_K: gl.constexpr,
+                      TWO_STEPS: gl.constexpr = False):
     """out[m, n] = alpha * sum_g s[n, g] * sum_{k in g} e2m1[n, k] x[m, k] on CUDA cores, fp32 throughout.
 
     One 4-D layout [BLOCK_M, rows, groups, 8 bytes] holds everything: a thread owns ROWS_PER_THREAD weight rows x
@@ -135,19 +159,19 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_
     rg_s = gl.arange(0, G, layout=gl.SliceLayout(0, LS))
 
     acc = gl.zeros([BLOCK_M, BLOCK_N, G], gl.float32, LACC)
-    for kh in range(kh_lo, kh_lo + k_span // 2, KH):
-        w = gl.load(w_ptr + (w_off + kh))
-        xp = gl.load(x_ptr + (x_off + kh), mask=x_mask, other=0)
-        s = gl.load(ws_ptr + scale_offsets(gl.expand_dims(rn_s, 1), gl.expand_dims(kh // 8 + rg_s, 0), n_kb,
-                                            SCALE_BLOCKED))
-        lo, hi = _e2m1x4_to_f32(w)
-        xe = (xp << 16).to(gl.float32, bitcast=True)       # bf16 is the top half of an fp32: exact
-        xo = (xp & -65536).to(gl.float32, bitcast=True)
-        # Two separate sums: each in-thread reduction of products contracts to one FMUL + 7 FFMA, where the sum
-        # of (lo*xe + hi*xo) would cost an extra FADD per byte.
-        dot = (gl.sum(gl.expand_dims(lo, 0) * gl.expand_dims(xe, 1), axis=3)
-               + gl.sum(gl.expand_dims(hi, 0) * gl.expand_dims(xo, 1), axis=3))
-        acc += dot * gl.expand_dims(s.to(gl.float32), 0)
+    kh_end = kh_lo + k_span // 2
+    STEP: gl.constexpr = 2 * KH if TWO_STEPS else KH
+    for kh in range(kh_lo, kh_end, STEP):
+        # TWO_STEPS issues the loads of two K steps before either is decoded: twice the bytes in flight per warp
+        # (the kernel is latency-bound at low occupancy). Carrying the bytes across iterations instead (a
+        # register double buffer) made LLVM repack every byte with PRMT.
+        w, xp, s = _gemv_loads(w_ptr, x_ptr, ws_ptr, w_off, x_off, x_mask, rn_s, rg_s, kh, n_kb, SCALE_BLOCKED)
+        if TWO_STEPS:
+            w2, xp2, s2 = _gemv_loads(w_ptr, x_ptr, ws_ptr, w_off, x_off, x_mask, rn_s, rg_s, kh + KH, n_kb,
+                                      SCALE_BLOCKED)
+        acc = _gemv_step(acc, w, xp, s)
+        if TWO_STEPS:
+            acc = _gemv_step(acc, w2, xp2, s2)
     res = gl.sum(acc, axis=2) * gl.load(alpha_ptr)
     rm_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LOUT))
     rn_o = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, LOUT))
@@ -190,7 +214,7 @@ def gemv_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     while (n // block_n) * split < 2 * num_sms and k % (split * 2 * block_k) == 0 and split < 8:
         split *= 2
     return {"BLOCK_M": triton.next_power_of_2(m), "ROWS_PER_THREAD": rows, "THREADS_N": threads_n,
-            "SPLIT_K": split, "num_warps": warps}
+            "SPLIT_K": split, "num_warps": warps, "TWO_STEPS": False}
 
 
 def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.bfloat16,
@@ -249,7 +273,7 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
     m, k = x.shape
     n = w_q.shape[0]
     block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
-    block_k = 1024 // cfg["THREADS_N"]
+    block_k = 1024 // cfg["THREADS_N"] * (2 if cfg.get("TWO_STEPS") else 1)
     if n % block_n or k % (block_k * cfg["SPLIT_K"]) or cfg["BLOCK_M"] < m:
         raise InputError(f"{op}: gemv config {cfg} does not tile M={m}, N={n}, K={k}: N must be a multiple of "
                          f"ROWS_PER_THREAD*THREADS_N*num_warps={block_n}, K of {block_k}*SPLIT_K, BLOCK_M >= M")
