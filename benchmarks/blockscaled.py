@@ -38,9 +38,14 @@ def _register_decode() -> None:
     from bwtriton.formats import quantize_nvfp4
     n = k = 8192
     for m in (1, 4, 16):
-        for tag, cfg in (("auto", None), ("split1", {"SPLIT_K": 1}), ("split4", {"SPLIT_K": 4}),
-                         ("BN32 split2", {"BLOCK_N": 32, "SPLIT_K": 2}),
-                         ("BN128 8w split4", {"BLOCK_N": 128, "num_warps": 8, "SPLIT_K": 4})):
+        for tag, cfg in (("auto", None), ("mma split1", {"path": "mma", "SPLIT_K": 1}),
+                         ("mma split4", {"path": "mma", "SPLIT_K": 4}),
+                         ("mma BN32 split2", {"path": "mma", "BLOCK_N": 32, "SPLIT_K": 2}),
+                         ("mma BN128 8w split4", {"path": "mma", "BLOCK_N": 128, "num_warps": 8, "SPLIT_K": 4}),
+                         ("gemv R2", {"path": "gemv", "ROWS_PER_THREAD": 2}),
+                         ("gemv R4", {"path": "gemv", "ROWS_PER_THREAD": 4})):
+            if m > 4 and tag.startswith("gemv"):
+                continue  # BLOCK_M 16 spills on the CUDA-core path (~500 us): not a candidate
             def setup(m=m):
                 torch.manual_seed(0)
                 w = torch.randn(n, k, device="cuda") * 0.02

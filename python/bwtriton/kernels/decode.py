@@ -8,11 +8,20 @@ weight, exact), and the MMA is "swapped": the dequantized weight tile [BLOCK_N, 
 and x^T [BLOCK_K, 16..64] the small B operand, so no MMA work is wasted on padding M up to 64/128 rows.
 SPLIT_K > 1 splits K over more CTAs (fp32 atomics) when N alone gives too few CTAs to saturate HBM.
 
-Measured on the H200 (N = K = 8192, one run): 60-62 us for M = 4/16 (auto config, split 2), 81 us for M = 1
-(split 1), against 45 us for cuBLAS bf16: 0.56-0.75x, far from the 2.5x goal. The kernel is issue-bound, not
-memory-bound: ~600 GB/s of 4.8 TB/s. A variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
-17 of 18 layout conversions but measured slower (106-205 us): Triton then reads the bytes from shared memory one
-at a time (ld.shared.b8) in the MMA operand layout. See the report of issue 4 for the next steps.
+Two paths. M <= GEMV_MAX_M (4) takes a CUDA-core GEMV (`nvfp4_gemv_kernel`, Gluon so that one explicit 4-D
+layout [M, rows, groups, 8 bytes] covers every tensor: no layout conversions, 16-byte loads, no spills); it decodes
+each weight once (4 instructions, exact) and pays one FFMA per weight per activation row. Larger M takes the
+tensor-core kernel above, whose auto config is now BLOCK_N 32, split 2 at N = K = 8192 (measured fastest).
+
+Measured on the H200 (N = K = 8192, do_bench wall time per call, two runs; cuBLAS bf16 43.7-44.9 us):
+GEMV M = 1: 27-31 us (1.4-1.65x cuBLAS); M = 2: 32-58 us; M = 4: 43-60 us; tensor cores M = 4..16: 46-47 us in
+the first run, 80-97 us in the second. The spread between runs (same code, same configs) says host launch
+overhead (Python validation + Triton launch) is part of these numbers; the 2.5x goal (<= 17.6 us) is not met.
+Per weight the GEMV issues ~4 decode + M FMA + ~0.5 other instructions, ~11 us of issue at M = 1 if the SMs were
+saturated, so M = 1 is latency/occupancy-bound, not issue-bound; see the helper's report for next steps.
+Earlier tensor-core finding (kept): a variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
+17 of 18 layout conversions but measured slower (106-205 us): Triton then read the bytes from shared memory one
+at a time (ld.shared.b8) in the MMA operand layout.
 """
 from __future__ import annotations
 
@@ -204,7 +213,9 @@ def gemv_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     the smallest of 1, 2, 4 that divides K into whole steps; 4 rows per thread share each activation load; K is
     split (fp32 atomics) only when N alone gives fewer than 2 CTAs per SM."""
     threads_n = next(t for t in (1, 2, 4) if k % (1024 // t) == 0)
-    rows, warps = 4, 4
+    # 2 rows per thread for M = 1 (27-31 us at N = K = 8192 on the H200, against 40-53 us with 4 rows), 4 rows
+    # for M = 2..4 (fastest in one of two runs, equal in the other; see the module docstring).
+    rows, warps = (2 if m == 1 else 4), 4
     block_n = rows * threads_n * warps
     while n % block_n:
         rows //= 2
