@@ -10,11 +10,11 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
+import ptx_corpus as pc
 import torch
 import triton
+from bwtriton.formats import to_blocked_scales
 from triton.tools.tensor_descriptor import TensorDescriptor
-
-import ptx_corpus as pc
 
 TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8e4nv": torch.float8_e4m3fn, "fp8e5": torch.float8_e5m2,
          "fp32": torch.float32, "i8": torch.int8, "i32": torch.int32}
@@ -81,7 +81,11 @@ def case_matmul(in_ty="bf16", out_ty=None, M=128, N=128, K=128, bm=128, bn=128, 
 def case_example_matmul(dtype="bf16", M=128, N=128, K=128, seed=0) -> EmuCase:
     """bwtriton.examples.matmul.matmul_kernel through bwtriton.compile (BLOCK 128x128x64, 4 warps)."""
     import bwtriton
-    from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
+    from bwtriton.examples.matmul import (
+        matmul_constexprs,
+        matmul_kernel,
+        matmul_signature,
+    )
     kern = _example_matmul(dtype)
 
     def make():
@@ -98,7 +102,11 @@ def case_example_matmul(dtype="bf16", M=128, N=128, K=128, seed=0) -> EmuCase:
 @functools.cache
 def _example_matmul(dtype: str):
     import bwtriton
-    from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
+    from bwtriton.examples.matmul import (
+        matmul_constexprs,
+        matmul_kernel,
+        matmul_signature,
+    )
     return bwtriton.compile(matmul_kernel, signature=matmul_signature(dtype), constexprs=matmul_constexprs(),
                             target="sm_100a", num_warps=4, num_stages=3)
 
@@ -155,7 +163,11 @@ def case_dot_scaled(a_fmt="e2m1", b_fmt="e2m1", scale_ty="u8", vec=32, bk=256, K
 def case_fp4_example(scale_ty="fp8e4nv", M=128, N=128, K=256, seed=0) -> EmuCase:
     """bwtriton.examples.scaled.fp4_scaled_matmul_kernel (NVFP4: fp8e4nv scales / 16, MXFP4: u8 / 32)."""
     import bwtriton
-    from bwtriton.examples.scaled import fp4_scaled_constexprs, fp4_scaled_matmul_kernel, fp4_scaled_signature
+    from bwtriton.examples.scaled import (
+        fp4_scaled_constexprs,
+        fp4_scaled_matmul_kernel,
+        fp4_scaled_signature,
+    )
     vec = 16 if scale_ty == "fp8e4nv" else 32
     kern = _fp4_example(scale_ty)
 
@@ -175,7 +187,11 @@ def case_fp4_example(scale_ty="fp8e4nv", M=128, N=128, K=256, seed=0) -> EmuCase
 @functools.cache
 def _fp4_example(scale_ty: str):
     import bwtriton
-    from bwtriton.examples.scaled import fp4_scaled_constexprs, fp4_scaled_matmul_kernel, fp4_scaled_signature
+    from bwtriton.examples.scaled import (
+        fp4_scaled_constexprs,
+        fp4_scaled_matmul_kernel,
+        fp4_scaled_signature,
+    )
     vec = 16 if scale_ty == "fp8e4nv" else 32
     return bwtriton.compile(fp4_scaled_matmul_kernel, signature=fp4_scaled_signature(scale_ty),
                             constexprs=fp4_scaled_constexprs(vec=vec), target="sm_100a", num_warps=4)
@@ -184,25 +200,10 @@ def _fp4_example(scale_ty: str):
 # --- TMA + 5-D scales (tcgen05.cp) ------------------------------------------------------------------------
 def to_blocked(s: torch.Tensor) -> torch.Tensor:
     """[rows, kb] scales -> cuBLAS 128x4 blocked layout (flat), rows padded to 128 and kb to 4."""
-    rows, cols = s.shape
-    blocks = s.view(rows // 128, 128, cols // 4, 4).permute(0, 2, 1, 3)
-    return blocks.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1)
+    return to_blocked_scales(s).reshape(-1)
 
 
-@functools.cache
-def compile_block_scaled_tma(vec: int, M: int, N: int, K: int, bm=128, bn=256, bk=256):
-    rep_m, rep_n, rep_k = bm // 128, bn // 128, bk // vec // 4
-    scale_ty = "fp8e4nv" if vec == 16 else "u8"
-    sig = {"a_desc": f"tensordesc<u8[{bm}, {bk // 2}]>",
-           "a_scale_desc": f"tensordesc<{scale_ty}[1, {rep_m}, {rep_k}, 2, 256]>",
-           "b_desc": f"tensordesc<u8[{bn}, {bk // 2}]>",
-           "b_scale_desc": f"tensordesc<{scale_ty}[1, {rep_n}, {rep_k}, 2, 256]>",
-           "c_desc": f"tensordesc<fp16[{bm}, {bn}]>"}
-    ce = {"M": M, "N": N, "K": K, "VEC_SIZE": vec, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
-          "rep_m": rep_m, "rep_n": rep_n, "rep_k": rep_k, "NUM_STAGES": 3}
-    sig.update({k: "constexpr" for k in ce})
-    src = triton.compiler.ASTSource(fn=pc._block_scaled_tma_kernel, signature=sig, constexprs=ce)
-    return triton.compile(src, target=pc.SM100, options={"num_warps": 4})
+compile_block_scaled_tma = pc.compile_block_scaled_tma_kernel  # one definition of the TMA test kernel
 
 
 def case_block_scaled_tma(vec=16, M=128, N=256, K=512, seed=0) -> EmuCase:
@@ -273,7 +274,10 @@ def compile_gluon(which: str):
                              constexprs={"M": 128, "N": 128, "K": 128, "VEC": vec, "num_warps": 4})
         return triton.compile(src, target=pc.SM100, options={"num_warps": 4})
     m = n = 256 if which == "two_ctas" else 128
-    from triton.experimental.gluon.language.nvidia.blackwell import TensorMemoryLayout, mbarrier
+    from triton.experimental.gluon.language.nvidia.blackwell import (
+        TensorMemoryLayout,
+        mbarrier,
+    )
     cga_a, cga_b, cga_c = [[1, 0]], [[0, 1]], [[1, 0]]
 
     def blocked(cga, order):

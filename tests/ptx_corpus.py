@@ -140,8 +140,10 @@ def _block_scaled_tma_kernel(a_desc, a_scale_desc, b_desc, b_scale_desc, c_desc,
     c_desc.store([offs_am, offs_bn], accumulator.to(tl.float16))
 
 
-def _compile_block_scaled_tma(vec: int) -> str:
-    bm, bn, bk = 128, 256, 256
+@functools.cache
+def compile_block_scaled_tma_kernel(vec: int, M: int = 1024, N: int = 1024, K: int = 1024, bm: int = 128,
+                                    bn: int = 256, bk: int = 256):
+    """The compiled tutorial-10 style block-scaled TMA kernel (5-D scales, tcgen05.cp), no bwtriton passes."""
     rep_m, rep_n, rep_k = bm // 128, bn // 128, bk // vec // 4
     scale_ty = "fp8e4nv" if vec == 16 else "u8"
     sig = {"a_desc": f"tensordesc<u8[{bm}, {bk // 2}]>",
@@ -149,11 +151,15 @@ def _compile_block_scaled_tma(vec: int) -> str:
            "b_desc": f"tensordesc<u8[{bn}, {bk // 2}]>",
            "b_scale_desc": f"tensordesc<{scale_ty}[1, {rep_n}, {rep_k}, 2, 256]>",
            "c_desc": f"tensordesc<fp16[{bm}, {bn}]>"}
-    constexprs = {"M": 1024, "N": 1024, "K": 1024, "VEC_SIZE": vec, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
+    constexprs = {"M": M, "N": N, "K": K, "VEC_SIZE": vec, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
                   "rep_m": rep_m, "rep_n": rep_n, "rep_k": rep_k, "NUM_STAGES": 3}
     sig.update({k: "constexpr" for k in constexprs})
     src = triton.compiler.ASTSource(fn=_block_scaled_tma_kernel, signature=sig, constexprs=constexprs)
-    return triton.compile(src, target=SM100, options={"num_warps": 4}).asm["ptx"]
+    return triton.compile(src, target=SM100, options={"num_warps": 4})
+
+
+def _compile_block_scaled_tma(vec: int) -> str:
+    return compile_block_scaled_tma_kernel(vec).asm["ptx"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
