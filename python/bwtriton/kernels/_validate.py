@@ -18,17 +18,22 @@ The order above is the recommended one: structural checks first (testable anywhe
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import torch
 
 from ..errors import InputError
 
+if TYPE_CHECKING:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from ..formats import QuantizedTensor
+
 #: Alignment (bytes) TMA needs for a tensor's base address and for every stride but the innermost.
 TMA_ALIGN_BYTES = 16
 
-FP8_DTYPES = tuple(d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d)
-
+#: Output dtypes every block-scaled entry point can store.
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 def dtype_name(dtype: torch.dtype) -> str:
     """'bfloat16' for torch.bfloat16 (short names read better in messages)."""
@@ -94,17 +99,20 @@ class InputChecker:
         self.aligned(name, t)
 
     def nonempty(self, name: str, t: torch.Tensor) -> None:
+        """`t` has at least one element."""
         if t.numel() == 0:
             raise self.fail(f"{name} is empty (shape {tuple(t.shape)}); every dim must be positive")
 
     # ------------------------------------------------------------------------------------------ relations
     def same_dtype(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """All `tensors` (name -> tensor) share one dtype."""
         dtypes = {n: t.dtype for n, t in tensors.items()}
         if len(set(dtypes.values())) > 1:
             listing = ", ".join(f"{n}: {dtype_name(d)}" for n, d in dtypes.items())
             raise self.fail(f"inputs must share one dtype, got {listing}; cast them, e.g. b.to(a.dtype)")
 
     def dims_match(self, what: str, x: int, x_name: str, y: int, y_name: str) -> None:
+        """Two sizes that must agree (e.g. the K of both operands) are equal."""
         if x != y:
             raise self.fail(f"{what} mismatch: {x_name} = {x} but {y_name} = {y}; they must be equal")
 
@@ -115,13 +123,14 @@ class InputChecker:
             fix = fix or f"pad it with {pad} zeros to {value + pad}"
             raise self.fail(f"{what} = {value} must be a positive multiple of {block}; {fix}")
 
-    def on_cuda(self, tensors: Mapping[str, "torch.Tensor | None"]) -> torch.device:
-        """All given tensors (None entries skipped) live on one CUDA device; returns it."""
+    def on_cuda(self, tensors: Mapping[str, "torch.Tensor | None"], hint: str = "") -> torch.device:
+        """All given tensors (None entries skipped) live on one CUDA device; returns it. `hint` is appended to
+        the error for a tensor off the GPU (e.g. where to find a CPU reference)."""
         present = {n: t for n, t in tensors.items() if t is not None}
         for n, t in present.items():
             if t.device.type != "cuda":
                 raise self.fail(f"{n} is on device '{t.device}', but this kernel runs on a CUDA GPU; move it "
-                                f"with {n}.cuda()")
+                                f"with {n}.cuda(){f' ({hint})' if hint else ''}")
         devices = {t.device for t in present.values()}
         if len(devices) > 1:
             listing = ", ".join(f"{n}: {t.device}" for n, t in present.items())
@@ -156,6 +165,74 @@ class InputChecker:
                         f"({accepted})")
 
 
+# ------------------------------------------------------------------------------- block-scaled operands
+_FP4_FORMATS = ("nvfp4", "mxfp4")
+
+
+def check_quantized(op: str, name: str, q: object, formats: tuple[str, ...]) -> "QuantizedTensor":
+    """`q` is a 2-D QuantizedTensor of one of `formats`, with data and scales of the expected dtypes and shapes."""
+    from ..formats import QuantizedTensor
+    from ..formats.layout import blocked_shape
+    if not isinstance(q, QuantizedTensor):
+        raise InputError(f"{op}: {name} must be a bwtriton.formats.QuantizedTensor (e.g. from "
+                         f"bwtriton.formats.quantize_{formats[0].split('_')[0]}(x)), got {type(q).__name__}")
+    if q.format not in formats:
+        raise InputError(f"{op}: {name} is {q.format}, this op takes {' or '.join(formats)}; quantize it with the "
+                         f"matching bwtriton.formats.quantize_* function or call the {q.format.split('_')[0]}_matmul "
+                         f"variant")
+    if len(q.shape) != 2:
+        raise InputError(f"{op}: {name} must be a 2-D matrix [rows, K], got logical shape {tuple(q.shape)}; "
+                         f"reshape the input to 2-D before quantizing")
+    rows, k = q.shape
+    packed_k = k // 2 if q.format in _FP4_FORMATS else k
+    want_data = torch.uint8 if q.format in _FP4_FORMATS else (
+        torch.float8_e4m3fn if q.format == "mxfp8_e4m3" else torch.float8_e5m2)
+    if q.data.dtype != want_data or tuple(q.data.shape) != (rows, packed_k):
+        raise InputError(f"{op}: {name}.data must be {want_data} of shape {(rows, packed_k)}, got {q.data.dtype} "
+                         f"{tuple(q.data.shape)}")
+    if q.data.stride(-1) != 1 or q.data.stride(0) != packed_k:
+        raise InputError(f"{op}: {name}.data must be contiguous; call .contiguous() on it")
+    want_scale = torch.float8_e4m3fn if q.format == "nvfp4" else torch.float8_e8m0fnu
+    if q.scales.dtype != want_scale:
+        raise InputError(f"{op}: {name}.scales must be {want_scale} for {q.format}, got {q.scales.dtype}")
+    n_kb = k // q.block_size
+    want = (rows, n_kb) if q.scale_layout == "plain" else blocked_shape(rows, n_kb)
+    if tuple(q.scales.shape) != tuple(want) or not q.scales.is_contiguous():
+        raise InputError(f"{op}: {name}.scales ({q.scale_layout}) must be a contiguous tensor of shape {want}, "
+                         f"got {tuple(q.scales.shape)}")
+    if q.format == "nvfp4" and q.global_scale is None:
+        raise InputError(f"{op}: {name} is nvfp4 but has no global_scale; quantize with bwtriton.formats."
+                         f"quantize_nvfp4")
+    return q
+
+
+def check_bf16_activations(op: str, x: object, w_q: "QuantizedTensor") -> tuple[int, int, int]:
+    """`x` is a bf16 [M, K] matrix with unit stride along K whose K matches the [N, K] weight `w_q` (checked
+    first with `check_quantized`); returns (M, N, K)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise InputError(f"{op}: x must be a 2-D torch.Tensor [M, K]; reshape batched activations with "
+                         f"x.reshape(-1, x.shape[-1])")
+    if x.dtype != torch.bfloat16:
+        raise InputError(f"{op}: x must be bfloat16, got {x.dtype}; convert with x.to(torch.bfloat16)")
+    if x.stride(1) != 1:
+        raise InputError(f"{op}: x must have unit stride along K; call x.contiguous()")
+    m, k = x.shape
+    n, kw = w_q.shape
+    if k != kw:
+        raise InputError(f"{op}: K mismatch: x is [{m}, {k}] but w_q is [{n}, {kw}] (the weight is [N, K])")
+    return m, n, k
+
+
+def check_out_dtype(op: str, out_dtype: torch.dtype) -> None:
+    """`out_dtype` is one of `OUT_DTYPES`."""
+    if out_dtype not in OUT_DTYPES:
+        raise InputError(f"{op}: out_dtype must be one of {_names(OUT_DTYPES)}, got {out_dtype}")
+
+
+#: Appended to "move it with .cuda()" errors of the block-scaled ops.
+CPU_REFERENCE_HINT = "for a CPU reference use QuantizedTensor.dequantize() and torch.matmul"
+
+
 def tma_friendly_empty(rows: int, cols: int, dtype: torch.dtype, device: "torch.device | str") -> torch.Tensor:
     """An uninitialised [rows, cols] tensor whose row pitch is padded to 16 bytes, so a TMA descriptor can cover it.
 
@@ -168,7 +245,7 @@ def tma_friendly_empty(rows: int, cols: int, dtype: torch.dtype, device: "torch.
     return buf if padded == cols else buf[:, :cols]
 
 
-def tma_descriptor(t: torch.Tensor, block_shape: Sequence[int]):
+def tma_descriptor(t: torch.Tensor, block_shape: Sequence[int]) -> "TensorDescriptor":
     """A host-side TMA descriptor (`triton.tools.tensor_descriptor.TensorDescriptor`) for `t`.
 
     Strides of size-1 dims are never used for addressing but TMA still requires them 16-byte aligned; torch may

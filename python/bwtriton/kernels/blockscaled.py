@@ -10,7 +10,8 @@ Every kernel here uses `tl.dot_scaled`, so:
   crashes there) and Triton's own decomposition for MX. Kernels are launched through `bwtriton_pipeline()`,
   which installs bwtriton's stage hook for the launch (compiles once; later launches hit Triton's JIT cache).
 
-Also holds the small helpers shared with `nvfp4_linear` and `decode` (validation, pipeline launch, e2m1 decode).
+Also holds the small helpers shared with `nvfp4_linear` and `decode` (pipeline launch, scale offsets, e2m1 decode);
+their input checks live in `_validate`.
 """
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ import triton.language as tl
 
 from ..errors import InputError
 from ._tiles import grouped_tile_coords
+from ._validate import CPU_REFERENCE_HINT, InputChecker, check_out_dtype, check_quantized
 
 __all__ = ["nvfp4_matmul", "mxfp4_matmul", "mxfp8_matmul"]
 
-_FP4_FORMATS = ("nvfp4", "mxfp4")
-#: tl.dot_scaled element format and scale-group size per QuantizedTensor format.
+#: tl.dot_scaled element format per QuantizedTensor format.
 _DOT_FORMAT = {"nvfp4": "e2m1", "mxfp4": "e2m1", "mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2"}
 
 
@@ -73,58 +74,6 @@ def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
 def native_block_scaled(device: torch.device) -> bool:
     """Whether `device` has hardware block-scaled MMA that Triton 3.6 uses (sm_100a / sm_103a)."""
     return device_capability(device) in (100, 103)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Validation shared by the block-scaled entry points
-# --------------------------------------------------------------------------------------------------------------
-
-def check_quantized(op: str, name: str, q, formats: tuple[str, ...], *, ndim: int = 2):
-    """`q` is a 2-D QuantizedTensor of one of `formats`, with data and scales of the expected dtypes and shapes."""
-    from ..formats import QuantizedTensor
-    from ..formats.layout import blocked_shape
-    if not isinstance(q, QuantizedTensor):
-        raise InputError(f"{op}: {name} must be a bwtriton.formats.QuantizedTensor (e.g. from "
-                         f"bwtriton.formats.quantize_{formats[0].split('_')[0]}(x)), got {type(q).__name__}")
-    if q.format not in formats:
-        raise InputError(f"{op}: {name} is {q.format}, this op takes {' or '.join(formats)}; quantize it with the "
-                         f"matching bwtriton.formats.quantize_* function or call the {q.format.split('_')[0]}_matmul "
-                         f"variant")
-    if len(q.shape) != ndim:
-        raise InputError(f"{op}: {name} must be a {ndim}-D matrix [rows, K], got logical shape {tuple(q.shape)}; "
-                         f"reshape the input to 2-D before quantizing")
-    rows, k = q.shape
-    packed_k = k // 2 if q.format in _FP4_FORMATS else k
-    want_data = torch.uint8 if q.format in _FP4_FORMATS else (
-        torch.float8_e4m3fn if q.format == "mxfp8_e4m3" else torch.float8_e5m2)
-    if q.data.dtype != want_data or tuple(q.data.shape) != (rows, packed_k):
-        raise InputError(f"{op}: {name}.data must be {want_data} of shape {(rows, packed_k)}, got {q.data.dtype} "
-                         f"{tuple(q.data.shape)}")
-    if q.data.stride(-1) != 1 or q.data.stride(0) != packed_k:
-        raise InputError(f"{op}: {name}.data must be contiguous; call .contiguous() on it")
-    want_scale = torch.float8_e4m3fn if q.format == "nvfp4" else torch.float8_e8m0fnu
-    if q.scales.dtype != want_scale:
-        raise InputError(f"{op}: {name}.scales must be {want_scale} for {q.format}, got {q.scales.dtype}")
-    n_kb = k // q.block_size
-    want = (rows, n_kb) if q.scale_layout == "plain" else blocked_shape(rows, n_kb)
-    if tuple(q.scales.shape) != tuple(want) or not q.scales.is_contiguous():
-        raise InputError(f"{op}: {name}.scales ({q.scale_layout}) must be a contiguous tensor of shape {want}, "
-                         f"got {tuple(q.scales.shape)}")
-    if q.format == "nvfp4" and q.global_scale is None:
-        raise InputError(f"{op}: {name} is nvfp4 but has no global_scale; quantize with bwtriton.formats."
-                         f"quantize_nvfp4")
-    return q
-
-
-def check_same_device(op: str, tensors: dict) -> torch.device:
-    devices = {str(t.device) for t in tensors.values() if t is not None}
-    if len(devices) != 1:
-        raise InputError(f"{op}: all inputs must be on one device, got {', '.join(sorted(devices))}")
-    device = next(t.device for t in tensors.values() if t is not None)
-    if device.type != "cuda":
-        raise InputError(f"{op}: inputs are on {device}; these kernels run on a CUDA GPU, move them with .cuda() "
-                         f"(for a CPU reference use QuantizedTensor.dequantize() and torch.matmul)")
-    return device
 
 
 def alpha_tensor(a_q, b_q, device) -> torch.Tensor:
@@ -293,9 +242,6 @@ def pointer_signature(fmt: str, blocked: bool = False, block_m: int = 128, block
 # Torch entry points
 # --------------------------------------------------------------------------------------------------------------
 
-_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
 def _scales_for_kernel(q) -> torch.Tensor:
     """Scales as the kernel reads them: fp8e4nv for NVFP4, uint8 (e8m0 bytes) for MX."""
     return q.scales if q.format == "nvfp4" else q.scales.view(torch.uint8)
@@ -313,8 +259,7 @@ def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tup
     check_quantized(op, "b_q", b_q, formats)
     if a_q.format != b_q.format:
         raise InputError(f"{op}: a_q is {a_q.format} but b_q is {b_q.format}; quantize both the same way")
-    if out_dtype not in _OUT_DTYPES:
-        raise InputError(f"{op}: out_dtype must be one of bfloat16, float16, float32, got {out_dtype}")
+    check_out_dtype(op, out_dtype)
     (m, k), (n, kb) = a_q.shape, b_q.shape
     if k != kb:
         raise InputError(f"{op}: K mismatch: a_q is [{m}, {k}] and b_q is [{n}, {kb}] (b_q is the [N, K] weight, "
@@ -325,8 +270,8 @@ def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tup
     if a_q.scale_layout != b_q.scale_layout:
         raise InputError(f"{op}: a_q scales are {a_q.scale_layout} but b_q scales are {b_q.scale_layout}; call "
                          f".to_blocked() (or .to_plain()) on one of them")
-    device = check_same_device(op, {"a_q.data": a_q.data, "a_q.scales": a_q.scales, "b_q.data": b_q.data,
-                                    "b_q.scales": b_q.scales})
+    device = InputChecker(op).on_cuda({"a_q.data": a_q.data, "a_q.scales": a_q.scales, "b_q.data": b_q.data,
+                                       "b_q.scales": b_q.scales}, hint=CPU_REFERENCE_HINT)
     c = torch.empty((m, n), dtype=out_dtype, device=device)
     alpha = alpha_tensor(a_q, b_q, device)
     fmt = _DOT_FORMAT[a_q.format]

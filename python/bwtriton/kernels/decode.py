@@ -32,7 +32,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from ..errors import InputError
-from .blockscaled import check_quantized, check_same_device, dequant_nvfp4_bf16, scale_offsets
+from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
+from .blockscaled import dequant_nvfp4_bf16, scale_offsets
 
 __all__ = ["nvfp4_decode_matmul", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -236,24 +237,14 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     overrides the launch configuration (keys of `decode_config`)."""
     op = "nvfp4_decode_matmul"
     check_quantized(op, "w_q", w_q, ("nvfp4",))
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise InputError(f"{op}: x must be a 2-D torch.Tensor [M, K]; reshape batched activations to 2-D")
-    if x.dtype != torch.bfloat16:
-        raise InputError(f"{op}: x must be bfloat16, got {x.dtype}; convert with x.to(torch.bfloat16)")
-    m, k = x.shape
-    n, kw = w_q.shape
-    if k != kw:
-        raise InputError(f"{op}: K mismatch: x is [{m}, {k}] but w_q is [{n}, {kw}]")
+    m, n, k = check_bf16_activations(op, x, w_q)
     if not 1 <= m <= MAX_DECODE_M:
         raise InputError(f"{op}: M={m} is outside the decode range 1..{MAX_DECODE_M}; use nvfp4_linear or "
                          f"nvfp4_matmul for larger batches")
     if n % 64 or k % 256:
         raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 256; pad the weight")
-    if x.stride(1) != 1:
-        raise InputError(f"{op}: x must have unit stride along K; call x.contiguous()")
-    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise InputError(f"{op}: out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
-    device = check_same_device(op, {"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales})
+    check_out_dtype(op, out_dtype)
+    device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales})
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     user = dict(config or {})
     path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma")

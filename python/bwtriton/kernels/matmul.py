@@ -22,7 +22,7 @@ import triton.language as tl
 
 from ._configs import GemmConfig, gemm_configs, prune_for_shape
 from ._tiles import grouped_tile_coords
-from ._validate import InputChecker, dtype_name, tma_descriptor, tma_friendly_empty
+from ._validate import OUT_DTYPES, InputChecker, dtype_name, tma_descriptor, tma_friendly_empty
 
 # Scale modes (constexpr A_SCALE / B_SCALE).
 SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR = 0, 1, 2
@@ -30,7 +30,7 @@ SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR = 0, 1, 2
 FP8_E4M3 = torch.float8_e4m3fn
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 _IN_DTYPES = _HALF_DTYPES + (FP8_E4M3,)
-_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_OUT_DTYPES = OUT_DTYPES
 
 
 @triton.jit

@@ -29,12 +29,8 @@ import triton.language as tl
 from ..errors import InputError
 from ..language.quant import quantize_nvfp4_tile
 from ._tiles import grouped_tile_coords
-from .blockscaled import (
-    bwtriton_pipeline,
-    check_quantized,
-    check_same_device,
-    scale_offsets,
-)
+from ._validate import InputChecker, check_bf16_activations, check_quantized
+from .blockscaled import bwtriton_pipeline, scale_offsets
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -133,23 +129,13 @@ def nvfp4_linear_pdl_gemm_kernel(xq_ptr, xs_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec
 
 def _validate(op: str, x, w_q, bias, x_global_scale):
     check_quantized(op, "w_q", w_q, ("nvfp4",))
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise InputError(f"{op}: x must be a 2-D torch.Tensor [M, K]; reshape batched activations with "
-                         f"x.reshape(-1, x.shape[-1])")
-    if x.dtype != torch.bfloat16:
-        raise InputError(f"{op}: x must be bfloat16, got {x.dtype}; convert with x.to(torch.bfloat16)")
-    if x.stride(1) != 1:
-        raise InputError(f"{op}: x must have unit stride along K; call x.contiguous()")
-    m, k = x.shape
-    n, kw = w_q.shape
-    if k != kw:
-        raise InputError(f"{op}: K mismatch: x is [{m}, {k}] but w_q is [{n}, {kw}] (the weight is [N, K])")
+    m, n, k = check_bf16_activations(op, x, w_q)
     if n % 64 or k % 128:
         raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 128; pad the weight")
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,)):
         raise InputError(f"{op}: bias must be a tensor of shape ({n},), got "
                          f"{tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}")
-    device = check_same_device(op, {"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales, "bias": bias})
+    device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales, "bias": bias})
     if x_global_scale is None:
         from ..formats import nvfp4_global_encode_scale
         s_enc = nvfp4_global_encode_scale(x)
