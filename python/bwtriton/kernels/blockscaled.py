@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from ..errors import InputError
+from ._device import device_capability
 from ._tiles import grouped_tile_coords
 from ._validate import CPU_REFERENCE_HINT, InputChecker, check_out_dtype, check_quantized
 
@@ -44,11 +45,6 @@ def _selection_for(capability: int):
     from ..targets import target_for_capability
     target = target_for_capability(capability)
     return resolve_passes(None, target), target
-
-
-def device_capability(device: torch.device) -> int:
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
 
 
 @contextlib.contextmanager
@@ -71,8 +67,9 @@ def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
         knobs.cache.dir = previous_dir
 
 
-def native_block_scaled(device: torch.device) -> bool:
-    """Whether `device` has hardware block-scaled MMA that Triton 3.6 uses (sm_100a / sm_103a)."""
+def tcgen05_block_scaled(device: torch.device) -> bool:
+    """Whether `device` has block-scaled tcgen05 MMA with scales in TMEM (sm_100a / sm_103a), which the TMA kernel
+    needs. Not `Target.native_block_scaled`: that also holds for sm_120a, whose block-scaled MMA is mma.sync."""
     return device_capability(device) in (100, 103)
 
 
@@ -276,7 +273,7 @@ def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tup
     alpha = alpha_tensor(a_q, b_q, device)
     fmt = _DOT_FORMAT[a_q.format]
     blocked = a_q.scale_layout == "blocked_128x4"
-    if native_block_scaled(device) and blocked and m % 128 == 0 and n % 128 == 0 and k % 256 == 0:
+    if tcgen05_block_scaled(device) and blocked and m % 128 == 0 and n % 128 == 0 and k % 256 == 0:
         _launch_tma(a_q, b_q, c, alpha, fmt)
         return c
     block_m, block_n, block_k = _pick_blocks(m, n, k)

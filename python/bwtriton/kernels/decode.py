@@ -32,6 +32,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from ..errors import InputError
+from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
 from .blockscaled import dequant_nvfp4_bf16, scale_offsets
 
@@ -245,7 +246,7 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
         raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 256; pad the weight")
     check_out_dtype(op, out_dtype)
     device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales})
-    num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    num_sms = sm_count(device)
     user = dict(config or {})
     path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma")
     if path not in ("gemv", "mma"):

@@ -13,7 +13,6 @@ TMA zero-fills out-of-bounds loads and clips out-of-bounds stores.
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import torch
@@ -21,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ._configs import GemmConfig, gemm_configs, prune_for_shape
+from ._device import device_capability, sm_count
 from ._tiles import grouped_tile_coords
 from ._validate import OUT_DTYPES, InputChecker, dtype_name, tma_descriptor, tma_friendly_empty
 
@@ -30,7 +30,6 @@ SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR = 0, 1, 2
 FP8_E4M3 = torch.float8_e4m3fn
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 _IN_DTYPES = _HALF_DTYPES + (FP8_E4M3,)
-_OUT_DTYPES = OUT_DTYPES
 
 
 @triton.jit
@@ -123,9 +122,9 @@ def validate_matmul_inputs(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dt
     is_fp8 = a.dtype == FP8_E4M3
     if out_dtype is None:
         out_dtype = torch.bfloat16 if is_fp8 else a.dtype
-    if out_dtype not in _OUT_DTYPES:
+    if out_dtype not in OUT_DTYPES:
         raise _check.fail(f"out_dtype {dtype_name(out_dtype)} is not supported; use one of "
-                          f"{', '.join(dtype_name(d) for d in _OUT_DTYPES)}")
+                          f"{', '.join(dtype_name(d) for d in OUT_DTYPES)}")
 
     # A must be row-major. B may be row-major [K, N] or column-major (B^T contiguous, as torch._scaled_mm
     # wants): the latter is read K-major, which fp8 wgmma requires without a transpose in shared memory.
@@ -157,20 +156,9 @@ def _descriptors(a, b, c, b_kmajor: bool, cfg: GemmConfig):
     return a_desc, b_desc, c_desc
 
 
-@functools.lru_cache(maxsize=None)
-def _device_info(device_index: int) -> tuple[int, int]:
-    """(compute capability as major*10+minor, SM count), cached: querying per call costs launch latency."""
-    props = torch.cuda.get_device_properties(device_index)
-    return props.major * 10 + props.minor, props.multi_processor_count
-
-
-def _device_index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
 def _launch(a, b, c, a_scale, b_scale, facts: dict, cfg: GemmConfig) -> None:
     m, n, k = facts["m"], facts["n"], facts["k"]
-    num_sms = _device_info(_device_index(facts["device"]))[1]
+    num_sms = sm_count(facts["device"])
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     # NUM_SMS (the tile-loop stride) stays the SM count even when fewer tiles than SMs launch fewer programs:
     # each program then owns one tile, and the kernel is not recompiled for every small shape.
@@ -193,13 +181,13 @@ def _shape_bucket(m: int, n: int, k: int) -> tuple:
 
 
 def _tuning_key(a, facts: dict) -> tuple:
-    cap = _device_info(_device_index(facts["device"]))[0]
+    cap = device_capability(facts["device"])
     return (cap, a.dtype, facts["out_dtype"], facts["b_kmajor"], facts["a_scale_mode"], facts["b_scale_mode"],
             _shape_bucket(facts["m"], facts["n"], facts["k"]))
 
 
 def _candidates(a, facts: dict) -> list[GemmConfig]:
-    cap = _device_info(_device_index(facts["device"]))[0]
+    cap = device_capability(facts["device"])
     cfgs = gemm_configs(cap, a.element_size(), facts["out_dtype"].itemsize)
     return prune_for_shape(cfgs, facts["m"], facts["n"], facts["k"])
 

@@ -1,0 +1,29 @@
+"""Cached facts about the CUDA device a kernel launches on (shared by every torch-facing wrapper)."""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def _device_info(device_index: int) -> tuple[int, int]:
+    props = torch.cuda.get_device_properties(device_index)
+    return props.major * 10 + props.minor, props.multi_processor_count
+
+
+def device_info(device: torch.device) -> tuple[int, int]:
+    """(compute capability as major*10+minor, SM count) of a CUDA `device`, cached: querying the driver on
+    every call costs launch latency, which shows on small GEMMs."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _device_info(index)
+
+
+def device_capability(device: torch.device) -> int:
+    """Compute capability of a CUDA `device` as major*10+minor (e.g. 90, 100)."""
+    return device_info(device)[0]
+
+
+def sm_count(device: torch.device) -> int:
+    """Number of SMs of a CUDA `device`."""
+    return device_info(device)[1]
