@@ -47,6 +47,7 @@ class GemmConfig:
         return f"{self.block_m}x{self.block_n}x{self.block_k} s{self.num_stages} w{self.num_warps}{flags}"
 
     def as_dict(self) -> dict:
+        """The fields as a plain dict."""
         return asdict(self)
 
 
@@ -58,6 +59,7 @@ def shared_bytes(cfg: GemmConfig, in_bytes: float, out_bytes: int) -> int:
 
 
 def fits(cfg: GemmConfig, in_bytes: float, out_bytes: int, capability: int) -> bool:
+    """Whether `cfg` fits the opt-in shared memory of a GPU of `capability` (unknown families: Ampere's)."""
     limit = MAX_SHARED_BYTES.get(capability // 10, MAX_SHARED_BYTES[8])
     return shared_bytes(cfg, in_bytes, out_bytes) <= limit
 

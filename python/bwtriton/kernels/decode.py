@@ -18,7 +18,7 @@ GEMV M = 1: 27-31 us (1.4-1.65x cuBLAS); M = 2: 32-58 us; M = 4: 43-60 us; tenso
 the first run, 80-97 us in the second. The spread between runs (same code, same configs) says host launch
 overhead (Python validation + Triton launch) is part of these numbers; the 2.5x goal (<= 17.6 us) is not met.
 Per weight the GEMV issues ~4 decode + M FMA + ~0.5 other instructions, ~11 us of issue at M = 1 if the SMs were
-saturated, so M = 1 is latency/occupancy-bound, not issue-bound; see the helper's report for next steps.
+saturated, so M = 1 is latency/occupancy-bound, not issue-bound.
 Earlier tensor-core finding (kept): a variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
 17 of 18 layout conversions but measured slower (106-205 us): Triton then read the bytes from shared memory one
 at a time (ld.shared.b8) in the MMA operand layout.
@@ -235,7 +235,8 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (M <= 64) and an NVFP4 weight w_q [N, K].
 
     The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. `config`
-    overrides the launch configuration (keys of `decode_config`)."""
+    overrides the launch configuration: 'path' ('gemv' for the CUDA-core kernel, default for M <= GEMV_MAX_M, or
+    'mma' for tensor cores) plus any keys of that path's defaults (`gemv_config` / `decode_config`)."""
     op = "nvfp4_decode_matmul"
     check_quantized(op, "w_q", w_q, ("nvfp4",))
     m, n, k = check_bf16_activations(op, x, w_q)

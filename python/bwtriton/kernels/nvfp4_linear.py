@@ -171,7 +171,8 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     return out
 
 
-def quantize_nvfp4_pdl(x: torch.Tensor, s_enc: torch.Tensor, *, use_pdl: bool = True):
+def quantize_nvfp4_pdl(x: torch.Tensor, s_enc: torch.Tensor, *,
+                       use_pdl: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_q uint8 [M, K/2], scales fp8e4nv [M, K/16]) from bf16 x with encode scale `s_enc` (fp32 [1])."""
     m, k = x.shape
     xq = torch.empty((m, k // 2), dtype=torch.uint8, device=x.device)
