@@ -187,7 +187,6 @@ def _compare(cmp: str, a, b, is_float: bool):
 
 
 # --- conversions -------------------------------------------------------------------------------------
-_SMALL_FLOATS = {"e4m3": "e4m3", "e5m2": "e5m2", "e2m1": "e2m1", "e2m3": "e2m3", "e3m2": "e3m2"}
 _INT_RANGES = {"s8": (-128, 127), "u8": (0, 255), "s16": (-32768, 32767), "u16": (0, 65535),
                "s32": (-2 ** 31, 2 ** 31 - 1), "u32": (0, 2 ** 32 - 1), "s64": (-2 ** 63, 2 ** 63 - 1),
                "u64": (0, 2 ** 64 - 1)}
@@ -344,7 +343,6 @@ def _binary(ins: Instruction, prog: Program, fn: Callable, dt: np.dtype) -> Call
 
 def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
     op = ins.opcode
-    mods = ins.modifiers
     ops = ins.operands
     if op == "mov":
         t = _t(ins)

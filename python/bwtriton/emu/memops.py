@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ptx.ir import Instruction, Operand
 from .errors import MemoryFaultError, UnsupportedInstructionError
-from .memory import CLUSTER_WINDOW, PARAM_BASE, split_cluster_address
+from .memory import CLUSTER_WINDOW, PARAM_BASE
 from .program import NP_TYPES, Program, convert
 
 U64 = np.dtype(np.uint64)
@@ -336,7 +336,3 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
             return lambda w: wr(w, np.uint64(0))
         return lambda w: None
     return None
-
-
-def cluster_barrier_target(w, addr: int) -> tuple[int, int]:
-    return split_cluster_address(addr, w.cta.rank)

@@ -156,10 +156,6 @@ def split_cluster_address(addr: int, own_rank: int) -> tuple[int, int]:
     return own_rank, addr
 
 
-def cluster_address(rank: int, cta_addr: int) -> int:
-    return CLUSTER_WINDOW | (rank << 24) | (cta_addr & 0xFFFFFF)
-
-
 @dataclass
 class MBarrier:
     """An mbarrier object: phase, pending arrivals of the current phase, pending transaction bytes.

@@ -44,6 +44,12 @@ def _uniform(w, arr, what: str) -> int:
     return int(a[0])
 
 
+def _require_whole_warp(w, what: str) -> None:
+    """`.sync.aligned` instructions (tcgen05.ld/st) must be executed by every live lane of the warp together."""
+    if w.mask is not None and not (w.mask == w.live).all():
+        raise EmulationError(f"{what} is .sync.aligned: every lane of the warp must execute it", where=w.where())
+
+
 # --- allocation -------------------------------------------------------------------------------------------
 def _alloc(ins: Instruction, prog: Program) -> Callable:
     rd_dst = address_reader(ins.operands[0], prog, ins)
@@ -166,9 +172,7 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
         raise UnsupportedInstructionError("tcgen05.ld.red (sm_101a/103f+)", line=ins.line, text=ins.text)
 
     def ld(w):
-        if w.mask is not None and not (w.mask == w.live).all():
-            raise EmulationError("tcgen05.ld is .sync.aligned: every lane of the warp must execute it",
-                                 where=w.where())
+        _require_whole_warp(w, "tcgen05.ld")
         taddr = _uniform(w, rd_t(w), "tcgen05.ld address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
         lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
@@ -208,9 +212,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     readers = [prog.src(s, U32, ins) for s in srcs]
 
     def st(w):
-        if w.mask is not None and not (w.mask == w.live).all():
-            raise EmulationError("tcgen05.st is .sync.aligned: every lane of the warp must execute it",
-                                 where=w.where())
+        _require_whole_warp(w, "tcgen05.st")
         taddr = _uniform(w, rd_t(w), "tcgen05.st address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
         lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
@@ -362,7 +364,7 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
 
 
 def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
-    m, n, k = idesc.m, idesc.n, idesc.k
+    m, n = idesc.m, idesc.n
     if idesc.sparse:
         raise UnsupportedInstructionError("sparse MMA (idesc bit 2)", line=line)
     if m is None or n is None or n == 0:
