@@ -2,8 +2,8 @@
 
 Used by `pair_ctas`. Triton 3.6 prints layouts as module-level aliases (``#tmem = #ttng.tensor_memory_encoding<...>``,
 ``#shared1 = #ttg.nvmma_shared<{..., CGALayout = [[0, 1]]}>``) and tcgen05 MMAs as one line each, so the helpers work
-on that printed form: aliases are parsed into dicts, op lines into their operand types. Everything here is pure
-text processing (no MLIR context), which keeps it unit-testable.
+on that printed form: op lines are split into their operand types, which `mlir_util` parses (aliases, memdescs,
+attribute parameters). Everything here is pure text processing (no MLIR context), which keeps it unit-testable.
 
 CGA layout: with ``num_ctas = 2^k`` an encoding carries ``CGALayout = [[b0, b1], ...]``, one basis vector per bit of
 the CTA id; a vector ``[1, 0]`` means "CTA-id bit i selects the next block along dim 0" (the tensor is split along
@@ -14,45 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .mlir_util import MemDesc, parse_attr_params, parse_memdesc, split_top_level
+
 MMA_OPS = ("ttng.tc_gen5_mma", "ttng.tc_gen5_mma_scaled")
 TWO_CTAS_MODULE_ATTR = "ttng.two-ctas"
-
-_ALIAS = re.compile(r"^(#[\w$.\-]+) = (#.*)$")
-_MEMDESC = re.compile(r"^!ttg\.memdesc<(?P<body>.*)>$")
-_DIMS = re.compile(r"^(?P<dims>(?:\d+x)+)(?P<elem>[\w.]+)$")
-
-
-def parse_aliases(text: str) -> dict[str, str]:
-    """Module-level attribute aliases: ``{'#tmem': '#ttng.tensor_memory_encoding<...>', ...}``."""
-    out = {}
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            if line.startswith("module"):
-                break
-            continue
-        m = _ALIAS.match(line.rstrip())
-        if m and not m.group(2).startswith("loc("):
-            out[m.group(1)] = m.group(2)
-    return out
-
-
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split on `sep` outside <>, [], {}, () nesting (MLIR type and attribute lists)."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "<[{(":
-            depth += 1
-        elif ch in ">]})":
-            depth -= 1
-        if ch == sep and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
-
 
 def cga_split(encoding: str, rank: int = 2) -> tuple[int, ...] | None:
     """How many CTAs split each dim of a tensor with this encoding, e.g. (2, 1) = split along dim 0.
@@ -80,15 +45,10 @@ def cga_split(encoding: str, rank: int = 2) -> tuple[int, ...] | None:
 
 def tmem_fields(encoding: str) -> dict[str, int]:
     """Fields of a ``#ttng.tensor_memory_encoding<...>`` / ``..._scales_encoding<...>`` (booleans as 0/1)."""
-    m = re.search(r"tensor_memory(?:_scales)?_encoding<(.*)>\s*$", encoding.strip())
-    if not m:
+    if not re.search(r"tensor_memory(?:_scales)?_encoding<.*>\s*$", encoding.strip()):
         return {}
-    out = {}
-    for item in split_top_level(m.group(1)):
-        key, _, value = item.partition("=")
-        value = value.strip()
-        out[key.strip()] = 1 if value == "true" else 0 if value == "false" else int(value)
-    return out
+    return {key: 1 if value == "true" else 0 if value == "false" else int(value)
+            for key, value in parse_attr_params(encoding).items()}
 
 
 def with_two_ctas(encoding: str) -> str:
@@ -99,34 +59,6 @@ def with_two_ctas(encoding: str) -> str:
         raise ValueError(f"not a tensor_memory_encoding: {encoding!r}")
     body = encoding.rstrip()[:-1]
     return body + ", twoCTAs = true>"
-
-
-@dataclass(frozen=True)
-class MemDesc:
-    """A parsed ``!ttg.memdesc<256x64xf16, #shared, #smem, mutable>``."""
-
-    shape: tuple[int, ...]
-    element: str
-    encoding: str          # alias name ('#shared') or inline attribute text
-    memory: str            # '#smem' or '#ttng.tensor_memory'
-
-    @property
-    def in_tmem(self) -> bool:
-        return "tensor_memory" in self.memory
-
-
-def parse_memdesc(text: str) -> MemDesc | None:
-    """Parse one memdesc type; None for other types."""
-    m = _MEMDESC.match(text.strip())
-    if not m:
-        return None
-    parts = split_top_level(m.group("body"))
-    d = _DIMS.match(parts[0])
-    if not d:
-        return None
-    shape = tuple(int(x) for x in d.group("dims").rstrip("x").split("x"))
-    return MemDesc(shape, d.group("elem"), parts[1] if len(parts) > 1 else "",
-                   parts[2] if len(parts) > 2 else "")
 
 
 @dataclass
@@ -223,8 +155,3 @@ def replace_alias(text: str, alias: str, new_value: str) -> str:
             lines[i] = f"{alias} = {new_value}{end}"
             return "".join(lines)
     raise KeyError(f"no alias {alias} in module")
-
-
-def resolve(encoding: str, aliases: dict[str, str]) -> str:
-    """The attribute text of an encoding given as alias or inline."""
-    return aliases.get(encoding, encoding)

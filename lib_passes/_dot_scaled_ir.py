@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .mlir_util import split_top_level
+
 # `%d = tt.dot_scaled %a (scale %as)?, %b (scale %bs)?, %c lhs = F rhs = F {attrs}? : types -> type loc(...)?`
 _DOT_SCALED = re.compile(
     r"^(?P<indent>\s*)(?P<result>%[\w.$\-#]+) = tt\.dot_scaled (?P<a>%[\w.$\-#]+)(?: scale (?P<a_scale>%[\w.$\-#]+))?"
@@ -93,8 +95,8 @@ def parse_dot_scaled(line: str) -> Optional[DotScaledOp]:
     if not m:
         return None
     lhs_types, _, rhs_types = m["types"].partition(" * ")
-    a_types = [TensorType.parse(t) for t in _split_types(lhs_types)]
-    b_types = [TensorType.parse(t) for t in _split_types(rhs_types)]
+    a_types = [TensorType.parse(t) for t in split_top_level(lhs_types)]
+    b_types = [TensorType.parse(t) for t in split_top_level(rhs_types)]
     if len(a_types) != 1 + bool(m["a_scale"]) or len(b_types) != 1 + bool(m["b_scale"]):
         raise ValueError(f"tt.dot_scaled operand/type mismatch in: {line.strip()}")
     attrs = {am["key"]: am["value"] == "true" for am in _BOOL_ATTR.finditer(m["attrs"] or "")}
@@ -103,22 +105,6 @@ def parse_dot_scaled(line: str) -> Optional[DotScaledOp]:
                        a_type=a_types[0], a_scale_type=a_types[1] if len(a_types) > 1 else None,
                        b_type=b_types[0], b_scale_type=b_types[1] if len(b_types) > 1 else None,
                        out_type=TensorType.parse(m["out"]), loc=(m["loc"] or "").strip())
-
-
-def _split_types(text: str) -> list[str]:
-    """Split 'tensor<..>, tensor<..>' at top-level commas."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "<"
-        depth -= ch == ">"
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
 
 
 def _float_literal(value: float) -> str:

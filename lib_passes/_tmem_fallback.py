@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import _tmem_ir as irt
+from . import mlir_util as mu
 
 #: Ops that may be duplicated into each fissioned loop: no side effects, no regions with side effects.
 _PURE_PREFIXES = ("arith.", "math.")
@@ -55,7 +56,7 @@ def disallow_acc_multi_buffer(ttir: str) -> tuple[str, str] | None:
         last = op.line + len(op.text.splitlines()) - 1
         close = lines[last]
         body, nl = close.rstrip("\n"), close[len(close.rstrip("\n")):]
-        stripped = irt.strip_loc(body)
+        stripped = mu.strip_loc(body)
         loc = body[len(stripped):]
         m = re.match(r"^(\s*\})\s*(\{(.*)\})?\s*$", stripped)
         if not m:
@@ -97,15 +98,15 @@ def _parse_loop(op: irt.Op) -> _Loop | None:
     if not m or len(op.regions) != 1 or not op.regions[0]:
         return None
     lp = head.index("iter_args(") + len("iter_args")
-    rp = irt.matching_close(head, lp)
-    pairs = [p.split("=", 1) for p in irt.split_top_level(head[lp + 1:rp])]
+    rp = mu.matching_close(head, lp)
+    pairs = [p.split("=", 1) for p in mu.split_top_level(head[lp + 1:rp])]
     iter_args = [(a.strip(), b.strip()) for a, b in pairs]
     rest = head[rp + 1:]
     arrow = rest.index("->")
     after = rest[arrow + 2:].lstrip()
     if after.startswith("("):
-        close = irt.matching_close(after, 0)
-        types = irt.split_top_level(after[1:close])
+        close = mu.matching_close(after, 0)
+        types = mu.split_top_level(after[1:close])
         tail = after[close + 1:]
     else:  # single result: '-> type  : i32 {'
         colon = after.rindex(" : ")
@@ -114,9 +115,9 @@ def _parse_loop(op: irt.Op) -> _Loop | None:
     yop = body[-1]
     if yop.name != "scf.yield":
         return None
-    ytext = irt.strip_loc(yop.head).strip()[len("scf.yield"):]
+    ytext = mu.strip_loc(yop.head).strip()[len("scf.yield"):]
     colon = ytext.rindex(" : ") if " : " in ytext else len(ytext)
-    yields = [v.strip() for v in irt.split_top_level(ytext[:colon])]
+    yields = [v.strip() for v in mu.split_top_level(ytext[:colon])]
     return _Loop(op=op, iv=m.group("iv"), bounds=m.group("bounds"), iter_args=iter_args, result_types=types,
                  tail=tail, body=body[:-1], yield_op=yop, yields=yields, yield_types=ytext[colon + 3:])
 
@@ -216,7 +217,7 @@ def _emit_fission(ttir: str, loop: _Loop, groups: list[list[int]]) -> tuple[str,
         for body_op in loop.body:
             if id(body_op) in needed:
                 new_text.append(body_op.text + "\n")
-        yloc = loop.yield_op.head[len(irt.strip_loc(loop.yield_op.head)):]
+        yloc = loop.yield_op.head[len(mu.strip_loc(loop.yield_op.head)):]
         yindent = re.match(r"\s*", loop.yield_op.head).group(0)
         new_text.append(f"{yindent}scf.yield {', '.join(loop.yields[j] for j in idxs)} : "
                         f"{', '.join(types)}{yloc}\n")

@@ -1,9 +1,8 @@
-"""Parsed views of printed TTIR/TTGIR text, for the TMEM planner and its fallback rewrites.
+"""Op tree of printed TTIR/TTGIR text, for the TMEM planner and its fallback rewrites.
 
 Triton 3.6's Python API cannot compare values or erase ops, so the planner reads the printed module: an op tree
-(`parse_ops`) with result and operand names, plus parsers for the two things it must understand exactly:
-memdesc types (`parse_memdesc`) and TMEM encodings (`parse_attr_params`). All parsing of attribute and type
-syntax for the TMEM feature lives here, so there is one parser, not regexes spread over passes.
+(`parse_ops`) with result and operand names, and source locations (`resolve_location`). Attribute and type syntax
+(memdesc types, TMEM encodings, aliases) is parsed by `mlir_util`, the one parser all passes share.
 """
 from __future__ import annotations
 
@@ -11,114 +10,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from .mlir_util import strip_loc
+
 _VALUE = r"%[A-Za-z0-9_$.\-]+"
 _VALUE_RE = re.compile(_VALUE + r"(?:#\d+)?")
 _RESULTS_RE = re.compile(r"^\s*((?:" + _VALUE + r"(?::\d+)?)(?:\s*,\s*" + _VALUE + r"(?::\d+)?)*)\s*=\s*")
 _OPNAME_RE = re.compile(r'^"?([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z0-9_.]+)"?')
 _STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 _REGION_LABEL_RE = re.compile(r"^\s*(default|partition\d+\(.*\).*)\s*\{\s*$")
+_ALIAS_LINE_RE = re.compile(r"^#[A-Za-z_][A-Za-z0-9_$.\-]*\s*=")   # '#name = ...': not an op
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Generic bracket-aware splitting
+# Locations
 # ----------------------------------------------------------------------------------------------------------
-
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split `text` at `sep` outside <>, (), [], {} and strings; pieces are stripped."""
-    out, depth, cur, in_str = [], 0, [], False
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if in_str:
-            cur.append(ch)
-            if ch == "\\":
-                cur.append(text[i + 1])
-                i += 1
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-            cur.append(ch)
-        elif ch in "<([{":
-            depth += 1
-            cur.append(ch)
-        elif ch in ">)]}":
-            # '->' is an arrow, not a closing bracket
-            if not (ch == ">" and i > 0 and text[i - 1] == "-"):
-                depth -= 1
-            cur.append(ch)
-        elif ch == sep and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
-
-
-def matching_close(text: str, start: int) -> int:
-    """Index of the bracket closing the one at `text[start]` (one of < ( [ {), skipping strings and '->'."""
-    opener = text[start]
-    closer = {"<": ">", "(": ")", "[": "]", "{": "}"}[opener]
-    depth, i, in_str = 0, start, False
-    while i < len(text):
-        ch = text[i]
-        if in_str:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch == opener:
-            depth += 1
-        elif ch == closer and not (ch == ">" and text[i - 1] == "-"):
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ValueError(f"unbalanced {opener!r} in {text[start:start + 80]!r}")
-
-
-def parse_attr_params(text: str) -> dict[str, str]:
-    """`#dialect.name<a = 1, b = true, c>` or its `<...>` body -> {'a': '1', 'b': 'true', 'c': 'true'}."""
-    body = text.strip()
-    if "<" in body:
-        lt = body.index("<")
-        body = body[lt + 1:matching_close(body, lt)]
-    params: dict[str, str] = {}
-    for piece in split_top_level(body):
-        key, sep, value = piece.partition("=")
-        params[key.strip()] = value.strip() if sep else "true"
-    return params
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Aliases (#name = ...) and locations
-# ----------------------------------------------------------------------------------------------------------
-
-_ALIAS_RE = re.compile(r"^(#[A-Za-z_][A-Za-z0-9_$.]*)\s*=\s*(.*)$")
-
-
-def parse_aliases(text: str) -> dict[str, str]:
-    """Top-level attribute aliases of a printed module: {'#tmem': '#ttng.tensor_memory_encoding<...>'}."""
-    out = {}
-    for line in text.splitlines():
-        m = _ALIAS_RE.match(line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
-    return out
-
-
-def resolve_alias(value: str, aliases: dict[str, str]) -> str:
-    seen = 0
-    while value.startswith("#") and value in aliases and seen < 32:
-        value = aliases[value]
-        seen += 1
-    return value
-
 
 _FILELOC_RE = re.compile(r'loc\("([^"]+)":(\d+):(\d+)\)')
 _NAMELOC_RE = re.compile(r'loc\("([^"]*)"\((#[A-Za-z0-9_]+|loc\(.*\))\)\)')
@@ -149,60 +54,6 @@ def resolve_location(loc: str, aliases: dict[str, str]) -> str:
             continue
         return ""
     return ""
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Types
-# ----------------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MemDesc:
-    """A parsed `!ttg.memdesc<shape x elem, encoding, memory space[, mutable][, alloc shape]>`."""
-
-    shape: tuple[int, ...]
-    element: str
-    encoding: str          # resolved attribute text, e.g. '#ttng.tensor_memory_encoding<blockM = 128, ...>'
-    memory_space: str      # resolved, e.g. '#ttng.tensor_memory'
-    mutable: bool
-
-    @property
-    def in_tmem(self) -> bool:
-        return "tensor_memory" in self.memory_space and "encoding" not in self.memory_space
-
-    @property
-    def encoding_name(self) -> str:
-        return self.encoding.split("<", 1)[0]
-
-
-def element_bits(element: str) -> int:
-    """Bit width of an MLIR element type name: f32 -> 32, bf16 -> 16, f8E4M3FN -> 8, i8 -> 8, f4E2M1FN -> 4."""
-    m = re.fullmatch(r"[iu]?i?(\d+)", element)
-    if element.startswith(("i", "ui", "si")) and m:
-        return int(re.sub(r"\D", "", element))
-    m = re.fullmatch(r"(?:f|bf|tf)(\d+)", element)
-    if m:
-        return 19 if element == "tf32" else int(m.group(1))
-    m = re.fullmatch(r"f(\d+)E\d+M\d+\w*", element)
-    if m:
-        return int(m.group(1))
-    raise ValueError(f"unknown element type {element!r}")
-
-
-def parse_memdesc(type_text: str, aliases: dict[str, str]) -> MemDesc | None:
-    """Parse a memdesc type; None when `type_text` is not one."""
-    t = type_text.strip()
-    if not t.startswith("!ttg.memdesc<"):
-        return None
-    lt = t.index("<")
-    body = t[lt + 1:matching_close(t, lt)]
-    parts = split_top_level(body)
-    dims = parts[0].split("x")
-    shape = tuple(int(d) for d in dims[:-1])
-    element = dims[-1]
-    encoding = resolve_alias(parts[1], aliases) if len(parts) > 1 else ""
-    space = resolve_alias(parts[2], aliases) if len(parts) > 2 else ""
-    return MemDesc(shape=shape, element=element, encoding=encoding, memory_space=space,
-                   mutable="mutable" in parts[3:])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -243,20 +94,6 @@ class Op:
             for op in region:
                 yield from op.walk()
         yield self
-
-
-def strip_loc(line: str) -> str:
-    """Drop a trailing ` loc(...)` from an op line."""
-    s = line.rstrip()
-    if s.endswith(")"):
-        idx = s.rfind(" loc(")
-        if idx >= 0:
-            try:
-                if matching_close(s, idx + 4) == len(s) - 1:
-                    return s[:idx]
-            except ValueError:
-                pass
-    return s
 
 
 def _last_top_level_colon(text: str) -> int:
@@ -361,7 +198,7 @@ def parse_ops(text: str) -> list[Op]:
     """Top-level ops of a printed module (normally one `builtin.module` whose region holds the functions),
     numbered in MLIR post-order walk order (`Op.index`)."""
     lines = text.splitlines()
-    ops, _ = _parse_block([ln if not _ALIAS_RE.match(ln) else "" for ln in lines], 0, stop_at_close=False)
+    ops, _ = _parse_block([ln if not _ALIAS_LINE_RE.match(ln) else "" for ln in lines], 0, stop_at_close=False)
     counter = 0
     for top in ops:
         for op in top.walk():

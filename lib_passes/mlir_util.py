@@ -1,14 +1,18 @@
-"""Helpers shared by the MLIR (TTIR/TTGIR) passes: loading, walking, counting, and the text round trip.
+"""Helpers shared by the MLIR (TTIR/TTGIR) passes: loading, walking, counting, the text round trip, and the one
+parser of printed attribute/type syntax.
 
 Triton 3.6's Python IR API can walk and read ops, set attributes and insert a few ops, but cannot erase or
 replace ops. Structural rewrites therefore print the module, edit the text of the ops they change, and re-parse
-(`reparse`), verifying the result. Keep such edits on parsed pieces (see `split_op_line`), not ad-hoc regexes.
+(`reparse`), verifying the result. Keep such edits on parsed pieces (`split_top_level`, `matching_close`,
+`parse_attr_params`, `parse_memdesc`, `strip_loc` below), not ad-hoc regexes.
 """
 from __future__ import annotations
 
 import collections
 import os
+import re
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 
@@ -80,3 +84,180 @@ def rewrite_lines(text: str, edit: Callable[[str], str]) -> tuple[str, int]:
         changed += new != line
         out.append(new)
     return "".join(out), changed
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Printed attribute and type syntax (pure text: no MLIR context needed)
+# ----------------------------------------------------------------------------------------------------------
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split `text` at `sep` outside <>, (), [], {} and strings; pieces are stripped."""
+    out, depth, cur, in_str = [], 0, [], False
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            cur.append(ch)
+            if ch == "\\":
+                cur.append(text[i + 1])
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+            cur.append(ch)
+        elif ch in "<([{":
+            depth += 1
+            cur.append(ch)
+        elif ch in ">)]}":
+            # '->' is an arrow, not a closing bracket
+            if not (ch == ">" and i > 0 and text[i - 1] == "-"):
+                depth -= 1
+            cur.append(ch)
+        elif ch == sep and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def matching_close(text: str, start: int) -> int:
+    """Index of the bracket closing the one at `text[start]` (one of < ( [ {), skipping strings and '->'."""
+    opener = text[start]
+    closer = {"<": ">", "(": ")", "[": "]", "{": "}"}[opener]
+    depth, i, in_str = 0, start, False
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == opener:
+            depth += 1
+        elif ch == closer and not (ch == ">" and text[i - 1] == "-"):
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError(f"unbalanced {opener!r} in {text[start:start + 80]!r}")
+
+
+def parse_attr_params(text: str) -> dict[str, str]:
+    """`#dialect.name<a = 1, b = true, c>` or its `<...>` body -> {'a': '1', 'b': 'true', 'c': 'true'}."""
+    body = text.strip()
+    if "<" in body:
+        lt = body.index("<")
+        body = body[lt + 1:matching_close(body, lt)]
+    params: dict[str, str] = {}
+    for piece in split_top_level(body):
+        key, sep, value = piece.partition("=")
+        params[key.strip()] = value.strip() if sep else "true"
+    return params
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Aliases (#name = ...)
+# ----------------------------------------------------------------------------------------------------------
+
+_ALIAS_RE = re.compile(r"^(#[A-Za-z_][A-Za-z0-9_$.\-]*)\s*=\s*(.*)$")
+
+
+def parse_aliases(text: str) -> dict[str, str]:
+    """Top-level attribute aliases of a printed module: {'#tmem': '#ttng.tensor_memory_encoding<...>'}."""
+    out = {}
+    for line in text.splitlines():
+        m = _ALIAS_RE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def resolve_alias(value: str, aliases: dict[str, str]) -> str:
+    """The attribute text behind `value`, following alias chains ('#tmem' -> '#ttng.tensor_memory_encoding<...>');
+    inline attributes and unknown names come back unchanged."""
+    seen = 0
+    while value.startswith("#") and value in aliases and seen < 32:
+        value = aliases[value]
+        seen += 1
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Types and op lines
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemDesc:
+    """A parsed `!ttg.memdesc<shape x elem, encoding, memory space[, mutable][, alloc shape]>`.
+
+    `encoding` and `memory_space` are resolved through the aliases given to `parse_memdesc`; without aliases they
+    are as printed (e.g. '#shared1'), which is what a rewrite of the alias definition needs."""
+
+    shape: tuple[int, ...]
+    element: str
+    encoding: str          # e.g. '#ttng.tensor_memory_encoding<blockM = 128, ...>' (or the alias name)
+    memory_space: str      # e.g. '#ttng.tensor_memory', '#smem'
+    mutable: bool
+
+    @property
+    def in_tmem(self) -> bool:
+        return "tensor_memory" in self.memory_space and "encoding" not in self.memory_space
+
+    @property
+    def encoding_name(self) -> str:
+        return self.encoding.split("<", 1)[0]
+
+
+def element_bits(element: str) -> int:
+    """Bit width of an MLIR element type name: f32 -> 32, bf16 -> 16, f8E4M3FN -> 8, i8 -> 8, f4E2M1FN -> 4."""
+    m = re.fullmatch(r"[iu]?i?(\d+)", element)
+    if element.startswith(("i", "ui", "si")) and m:
+        return int(re.sub(r"\D", "", element))
+    m = re.fullmatch(r"(?:f|bf|tf)(\d+)", element)
+    if m:
+        return 19 if element == "tf32" else int(m.group(1))
+    m = re.fullmatch(r"f(\d+)E\d+M\d+\w*", element)
+    if m:
+        return int(m.group(1))
+    raise ValueError(f"unknown element type {element!r}")
+
+
+_MEMDESC_DIMS_RE = re.compile(r"^(?P<dims>(?:\d+x)+)(?P<elem>[\w.]+)$")
+
+
+def parse_memdesc(type_text: str, aliases: dict[str, str] | None = None) -> MemDesc | None:
+    """Parse a memdesc type, resolving encoding and memory space through `aliases`; None when it is not one."""
+    t = type_text.strip()
+    if not t.startswith("!ttg.memdesc<"):
+        return None
+    lt = t.index("<")
+    parts = split_top_level(t[lt + 1:matching_close(t, lt)])
+    dims = _MEMDESC_DIMS_RE.match(parts[0]) if parts else None
+    if not dims:
+        return None
+    aliases = aliases or {}
+    encoding = resolve_alias(parts[1], aliases) if len(parts) > 1 else ""
+    space = resolve_alias(parts[2], aliases) if len(parts) > 2 else ""
+    return MemDesc(shape=tuple(int(d) for d in dims["dims"].rstrip("x").split("x")), element=dims["elem"],
+                   encoding=encoding, memory_space=space, mutable="mutable" in parts[3:])
+
+
+def strip_loc(line: str) -> str:
+    """Drop a trailing ` loc(...)` from an op line."""
+    s = line.rstrip()
+    if s.endswith(")"):
+        idx = s.rfind(" loc(")
+        if idx >= 0:
+            try:
+                if matching_close(s, idx + 4) == len(s) - 1:
+                    return s[:idx]
+            except ValueError:
+                pass
+    return s

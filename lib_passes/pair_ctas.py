@@ -21,7 +21,7 @@ from typing import Any
 from bwtriton.pairing import MmaSummary, crashes_unpaired, eligibility_problems
 from bwtriton.passes import _cga_layouts as cga
 from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_pass
-from bwtriton.passes.mlir_util import module_attr_int, reparse
+from bwtriton.passes.mlir_util import module_attr_int, parse_aliases, reparse, resolve_alias
 
 MODES = ("on", "auto")
 # The exit handshake, as TTGIR (ttng.cluster_arrive lowers to barrier.cluster.arrive.aligned; release semantics).
@@ -30,20 +30,20 @@ EXIT_BARRIER = ("ttng.cluster_arrive {relaxed = false}", "ttng.cluster_wait")
 
 def summarize(text: str) -> tuple[list[cga.MmaLine], list[MmaSummary]]:
     """Every tcgen05 MMA of the printed module and what pairing needs to know about it."""
-    aliases = cga.parse_aliases(text)
+    aliases = parse_aliases(text)
     lines = cga.find_mma_lines(text)
     out = []
     for line in lines:
         a, b, acc = line.a, line.b, line.acc
         if acc is None or a is None or b is None:
             continue
-        acc_enc = cga.resolve(acc.encoding, aliases)
+        acc_enc = resolve_alias(acc.encoding, aliases)
         fields = cga.tmem_fields(acc_enc)
         out.append(MmaSummary(
             m=acc.shape[-2], n=acc.shape[-1],
             acc_split=(fields.get("CTASplitM", 1), fields.get("CTASplitN", 1)) if fields else None,
-            a_split=cga.cga_split(cga.resolve(a.encoding, aliases)) or (1, 1),
-            b_split=cga.cga_split(cga.resolve(b.encoding, aliases)) or (1, 1),
+            a_split=cga.cga_split(resolve_alias(a.encoding, aliases)) or (1, 1),
+            b_split=cga.cga_split(resolve_alias(b.encoding, aliases)) or (1, 1),
             scaled=line.scaled,
             two_ctas=line.two_ctas and bool(fields.get("twoCTAs"))))
     return lines, out
@@ -106,13 +106,13 @@ class PairCtas(Pass):
         return self._pair(ir, text, lines, mmas, ctx)
 
     def _pair(self, ir, text: str, lines: list[cga.MmaLine], mmas: list[MmaSummary], ctx: PassContext):
-        aliases = cga.parse_aliases(text)
+        aliases = parse_aliases(text)
         changes: list[str] = ctx.report["changes"]
         new_text = text
         # 1. twoCTAs on every accumulator encoding (an alias is shared by all its users: all tcgen05 ops of a
         #    kernel must use one cta_group anyway, PTX rule P1).
         for alias in sorted({ln.acc.encoding for ln in lines}):
-            enc = cga.resolve(alias, aliases)
+            enc = resolve_alias(alias, aliases)
             if "twoCTAs = true" in enc:
                 continue
             if alias not in aliases:

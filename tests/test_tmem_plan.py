@@ -7,7 +7,6 @@ import re
 import pytest
 
 import bwtriton
-from bwtriton.passes import _tmem_ir as irt
 from bwtriton.passes import mlir_util
 from bwtriton.tmem import examples as ex
 from bwtriton.tmem import plan_from_ttgir
@@ -69,11 +68,12 @@ def test_place_reuses_columns_after_live_range_ends():
 
 def test_parse_memdesc_and_encoding_through_aliases():
     aliases = {"#tmem": "#ttng.tensor_memory_encoding<blockM = 64, blockN = 128, colStride = 2, CTASplitN = 2>"}
-    md = irt.parse_memdesc("!ttg.memdesc<2x64x256xbf16, #tmem, #ttng.tensor_memory, mutable>", aliases)
+    md = mlir_util.parse_memdesc("!ttg.memdesc<2x64x256xbf16, #tmem, #ttng.tensor_memory, mutable>", aliases)
     assert md.shape == (2, 64, 256) and md.element == "bf16" and md.in_tmem and md.mutable
-    assert irt.parse_attr_params(md.encoding) == {"blockM": "64", "blockN": "128", "colStride": "2",
-                                                  "CTASplitN": "2"}
-    assert irt.element_bits("f8E4M3FN") == 8 and irt.element_bits("i8") == 8 and irt.element_bits("f32") == 32
+    assert mlir_util.parse_attr_params(md.encoding) == {"blockM": "64", "blockN": "128", "colStride": "2",
+                                                        "CTASplitN": "2"}
+    bits = mlir_util.element_bits
+    assert bits("f8E4M3FN") == 8 and bits("i8") == 8 and bits("f32") == 32
 
 
 # ---------------------------------------------------------------- plan vs Triton on real kernels

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from bwtriton.passes import _tmem_ir as irt
+from bwtriton.passes import mlir_util as mu
 
 from .plan import TmemAllocation, TmemPlan, accumulator_footprint, place, scales_footprint
 
@@ -17,7 +18,7 @@ _PARTITION_ARGS_RE = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps")
 
 def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
     """The TMEM plan of a printed TTGIR module (placement included)."""
-    aliases = irt.parse_aliases(text)
+    aliases = mu.parse_aliases(text)
     ops = irt.all_ops(irt.parse_ops(text))
     users: dict[str, list[irt.Op]] = {}
     for op in ops:
@@ -29,7 +30,7 @@ def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
     for op in ops:
         if op.name != "ttng.tmem_alloc" or not op.results:
             continue
-        md = irt.parse_memdesc(op.result_types_text.split("->")[-1], aliases)
+        md = mu.parse_memdesc(op.result_types_text.split("->")[-1], aliases)
         if md is None:
             continue
         name = op.results[0]
@@ -71,7 +72,7 @@ def _alias_closure(root: str, users: dict[str, list[irt.Op]], ops: list[irt.Op])
                 m = _ITER_ARGS_RE.search(user.head)
                 if m:
                     refs = user.result_refs()
-                    for idx, pair in enumerate(irt.split_top_level(m.group(1))):
+                    for idx, pair in enumerate(mu.split_top_level(m.group(1))):
                         arg, _, init = pair.partition("=")
                         if init.strip() == cur:
                             new.append(arg.strip())
@@ -82,7 +83,7 @@ def _alias_closure(root: str, users: dict[str, list[irt.Op]], ops: list[irt.Op])
                 for line in user.text.splitlines():
                     m = _PARTITION_ARGS_RE.match(line)
                     if m:
-                        args = [p.split(":", 1)[0].strip() for p in irt.split_top_level(m.group(1))]
+                        args = [p.split(":", 1)[0].strip() for p in mu.split_top_level(m.group(1))]
                         new.extend(args[i] for i in positions if i < len(args))
             elif user.name in ("scf.yield",):
                 parent = user.parent
@@ -99,16 +100,16 @@ def _alias_closure(root: str, users: dict[str, list[irt.Op]], ops: list[irt.Op])
 
 
 def _ws_captures(op: irt.Op) -> list[str]:
-    head = irt.strip_loc(op.head)
+    head = mu.strip_loc(op.head)
     lp = head.find("(")
     if lp < 0:
         return []
-    return [v.strip() for v in irt.split_top_level(head[lp + 1:irt.matching_close(head, lp)])]
+    return [v.strip() for v in mu.split_top_level(head[lp + 1:mu.matching_close(head, lp)])]
 
 
-def _describe(op: irt.Op, md: irt.MemDesc, names: set[str], users: dict[str, list[irt.Op]],
+def _describe(op: irt.Op, md: mu.MemDesc, names: set[str], users: dict[str, list[irt.Op]],
               aliases: dict[str, str]) -> TmemAllocation:
-    params = irt.parse_attr_params(md.encoding) if "<" in md.encoding else {}
+    params = mu.parse_attr_params(md.encoding) if "<" in md.encoding else {}
     split = (int(params.get("CTASplitM", 1)), int(params.get("CTASplitN", 1)))
     if "scales" in md.encoding_name:
         fp = scales_footprint(list(md.shape), split)
@@ -117,7 +118,7 @@ def _describe(op: irt.Op, md: irt.MemDesc, names: set[str], users: dict[str, lis
         block_m = int(params.get("blockM", 128))
         block_n = int(params.get("blockN", md.shape[-1]))
         col_stride = int(params.get("colStride", 1))
-        fp = accumulator_footprint(list(md.shape), irt.element_bits(md.element), block_m, block_n, col_stride,
+        fp = accumulator_footprint(list(md.shape), mu.element_bits(md.element), block_m, block_n, col_stride,
                                    split)
         kind = "other"
     start = op.index
@@ -143,18 +144,18 @@ def oversized_dots(ttir: str, num_ctas: int = 1, budget: int = 512) -> list[dict
     equal to 512 * 32 / bitwidth"), before any TTGIR pass could help, so they are caught at TTIR. One
     M x N accumulator takes ceil(M/128) 128-row blocks of N columns (fp32), split over the CTAs of a cluster.
     """
-    aliases = irt.parse_aliases(ttir)
+    aliases = mu.parse_aliases(ttir)
     found = []
     for op in irt.all_ops(irt.parse_ops(ttir)):
         if op.name not in ("tt.dot", "tt.dot_scaled"):
             continue
-        m = _DOT_RESULT_RE.search(irt.strip_loc(op.head))
+        m = _DOT_RESULT_RE.search(mu.strip_loc(op.head))
         if not m:
             continue
         rows, cols, elem = int(m.group(1)), int(m.group(2)), m.group(3)
         if rows < 64 or ("inputPrecision = ieee" in op.head and "xf32>" in op.head.split("->")[0]):
             continue  # not a tcgen05 MMA (FMA or mma.sync path): no TMEM accumulator
-        bits = max(irt.element_bits(elem), 32) if elem.startswith(("f", "i")) else 32
+        bits = max(mu.element_bits(elem), 32) if elem.startswith(("f", "i")) else 32
         columns = max(1, -(-rows // 128)) * cols * bits // 32 // max(1, num_ctas)
         if columns > budget:
             loc = op.head[op.head.rfind(" loc("):] if " loc(" in op.head else ""
