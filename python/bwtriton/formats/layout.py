@@ -25,6 +25,15 @@ def _ceil_to(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def _tile_permutation(n_batch: int) -> list[int]:
+    """Axis order taking the tiles [.., R, a, b, C, k] to [.., R, C, b, a, k] (swaps the a and C axes).
+
+    Row r = 128*R + 32*a + b and column kb = 4*C + k land at byte R*(n_C*512) + C*512 + b*16 + a*4 + k (ref. §6d
+    closed form). The permutation is its own inverse, and is the one Triton's tutorial applies in-kernel
+    (`trans(0, 3, 2, 1, 4)`); leading batch dims stay in front."""
+    return list(range(n_batch)) + [n_batch + 0, n_batch + 3, n_batch + 2, n_batch + 1, n_batch + 4]
+
+
 def blocked_shape(rows: int, cols: int) -> tuple[int, int, int, int, int]:
     """5-D shape of the blocked layout for plain scales [rows, cols]."""
     return (_ceil_to(rows, ROW_TILE) // ROW_TILE, _ceil_to(cols, COL_TILE) // COL_TILE, 32, 4, 4)
@@ -42,13 +51,8 @@ def to_blocked_scales(scales: torch.Tensor) -> torch.Tensor:
     raw = scales.view(torch.uint8) if scales.element_size() == 1 else scales
     padded = raw.new_zeros(*batch, rows_p, cols_p)
     padded[..., :rows, :cols] = raw
-    # row r = 128*R + 32*a + b, column kb = 4*C + k:  [.., R, a, b, C, k] -> [.., R, C, b, a, k], which gives byte
-    # offset R*(n_C*512) + C*512 + b*16 + a*4 + k (ref. §6d closed form). The permutation is its own inverse and
-    # is the one Triton's tutorial applies in-kernel (`trans(0, 3, 2, 1, 4)`).
-    nb = len(batch)
     tiles = padded.reshape(*batch, rows_p // ROW_TILE, 4, 32, cols_p // COL_TILE, 4)
-    perm = list(range(nb)) + [nb + 0, nb + 3, nb + 2, nb + 1, nb + 4]
-    blocked = tiles.permute(perm).contiguous()
+    blocked = tiles.permute(_tile_permutation(len(batch))).contiguous()
     return blocked.view(scales.dtype) if raw is not scales else blocked
 
 
@@ -67,8 +71,6 @@ def from_blocked_scales(blocked: torch.Tensor, rows: int, cols: int) -> torch.Te
                          f"expected [..., {', '.join(map(str, shape5))}] or a flat tensor of {per_matrix} elements")
     raw = blocked.view(torch.uint8) if blocked.element_size() == 1 else blocked
     raw = raw.reshape(*batch, *shape5)
-    nb = len(batch)
-    perm = list(range(nb)) + [nb + 0, nb + 3, nb + 2, nb + 1, nb + 4]  # this permutation is its own inverse
-    plain = raw.permute(perm).reshape(*batch, shape5[0] * ROW_TILE, shape5[1] * COL_TILE)
+    plain = raw.permute(_tile_permutation(len(batch))).reshape(*batch, shape5[0] * ROW_TILE, shape5[1] * COL_TILE)
     plain = plain[..., :rows, :cols].contiguous()
     return plain.view(blocked.dtype) if blocked.element_size() == 1 else plain
