@@ -14,13 +14,10 @@ from ..errors import InputError
 from ..ptx import parse_ptx
 from ..ptx.ir import Function
 from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
-from .program import CompileEnv, Program
+from .program import NP_TYPES, CompileEnv, Program
 from .scheduler import run_cluster
 from .tma import SWIZZLE_CODES, TensorMap
 from .warp import Warp
-
-_PARAM_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4, "b32": 4,
-                "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}
 
 
 @dataclass
@@ -42,6 +39,8 @@ class EmulationStats:
 
 @dataclass
 class ParamSlot:
+    """One kernel parameter's place in param space; `type` is the PTX type, or "b8[N]" for an array."""
+
     name: str
     type: str
     offset: int
@@ -59,11 +58,15 @@ class KernelImage:
 
 
 def _param_layout(fn: Function, source: str) -> tuple[list[ParamSlot], int]:
+    """Byte offset and size of every kernel parameter in param space, and the total size.
+
+    Array parameters (`.param .align 64 .b8 NAME[128]`, the TMA tensor maps) are sized by searching the PTX text:
+    `ptx.parser` keeps a parameter's type and attributes but drops its `[N]` length."""
     slots, off = [], 0
     for p in fn.params:
         m = re.search(r"\.param\b[^,()]*?\b" + re.escape(p.name) + r"\s*\[\s*(\d+)\s*\]", source)
         count = int(m.group(1)) if m else 1
-        elem = _PARAM_SIZES.get(p.type, 8)
+        elem = NP_TYPES[p.type].itemsize if p.type in NP_TYPES else 8
         align = elem
         if ".align" in p.attrs:
             align = int(p.attrs[p.attrs.index(".align") + 1])
@@ -94,6 +97,7 @@ def _image(text_hash: str, text: str, name: Optional[str]) -> KernelImage:
 
 
 def load_image(ptx: str, name: Optional[str] = None) -> KernelImage:
+    """Parse and compile the entry `name` (default: the first) of `ptx`, cached by the text's hash."""
     return _image(hashlib.sha1(ptx.encode()).hexdigest(), ptx, name)
 
 
