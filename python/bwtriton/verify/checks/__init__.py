@@ -1,0 +1,26 @@
+"""The tcgen05 protocol checks, one module per family. Each check is a function `(ctx) -> None` that appends
+`Finding`s to `ctx` (a `Ctx`, see `context`).
+
+Path-based checks use the forward dataflow solver of `bwtriton.ptx.cfg` through `dataflow.run_dataflow` ("may"
+analyses: a state element survives a join if it holds on some path). Anything not statically decidable
+(register-held values, loops that cannot be unrolled) is skipped or reported as a warning, never as an error.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .context import Ctx, cta_group_of, discover_tmem
+from .descriptors import check_mma
+from .launch import check_cluster, check_cta_group, check_single_thread_issue, check_sync_aligned, check_trap_only
+from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier, check_ld_wait, check_proxy_fence,
+                   check_st_wait, ld_wait_hazards)
+from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_st_shapes
+
+ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
+    check_cta_group, check_cluster, check_sync_aligned, check_single_thread_issue, check_alloc_columns,
+    check_alloc_lifetime, check_ld_st_shapes, check_mma, check_ld_wait, check_st_wait, check_accumulator_sync,
+    check_proxy_fence, check_alloc_result_barrier,
+)
+
+
+__all__ = ["ALL_CHECKS", "Ctx", "LdHazard", "check_trap_only", "cta_group_of", "discover_tmem", "ld_wait_hazards"]

@@ -1,0 +1,348 @@
+"""Synchronisation checks: P9/P10 (wait::ld / wait::st), P11/P12 (accumulator read after commit and mbarrier
+wait; every MMA committed), P15 (proxy fence before async-proxy reads of smem), P17 (barrier after alloc)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from bwtriton.ptx.cfg import back_edges
+from bwtriton.ptx.descriptors import d_tile_columns, decode_smem_desc
+from bwtriton.ptx.ir import Instruction
+from bwtriton.ptx.values import AbsVal
+
+from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
+from .dataflow import run_dataflow, union_states
+
+
+def _is_mbarrier_wait(ins: Instruction) -> bool:
+    return ins.opcode in ("mbarrier.try_wait", "mbarrier.test_wait", "mbarrier.wait")
+
+
+def _is_generic_smem_write(ins: Instruction) -> bool:
+    if ins.opcode in ("st", "red", "atom") or ins.opcode == "stmatrix":
+        return ins.opcode == "stmatrix" or any(m.startswith("shared") for m in ins.modifiers)
+    return False
+
+
+def _is_thread_barrier(ins: Instruction) -> bool:
+    return ins.opcode in ("bar", "barrier", "barrier.cluster") and not ins.has("arrive") or _is_mbarrier_wait(ins)
+
+
+@dataclass(frozen=True)
+class LdHazard:
+    """`read` uses `reg`, written by the tcgen05.ld `ld`, on a path with no tcgen05.wait::ld in between."""
+
+    read: Instruction
+    reg: str
+    ld: Instruction
+
+
+def _until_wait(ctx: Ctx, issue: str, wait: str, on_issue: Callable, on_pending: Callable) -> None:
+    """Shared skeleton of the P9/P10 analyses: what the asynchronous `issue` instructions (tcgen05.ld / st)
+    leave pending until a `tcgen05.wait::<wait>`. `on_issue(state, ins) -> state`; for any other instruction
+    reached with a non-empty state, `on_pending(state, ins, emit) -> state` (emit: the reporting replay)."""
+    if not ctx.func.find(issue):
+        return
+
+    def step(state, ins, emit):
+        if ins.opcode == issue:
+            return on_issue(state, ins)
+        if ins.opcode == "tcgen05.wait" and ins.has(wait):
+            return frozenset()
+        return on_pending(state, ins, emit) if state else state
+
+    run_dataflow(ctx, frozenset(), step, union_states)
+
+
+def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, Instruction]]]:
+    """P9 analysis: (register reads before tcgen05.wait::ld, (tcgen05.mma, ld) pairs where an MMA follows an
+    un-waited ld). Shared by the check and by the `insert-tcgen05-wait-ld` pass, which repairs the reads."""
+    reads: list[LdHazard] = []
+    mmas: list[tuple[Instruction, Instruction]] = []
+    seen: set = set()
+
+    # state: frozenset of (register, index of the tcgen05.ld that wrote it), not yet waited for
+    def on_ld(pending, ins):
+        return frozenset(p for p in pending if p[0] not in ins.defs) | {(r, ins.index) for r in ins.defs}
+
+    def on_pending(pending, ins, emit):
+        if emit:
+            uses = set(ins.uses)
+            for reg, ld in sorted(p for p in pending if p[0] in uses):
+                if (ins.index, reg, ld) not in seen:
+                    seen.add((ins.index, reg, ld))
+                    reads.append(LdHazard(ins, reg, ctx.func.instructions[ld]))
+            if ins.opcode == "tcgen05.mma" and (ins.index, None) not in seen:
+                seen.add((ins.index, None))
+                mmas.append((ins, ctx.func.instructions[min(ld for _, ld in pending)]))
+        return frozenset(p for p in pending if p[0] not in ins.defs) if ins.defs else pending
+
+    _until_wait(ctx, "tcgen05.ld", "ld", on_ld, on_pending)
+    reads.sort(key=lambda h: (h.read.index, h.reg))
+    return reads, mmas
+
+
+def check_ld_wait(ctx: Ctx) -> None:
+    """P9: registers written by tcgen05.ld are used only after tcgen05.wait::ld."""
+    reads, mmas = ld_wait_hazards(ctx)
+    for h in reads:
+        ctx.add("ld-without-wait", "P9", "error", h.read,
+                f"{h.reg} is read before tcgen05.wait::ld: tcgen05.ld is asynchronous and its destination "
+                "registers are only valid after tcgen05.wait::ld.sync.aligned (the insert-tcgen05-wait-ld pass "
+                "repairs this in bwtriton.compile)", related=h.ld.line)
+    for mma, _ in mmas:
+        ctx.add("ld-without-wait", "P9", "warning", mma,
+                "tcgen05.mma may race ahead of an earlier tcgen05.ld that was not waited for "
+                "(tcgen05.wait::ld missing)")
+
+
+def check_st_wait(ctx: Ctx) -> None:
+    """P10: tcgen05.st -> tcgen05.wait::st before TMEM consumers and before signalling other threads."""
+
+    # state: {line of the first un-waited tcgen05.st}
+    def on_st(state, ins):
+        return state or frozenset([ins.line])
+
+    def on_pending(state, ins, emit):
+        src = min(state)
+        if not emit:
+            return state
+        if ins.opcode in ("tcgen05.mma", "tcgen05.ld", "tcgen05.cp"):
+            ctx.add("st-without-wait", "P10", "error", ins,
+                    f"{ins.opcode} follows tcgen05.st (line {src}) without tcgen05.wait::st: the store may not "
+                    "have landed in TMEM", related=src)
+        elif _is_thread_barrier(ins) or ins.opcode in ("mbarrier.arrive", "bar", "barrier"):
+            ctx.add("st-without-wait", "P10", "warning", ins,
+                    f"thread synchronisation after tcgen05.st (line {src}) without tcgen05.wait::st: other "
+                    "threads may observe TMEM before the store completes", related=src)
+        return state
+
+    _until_wait(ctx, "tcgen05.st", "st", on_st, on_pending)
+
+
+def check_accumulator_sync(ctx: Ctx) -> None:
+    """P11/P12: tcgen05.ld of an MMA result only after commit -> mbarrier wait; every MMA committed."""
+    mmas = ctx.func.find("tcgen05.mma")
+    if not mmas:
+        return
+    d_ref = {m.index: tmem_ref(ctx, m.operands[0]) for m in mmas}
+    d_reg = {m.index: m.operands[0].base.name if m.operands[0].base is not None else None for m in mmas}
+    d_cols: dict[int, Optional[int]] = {}
+    for m in mmas:
+        dd = decode_mma(ctx, m)
+        d_cols[m.index] = d_tile_columns(dd.m, dd.n, cta_group_of(m) or 1, m.has("ws")) \
+            if dd is not None and dd.m and dd.n else None
+    saw_fence = bool(ctx.func.find("tcgen05.fence"))
+
+    # state: frozenset of (mma index, "U" uncommitted | "C" committed, not yet waited)
+    def step(st, ins, emit):
+        if ins.opcode == "tcgen05.mma":
+            return frozenset(x for x in st if x[0] != ins.index) | {(ins.index, "U")}
+        if ins.opcode == "tcgen05.commit":
+            return frozenset((i, "C") for i, _ in st)
+        if _is_mbarrier_wait(ins):
+            return frozenset(x for x in st if x[1] == "U")
+        if ins.opcode == "tcgen05.ld" and st and emit:
+            addr = next((o for o in ins.operands if o.kind == "addr"), None)
+            ref = tmem_ref(ctx, addr) if addr is not None else None
+            shape, num = ld_shape_num(ins)
+            for mi, status in sorted(st):
+                mref, overlap = d_ref.get(mi), None
+                if ref is not None and mref is not None and ref[0] == mref[0]:
+                    ld_cols = LD_SHAPE_COLS.get(shape or "", (0, 1))[1] * (num or 1)
+                    dc = d_cols.get(mi)
+                    overlap = dc is None or (ref[2] < mref[2] + dc and mref[2] < ref[2] + ld_cols)
+                elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
+                    overlap = True
+                what = "committed but not waited for" if status == "C" else "not committed"
+                mline = next(m.line for m in mmas if m.index == mi)
+                if overlap:
+                    ctx.add("acc-read-unsynced", "P11", "error", ins,
+                            f"tcgen05.ld reads the accumulator of the MMA at line {mline}, which is {what} on some "
+                            "path: issue tcgen05.commit to an mbarrier, wait on it, then "
+                            "tcgen05.fence::after_thread_sync before reading", related=mline)
+                elif overlap is None:
+                    ctx.add("acc-read-unsynced", "P11", "warning", ins,
+                            f"tcgen05.ld while the MMA at line {mline} is {what} (TMEM regions could not be "
+                            "compared statically)", related=mline)
+        return st
+
+    def on_exit(st, block):
+        for mi, status in sorted(st):
+            if status == "U":
+                m = next(x for x in mmas if x.index == mi)
+                ctx.add("mma-uncommitted", "P12", "warning", m,
+                        "this MMA can reach the kernel exit without a tcgen05.commit tracking it; nothing can "
+                        "wait for its completion")
+
+    run_dataflow(ctx, frozenset(), step, union_states, on_exit)
+    if ctx.func.find("tcgen05.ld") and not saw_fence:
+        first = ctx.func.find("tcgen05.ld")[0]
+        ctx.add("missing-after-thread-sync", "P11", "note", first,
+                "no tcgen05.fence::after_thread_sync in this kernel: the PTX canonical pattern is commit -> "
+                "mbarrier wait -> tcgen05.fence::after_thread_sync -> tcgen05.ld (Triton 3.6 relies on the "
+                "mbarrier wait alone)")
+
+
+def _desc_smem_address(ctx: Ctx, op) -> Optional[AbsVal]:
+    """Follow a descriptor register back (or/add/cvt/bfe/shr/and/mov) to the smem address it encodes."""
+    r = ctx.resolver
+    cur = op
+    for _ in range(12):
+        if cur is None or cur.kind != "reg":
+            return None
+        v = r.operand(cur)
+        if v is not None and v.base is not None and v.base_max is not None:
+            return v  # an address relative to a shared-memory symbol
+        defs = ctx.func.definitions(cur.name)
+        if len(defs) != 1:
+            return None
+        d = defs[0]
+        srcs = [o for o in d.operands[1:] if o.kind in ("reg", "sym")]
+        if d.opcode in ("or", "add", "cvt", "bfe", "shr", "and", "mov", "cvta") and srcs:
+            nonconst = [o for o in srcs if (r.operand(o) or AbsVal(None, 0, 1)).exact is None]
+            if len(nonconst) != 1:
+                return None
+            cur = nonconst[0]
+            if cur.kind == "sym":
+                return r.operand(cur)
+            continue
+        return None
+    return None
+
+
+# Upper bound of the bytes one MMA reads from an operand's start address: 256 rows x 128-byte swizzle rows.
+_MMA_OPERAND_EXTENT = 256 * 128
+
+
+def _smem_reads(ctx: Ctx, ins: Instruction) -> Optional[list[tuple[AbsVal, int, int]]]:
+    """(start address, exact extent, upper-bound extent) of each smem operand an MMA/cp reads; None if unknown.
+
+    K-major swizzled operands span rows/8 * SBO bytes exactly; otherwise only a generous bound is known."""
+    idxs = (1, 2) if ins.opcode == "tcgen05.mma" else (1,)
+    d = decode_mma(ctx, ins) if ins.opcode == "tcgen05.mma" else None
+    out = []
+    for i in idxs:
+        if i >= len(ins.operands) or ins.operands[i].kind == "addr":
+            continue  # A from TMEM
+        v = _desc_smem_address(ctx, ins.operands[i])
+        if v is None:
+            return None
+        dv = ctx.resolver.operand(ins.operands[i], 64)
+        sd = decode_smem_desc(*dv.known_bits(64)) if dv is not None else None
+        rows = None
+        if d is not None:
+            rows = d.m if i == 1 else d.n
+        sbo, lbo = (sd.sbo, sd.lbo) if sd is not None else (None, None)
+        major = d.fields.get("transpose_a" if i == 1 else "transpose_b") if d is not None else None
+        if rows and sbo and major == 0 and sd.swizzle not in (None, "none"):
+            exact = upper = -(-rows // 8) * sbo
+        else:
+            exact = 16
+            upper = max(_MMA_OPERAND_EXTENT, (-(-(rows or 256) // 8) + 2) * max(sbo or 0, lbo or 0, 1024))
+        out.append((v, exact, upper))
+    if ins.opcode == "tcgen05.cp":
+        out = [(v, 16, 128 * 32) for v, _, _ in out]
+    return out
+
+
+def check_proxy_fence(ctx: Ctx) -> None:
+    """P15: generic-proxy shared-memory writes need fence.proxy.async before tcgen05.mma/cp read smem."""
+    readers = ("tcgen05.mma", "tcgen05.cp")
+    if not any(i.opcode in readers for i in ctx.func.instructions):
+        return
+    backs = back_edges(ctx.func)
+
+    reads_cache: dict[int, Optional[list[AbsVal]]] = {}
+
+    def overlaps(write: Instruction, reader: Instruction) -> Optional[bool]:
+        """True/False when decidable: does the generic write hit what the reader reads?"""
+        if reader.index not in reads_cache:
+            reads_cache[reader.index] = _smem_reads(ctx, reader)
+        reads = reads_cache[reader.index]
+        w = ctx.resolver.address(write.operands[0]) if write.operands else None
+        if reads is None or w is None or w.base is None:
+            return None
+        verdict: Optional[bool] = False
+        for rv, exact, upper in reads:
+            if rv.base != w.base:
+                verdict = None
+                continue
+            if rv.lo <= w.lo and w.hi < rv.lo + exact:
+                return True       # the write lands inside the operand tile
+            if w.lo < rv.hi + upper and rv.lo < w.hi + 16:
+                verdict = None    # cannot rule the overlap out
+        return verdict
+
+    writes = {i.line: i for i in ctx.func.instructions if _is_generic_smem_write(i)}
+
+    def step(st, ins, emit):
+        if _is_generic_smem_write(ins):
+            if not any(t == "fwd" and ln == ins.line for t, ln in st):
+                return st | {("fwd", ins.line)}
+            return st
+        if ins.opcode == "fence.proxy.async" and not ins.has("global"):
+            return frozenset()
+        if ins.opcode in readers and st and emit:
+            verdict = {ln: overlaps(writes[ln], ins) for _, ln in st}
+            sure = sorted(ln for t, ln in st if t == "fwd" and verdict[ln])
+            maybe_fwd = sorted(ln for t, ln in st if t == "fwd" and verdict[ln] is None)
+            maybe_loop = sorted(ln for t, ln in st if t == "loop" and verdict[ln] is not False)
+            if sure:
+                ctx.add("missing-proxy-fence", "P15", "error", ins,
+                        f"{ins.opcode} reads shared memory through the async proxy that a generic-proxy store "
+                        f"(line {sure[0]}) wrote with no fence.proxy.async in between; insert "
+                        "fence.proxy.async.shared::cta after the writes (before the barrier)", related=sure[0])
+            elif maybe_fwd:
+                ctx.add("missing-proxy-fence", "P15", "warning", ins,
+                        f"a generic-proxy shared-memory write (line {maybe_fwd[0]}) reaches this {ins.opcode} "
+                        "without fence.proxy.async, and its address could not be told apart from the MMA operands",
+                        related=maybe_fwd[0])
+            elif maybe_loop:
+                # typical of persistent kernels: epilogue scratch reused by the next tile's pipeline buffers
+                ctx.add("missing-proxy-fence", "P15", "note", ins,
+                        f"a generic-proxy shared-memory write (line {maybe_loop[0]}) from an earlier loop iteration "
+                        f"reaches this {ins.opcode} without fence.proxy.async (fine if the buffer is refilled "
+                        "before the MMA reads it)", related=maybe_loop[0])
+        return st
+
+    def join(states):
+        u = union_states(states)
+        fwd = {ln for t, ln in u if t == "fwd"}
+        return frozenset((t, ln) for t, ln in u if t == "fwd" or ln not in fwd)
+
+    def edge(u, v, st):
+        if (u, v) in backs and st:
+            return frozenset(("loop", ln) for _, ln in st)
+        return st
+
+    run_dataflow(ctx, frozenset(), step, join, None, edge)
+
+
+def check_alloc_result_barrier(ctx: Ctx) -> None:
+    """P17: the TMEM address written by tcgen05.alloc is read from smem only after a thread barrier."""
+    slots = dict(ctx.resolver.tmem_slots)
+    allocs = ctx.func.find("tcgen05.alloc")
+    if not allocs or not slots:
+        return
+    alloc_slot = {}
+    for a in allocs:
+        v = ctx.resolver.address(a.operands[0])
+        if v is not None and v.offset is not None:
+            alloc_slot[(v.base, v.offset)] = a.line
+
+    def step(st, ins, emit):
+        if ins.opcode == "tcgen05.alloc":
+            return st | {ins.line}
+        if _is_thread_barrier(ins):
+            return frozenset()
+        if st and emit and ins.opcode == "ld" and any(m.startswith("shared") for m in ins.modifiers):
+            v = ctx.resolver.address(ins.operands[1]) if len(ins.operands) > 1 else None
+            if v is not None and v.offset is not None and (v.base, v.offset) in alloc_slot:
+                ctx.add("alloc-result-unsynced", "P17", "warning", ins,
+                        "the TMEM address written by tcgen05.alloc is read without an intervening barrier "
+                        "(the alloc's shared-memory store is weak): bar.sync before reading it",
+                        related=alloc_slot[(v.base, v.offset)])
+        return st
+
+    run_dataflow(ctx, frozenset(), step, union_states)
