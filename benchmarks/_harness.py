@@ -63,6 +63,7 @@ class Result:
 
     @property
     def ratio(self) -> float:
+        """ours / peer in the case's unit (> 1: ours is faster); NaN without a peer."""
         return self.rate_ours / self.rate_peer if self.rate_peer else math.nan
 
 
@@ -84,6 +85,8 @@ def _bench_ms(fn: Callable[[], Any], rep_ms: int) -> float:
 
 
 def run_case(case: Case, rounds: int = 3, rep_ms: int = 60) -> Result:
+    """Set up, warm up, optionally check, then time ours and the peer alternately for `rounds` rounds (medians
+    kept). Any exception becomes `Result.error` (traceback in `extra`) instead of propagating."""
     res = Result(case)
     state = None
     try:
@@ -114,7 +117,7 @@ def run_case(case: Case, rounds: int = 3, rep_ms: int = 60) -> Result:
         res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
         res.extra["traceback"] = traceback.format_exc()
     finally:
-        del state
+        state = None  # free this case's inputs before the next one allocates (also drops the closures' cell)
         gc.collect()
         try:
             import torch
@@ -129,6 +132,7 @@ def _fmt(x: float, digits: int = 1) -> str:
 
 
 def format_table(results: list[Result]) -> str:
+    """The results as a fixed-width text table, one row per case (error rows show the error)."""
     head = ["case", "unit", "ours", "peer", "ratio", "target", "ms ours", "ms peer", "peer name", "check", "note"]
     rows = []
     for r in results:
@@ -148,6 +152,7 @@ def format_table(results: list[Result]) -> str:
 
 
 def write_csv(results: list[Result], path: Path) -> None:
+    """The results as CSV at `path`, one row per case (rates in the case's unit, times in ms)."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["group", "case", "unit", "ours", "peer", "ratio", "target_ratio", "ms_ours", "ms_peer",
@@ -195,7 +200,7 @@ def write_plot(results: list[Result], path: Path, title: str) -> bool:
 def run_all(out_dir: "str | Path", *, name: str = "bench", only: list[str] | None = None, rounds: int = 3,
             rep_ms: int = 60, title: str | None = None) -> list[Result]:
     """Run registered cases (those whose group or name contains one of `only`), print the table, write
-    `<name>.csv`, `<name>.png` and `<name>_errors.txt` (tracebacks) under `out_dir`."""
+    `<name>.csv`, `<name>.txt` (the table), `<name>.png` and `<name>_errors.txt` (tracebacks) under `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cases = [c for c in CASES if not only or any(o in c.group or o in c.name for o in only)]

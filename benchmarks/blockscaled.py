@@ -14,6 +14,7 @@ the rows (so `benchmarks/gemm.py` can include them).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
@@ -58,19 +59,21 @@ def _register_decode() -> None:
                           group="decode", setup=setup, check=_rel_err, target_ratio=2.5 if cfg is None else None)
 
 
-def _register_gemm() -> None:
+def _gemm_operands(m: int, n: int, k: int) -> dict:
+    """Setup of the GEMM rows: NVFP4 a_q [m, k] and b_q [n, k] from seeded normal data."""
     from bwtriton.formats import quantize_nvfp4
-    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192)):
-        def setup(m=m, n=n, k=k):
-            torch.manual_seed(0)
-            return {"a_q": quantize_nvfp4(torch.randn(m, k, device="cuda")),
-                    "b_q": quantize_nvfp4(torch.randn(n, k, device="cuda"))}
+    torch.manual_seed(0)
+    return {"a_q": quantize_nvfp4(torch.randn(m, k, device="cuda")),
+            "b_q": quantize_nvfp4(torch.randn(n, k, device="cuda"))}
 
+
+def _register_gemm() -> None:
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192)):
         def peer(s):
             return torch.matmul(s["a_q"].dequantize(torch.bfloat16), s["b_q"].dequantize(torch.bfloat16).T)
         register_case(f"nvfp4 gemm {m}x{n}x{k}", lambda s: _mods()[0].nvfp4_matmul(s["a_q"], s["b_q"]), peer,
-                      work=2.0 * m * n * k, peer_name="torch dequant + cuBLAS", group="gemm", setup=setup,
-                      check=_rel_err)
+                      work=2.0 * m * n * k, peer_name="torch dequant + cuBLAS", group="gemm",
+                      setup=functools.partial(_gemm_operands, m, n, k), check=_rel_err)
     m = n = k = 4096
 
     def upstream(s):
@@ -87,13 +90,9 @@ def _register_gemm() -> None:
             SCALE_BLOCKED=False, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3)
         return c
 
-    def setup_up():
-        torch.manual_seed(0)
-        return {"a_q": quantize_nvfp4(torch.randn(m, k, device="cuda")),
-                "b_q": quantize_nvfp4(torch.randn(n, k, device="cuda"))}
     register_case(f"nvfp4 gemm {m}^3 vs upstream Triton", lambda s: _mods()[0].nvfp4_matmul(s["a_q"], s["b_q"]),
                   upstream, work=2.0 * m * n * k, peer_name="upstream Triton dot_scaled", group="gemm",
-                  setup=setup_up)
+                  setup=functools.partial(_gemm_operands, m, n, k))
 
 
 def _register_linear() -> None:
@@ -124,6 +123,7 @@ _register_linear()
 
 
 def main() -> None:
+    """Command line: run the selected block-scaled rows on the current GPU and write the table/CSV/PNG."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     parser.add_argument("--only", default="", help="comma-separated groups/names: decode, gemm, linear")

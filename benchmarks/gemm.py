@@ -35,6 +35,7 @@ def _note_config(a_key: str, b_key: str, **kw_keys):
 
 
 def register_dense_cases(quick: bool = False) -> None:
+    """Register the bf16/fp16/fp8 `matmul` rows against torch (cuBLAS); `quick` keeps fewer shapes."""
     import torch
     from bwtriton.kernels import matmul
 
@@ -100,6 +101,7 @@ OPTIONAL_CASE_MODULES = ("blockscaled",)
 
 
 def register_optional_modules() -> None:
+    """Import `OPTIONAL_CASE_MODULES` so they register their rows; a missing one is noted and skipped."""
     import importlib
     for name in OPTIONAL_CASE_MODULES:
         try:
@@ -109,6 +111,7 @@ def register_optional_modules() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: register every row, run the selected ones, write the table/CSV/PNG; returns the exit code."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(Path(__file__).parent / "out"), help="output folder (CSV, PNG, table)")
     p.add_argument("--only", default="", help="comma-separated substrings of case groups/names to run")
