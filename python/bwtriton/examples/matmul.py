@@ -39,6 +39,7 @@ def matmul_signature(in_dtype: str = "fp16", out_dtype: str | None = None, acc_i
 
 
 def matmul_constexprs(block_m: int = 128, block_n: int = 128, block_k: int = 64) -> dict:
+    """Constexprs of `matmul_kernel`: the tile and the unit inner strides."""
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
             "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
 

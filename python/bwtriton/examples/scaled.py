@@ -50,6 +50,7 @@ def fp4_scaled_signature(scale_dtype: str = "fp8e4nv", out_dtype: str = "fp32") 
 
 
 def fp4_scaled_constexprs(vec: int = 16, block_m: int = 128, block_n: int = 128, block_k: int = 128) -> dict:
+    """Constexprs of `fp4_scaled_matmul_kernel`: `vec` elements per scale (16 NVFP4, 32 MX) and the tile."""
     return {"VEC": vec, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
 
 
