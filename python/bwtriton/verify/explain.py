@@ -4,11 +4,10 @@ from __future__ import annotations
 from typing import Optional
 
 from bwtriton.ptx import Module
-from bwtriton.ptx.descriptors import d_tile_columns, decode_idesc, decode_smem_desc
-from bwtriton.ptx.values import ValueResolver
+from bwtriton.ptx.descriptors import d_tile_columns, decode_smem_desc
 
-from . import _shared_symbols
-from .checks import Ctx, cta_group_of, discover_tmem
+from . import function_contexts
+from .checks.context import cta_group_of, decode_mma, scale_vec_of
 
 
 def _fmt(v) -> str:
@@ -18,27 +17,14 @@ def _fmt(v) -> str:
 def explain_mmas(mod: Module, target: str = "sm_100a") -> list[dict]:
     """One dict per tcgen05.mma: line, kind, cta_group, M/N/K, types, majorness, swizzle, scales, D address."""
     out: list[dict] = []
-    shared = _shared_symbols(mod)
-    for func in mod.functions:
-        ctx = Ctx(mod, func, target, ValueResolver(func, shared))
-        discover_tmem(ctx)
-        r = ctx.resolver
+    for ctx in function_contexts(mod, target):
+        func, r = ctx.func, ctx.resolver
         for ins in func.find("tcgen05.mma"):
             kind = ins.modifier_value("kind") or "?"
             cg = cta_group_of(ins) or 1
             row: dict = {"function": func.name, "line": ins.line, "kind": kind, "cta_group": cg,
-                         "scale_vec": next((m for m in ins.modifiers if m.startswith("scale_vec::")
-                                            or m in ("block16", "block32")), None),
-                         "sparse": ins.has("sp"), "ws": ins.has("ws")}
-            idv = r.operand(ins.operands[3], 32) if len(ins.operands) > 3 else None
-            d = None
-            if idv is not None:
-                val, mask = idv.known_bits(32)
-                if mask:
-                    try:
-                        d = decode_idesc(val, kind, mask)
-                    except ValueError:
-                        d = None
+                         "scale_vec": scale_vec_of(ins), "sparse": ins.has("sp"), "ws": ins.has("ws")}
+            d = decode_mma(ctx, ins)
             row["idesc"] = d.summary() if d is not None else None
             for idx, name in ((1, "a"), (2, "b")):
                 op = ins.operands[idx] if len(ins.operands) > idx else None
@@ -66,6 +52,7 @@ def explain_mmas(mod: Module, target: str = "sm_100a") -> list[dict]:
 
 
 def format_explain(rows: list[dict]) -> str:
+    """The rows of `explain_mmas` as indented text, one block per MMA."""
     lines = []
     for row in rows:
         d: Optional[dict] = row["idesc"]

@@ -78,6 +78,11 @@ def ld_shape_num(ins: Instruction) -> tuple[Optional[str], Optional[int]]:
     return shape, num
 
 
+def scale_vec_of(ins: Instruction) -> Optional[str]:
+    """The block-scale vector modifier of a tcgen05.mma ('scale_vec::2X', or the older 'block16'/'block32')."""
+    return next((m for m in ins.modifiers if m.startswith("scale_vec::") or m in ("block16", "block32")), None)
+
+
 def decode_mma(ctx: Ctx, ins: Instruction) -> Optional[InstrDesc]:
     """The decoded instruction descriptor of a tcgen05.mma (known bits only); None when no bit is known."""
     kind = ins.modifier_value("kind")

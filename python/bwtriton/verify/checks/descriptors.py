@@ -5,7 +5,7 @@ from __future__ import annotations
 from bwtriton.ptx.descriptors import (BLOCK_SCALED, FORMAT_BITS, d_tile_columns, decode_smem_desc, idesc_problems,
                                       smem_desc_problems)
 
-from .context import Ctx, cta_group_of, decode_mma, tmem_ref
+from .context import Ctx, cta_group_of, decode_mma, scale_vec_of, tmem_ref
 
 
 def check_mma(ctx: Ctx) -> None:
@@ -16,8 +16,7 @@ def check_mma(ctx: Ctx) -> None:
         if kind is None:
             ctx.add("mma-kind", "P19", "error", ins, "tcgen05.mma without .kind")
             continue
-        scale_vec = next((m for m in ins.modifiers if m.startswith("scale_vec::") or m in ("block16", "block32")),
-                         None)
+        scale_vec = scale_vec_of(ins)
         if kind not in BLOCK_SCALED and (scale_vec or ins.has("block_scale")):
             ctx.add("idesc-kind", "P19", "error", ins, f".block_scale/.scale_vec used with kind::{kind}")
         if kind == "mxf4nvf4" and scale_vec is None:
