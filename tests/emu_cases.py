@@ -13,12 +13,11 @@ from typing import Callable
 import ptx_corpus as pc
 import torch
 import triton
-from bwtriton.formats import to_blocked_scales
+from bwtriton.formats import e2m1_decode, e8m0_decode, to_blocked_scales, unpack_e2m1
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8e4nv": torch.float8_e4m3fn, "fp8e5": torch.float8_e5m2,
          "fp32": torch.float32, "i8": torch.int8, "i32": torch.int32}
-E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.float64)
 
 
 @dataclass
@@ -80,12 +79,6 @@ def case_matmul(in_ty="bf16", out_ty=None, M=128, N=128, K=128, bm=128, bn=128, 
 
 def case_example_matmul(dtype="bf16", M=128, N=128, K=128, seed=0) -> EmuCase:
     """bwtriton.examples.matmul.matmul_kernel through bwtriton.compile (BLOCK 128x128x64, 4 warps)."""
-    import bwtriton
-    from bwtriton.examples.matmul import (
-        matmul_constexprs,
-        matmul_kernel,
-        matmul_signature,
-    )
     kern = _example_matmul(dtype)
 
     def make():
@@ -95,7 +88,6 @@ def case_example_matmul(dtype="bf16", M=128, N=128, K=128, seed=0) -> EmuCase:
         c = torch.zeros(M, N, dtype=TORCH[dtype])
         ref = a.double() @ b.double()
         return (a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0)), c, ref, out_tolerance(ref, dtype, K)
-    del bwtriton, matmul_constexprs, matmul_kernel, matmul_signature
     return EmuCase(f"example_matmul_{dtype}", kern, (M // 128, N // 128), make)
 
 
@@ -114,14 +106,12 @@ def _example_matmul(dtype: str):
 # --- block-scaled operands ------------------------------------------------------------------------------
 def fp4_values(packed: torch.Tensor) -> torch.Tensor:
     """uint8 [R, C/2] (two e2m1 per byte, first in the low nibble) -> float64 [R, C]."""
-    lo, hi = packed & 0xF, packed >> 4
-    return E2M1[torch.stack([lo, hi], dim=-1).reshape(packed.shape[0], -1).long()]
+    return e2m1_decode(unpack_e2m1(packed)).double()  # exact: every E2M1 value is a float32
 
 
 def scale_values(s: torch.Tensor) -> torch.Tensor:
-    if s.dtype == torch.uint8:  # e8m0
-        return torch.pow(2.0, s.double() - 127)
-    return s.double()  # float8_e4m3fn
+    """uint8 (e8m0) or float8_e4m3fn scales -> float64 values."""
+    return (e8m0_decode(s) if s.dtype == torch.uint8 else s).double()
 
 
 def random_scales(rows: int, cols: int, kind: str, g: torch.Generator) -> torch.Tensor:
@@ -131,6 +121,7 @@ def random_scales(rows: int, cols: int, kind: str, g: torch.Generator) -> torch.
 
 
 def scaled_ref(a_vals, sa, b_vals, sb, vec):
+    """float64 (a_vals * scales) @ (b_vals * scales)^T with one scale per `vec` elements along K."""
     return (a_vals * scale_values(sa).repeat_interleave(vec, 1)) @ (b_vals * scale_values(sb).repeat_interleave(vec, 1)).T
 
 
@@ -146,41 +137,37 @@ def _operand(fmt: str, rows: int, k: int, g: torch.Generator):
     return t, t.double()
 
 
+def _scaled_problem(a_fmt: str, b_fmt: str, M: int, N: int, K: int, scale_ty: str, vec: int,
+                    g: torch.Generator) -> tuple:
+    """(a [M, K], b [N, K] kernel operands, scales sa [M, K/vec], sb [N, K/vec], float64 reference a@b^T)."""
+    a, av = _operand(a_fmt, M, K, g)
+    b, bv = _operand(b_fmt, N, K, g)
+    sa, sb = random_scales(M, K // vec, scale_ty, g), random_scales(N, K // vec, scale_ty, g)
+    return a, b, sa, sb, scaled_ref(av, sa, bv, sb, vec)
+
+
 def case_dot_scaled(a_fmt="e2m1", b_fmt="e2m1", scale_ty="u8", vec=32, bk=256, K=512, seed=0) -> EmuCase:
     kern = compile_dot_scaled(a_fmt, b_fmt, scale_ty, vec, bk)
 
     def make():
-        g = torch.Generator().manual_seed(seed)
-        a, av = _operand(a_fmt, 128, K, g)
-        b, bv = _operand(b_fmt, 128, K, g)
-        sa, sb = random_scales(128, K // vec, scale_ty, g), random_scales(128, K // vec, scale_ty, g)
+        a, b, sa, sb, ref = _scaled_problem(a_fmt, b_fmt, 128, 128, K, scale_ty, vec,
+                                            torch.Generator().manual_seed(seed))
         c = torch.zeros(128, 128, dtype=torch.float32)
-        ref = scaled_ref(av, sa, bv, sb, vec)
         return (a, sa, b, sb, c, K), c, ref, out_tolerance(ref, "fp32", K)
     return EmuCase(f"dot_scaled_{a_fmt}_{b_fmt}_{scale_ty}", kern, (1,), make)
 
 
 def case_fp4_example(scale_ty="fp8e4nv", M=128, N=128, K=256, seed=0) -> EmuCase:
     """bwtriton.examples.scaled.fp4_scaled_matmul_kernel (NVFP4: fp8e4nv scales / 16, MXFP4: u8 / 32)."""
-    import bwtriton
-    from bwtriton.examples.scaled import (
-        fp4_scaled_constexprs,
-        fp4_scaled_matmul_kernel,
-        fp4_scaled_signature,
-    )
     vec = 16 if scale_ty == "fp8e4nv" else 32
     kern = _fp4_example(scale_ty)
 
     def make():
-        g = torch.Generator().manual_seed(seed)
-        a, av = _operand("e2m1", M, K, g)
-        b, bv = _operand("e2m1", N, K, g)
-        sa, sb = random_scales(M, K // vec, scale_ty, g), random_scales(N, K // vec, scale_ty, g)
+        a, b, sa, sb, ref = _scaled_problem("e2m1", "e2m1", M, N, K, scale_ty, vec,
+                                            torch.Generator().manual_seed(seed))
         c = torch.zeros(M, N, dtype=torch.float32)
-        ref = scaled_ref(av, sa, bv, sb, vec)
         args = (a, b, sa, sb, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), sa.stride(0), sb.stride(0))
         return args, c, ref, out_tolerance(ref, "fp32", K)
-    del bwtriton, fp4_scaled_constexprs, fp4_scaled_matmul_kernel, fp4_scaled_signature
     return EmuCase(f"fp4_example_{scale_ty}", kern, (M // 128, N // 128), make)
 
 
@@ -212,10 +199,8 @@ def case_block_scaled_tma(vec=16, M=128, N=256, K=512, seed=0) -> EmuCase:
     scale_ty = "fp8e4nv" if vec == 16 else "u8"
 
     def make():
-        g = torch.Generator().manual_seed(seed)
-        a, av = _operand("e2m1", M, K, g)
-        b, bv = _operand("e2m1", N, K, g)
-        sa, sb = random_scales(M, K // vec, scale_ty, g), random_scales(N, K // vec, scale_ty, g)
+        a, b, sa, sb, ref = _scaled_problem("e2m1", "e2m1", M, N, K, scale_ty, vec,
+                                            torch.Generator().manual_seed(seed))
         sa5 = to_blocked(sa).reshape(1, M // 128, K // vec // 4, 2, 256)
         sb5 = to_blocked(sb).reshape(1, N // 128, K // vec // 4, 2, 256)
         c = torch.zeros(M, N, dtype=torch.float16)
@@ -225,7 +210,6 @@ def case_block_scaled_tma(vec=16, M=128, N=256, K=512, seed=0) -> EmuCase:
                 TensorDescriptor.from_tensor(b, [bn, bk // 2]),
                 TensorDescriptor.from_tensor(sb5, [1, bn // 128, rep_k, 2, 256]),
                 TensorDescriptor.from_tensor(c, [bm, bn]))
-        ref = scaled_ref(av, sa, bv, sb, vec)
         return args, c, ref, out_tolerance(ref, "fp16", K)
     return EmuCase(f"tma_scaled_vec{vec}", kern, ((M // bm) * (N // bn),), make)
 
@@ -314,12 +298,9 @@ def case_gluon_scaled(fmt="nvfp4", seed=0) -> EmuCase:
     scale_ty, vec = ("fp8e4nv", 16) if fmt == "nvfp4" else ("u8", 32)
 
     def make():
-        g = torch.Generator().manual_seed(seed)
-        a, av = _operand("e2m1", 128, 128, g)
-        b, bv = _operand("e2m1", 128, 128, g)
-        sa, sb = random_scales(128, 128 // vec, scale_ty, g), random_scales(128, 128 // vec, scale_ty, g)
+        a, b, sa, sb, ref = _scaled_problem("e2m1", "e2m1", 128, 128, 128, scale_ty, vec,
+                                            torch.Generator().manual_seed(seed))
         c = torch.zeros(128, 128, dtype=torch.float32)
-        ref = scaled_ref(av, sa, bv, sb, vec)
         return (a, b, sa, sb, c), c, ref, out_tolerance(ref, "fp32", 128)
     return EmuCase(f"gluon_scaled_{fmt}", kern, (1,), make)
 
