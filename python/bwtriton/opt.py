@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, UnknownPassError, suggest
-from .pipeline import _ENTRY, _parse_options, run_stage_passes, PassSelection, split_pass_spec
+from .pipeline import PASS_ENTRY_RE, PassSelection, parse_pass_options, run_stage_passes, split_pass_spec
 from .targets import Target, get_target
 from .triton_passes import CompileContext, add_triton_pass, triton_pass_table
 
@@ -33,12 +33,6 @@ def _module_target(text: str) -> Target | None:
     return target_for_capability(int(m.group(1)))
 
 
-def _int_attr(text: str, name: str, default: int) -> int:
-    import re
-    m = re.search(rf'"{re.escape(name)}"\s*=\s*(\d+)', text)
-    return int(m.group(1)) if m else default
-
-
 def run_opt(path: "str | Path", passes: "str | list[str]", *, target: "str | Target | None" = None,
             num_stages: int = 3) -> OptResult:
     """Run `passes` in order over the IR in `path`; returns the printed IR and our passes' reports."""
@@ -56,13 +50,13 @@ def run_opt(path: "str | Path", passes: "str | list[str]", *, target: "str | Tar
     ours = all_passes()
     steps: list[tuple[str, Any, dict]] = []
     for entry in split_pass_spec(passes):
-        m = _ENTRY.match(entry)
+        m = PASS_ENTRY_RE.match(entry)
         if not m or m["sign"]:
             raise UnknownPassError(f"opt takes an ordered list of pass names (name or name{{opt=value}}), "
                                    f"got {entry!r}")
         name = m["name"]
         if name in ours:
-            steps.append(("ours", ours[name], _parse_options(ours[name], m["opts"] or "")))
+            steps.append(("ours", ours[name], parse_pass_options(ours[name], m["opts"] or "")))
         elif name in triton_pass_table():
             if suffix not in _MLIR_SUFFIXES:
                 raise InputError(f"Triton pass {name!r} runs on MLIR (.ttir/.ttgir), not on {suffix} files")
@@ -75,11 +69,11 @@ def run_opt(path: "str | Path", passes: "str | list[str]", *, target: "str | Tar
     reports: dict[str, dict] = {}
     metadata: dict[str, Any] = {}
     if suffix in _MLIR_SUFFIXES:
-        from bwtriton.passes.mlir_util import load_module
+        from bwtriton.passes.mlir_util import load_module, module_attr_int
         from triton._C.libtriton import ir
         ir_obj = load_module(path)
-        cctx = CompileContext(capability=tgt.capability, num_warps=_int_attr(text, "ttg.num-warps", 4),
-                              num_stages=num_stages, num_ctas=_int_attr(text, "ttg.num-ctas", 1))
+        cctx = CompileContext(capability=tgt.capability, num_warps=module_attr_int(ir_obj, "ttg.num-warps", 4),
+                              num_stages=num_stages, num_ctas=module_attr_int(ir_obj, "ttg.num-ctas", 1))
         for kind, what, opts in steps:
             if kind == "triton":
                 pm = ir.pass_manager(ir_obj.context)

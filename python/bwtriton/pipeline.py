@@ -95,7 +95,8 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-_ENTRY = re.compile(r"^(?P<sign>[+-]?)(?P<name>[A-Za-z0-9_.\-]+)(?:\{(?P<opts>[^{}]*)\})?$")
+#: One entry of a pass spec: optional +/- sign, pass name, optional {key=value,...} options.
+PASS_ENTRY_RE = re.compile(r"^(?P<sign>[+-]?)(?P<name>[A-Za-z0-9_.\-]+)(?:\{(?P<opts>[^{}]*)\})?$")
 
 
 def split_pass_spec(spec: "str | Iterable[str] | None") -> list[str]:
@@ -138,7 +139,7 @@ def resolve_passes(spec: "str | Iterable[str] | None", target: "str | Target",
     entries = split_pass_spec(spec)
     if spec is None and use_env:
         entries = split_pass_spec(os.environ.get(ENV_PASSES, ""))
-    exact = any(_ENTRY.match(e) and not _ENTRY.match(e)["sign"] and e not in ("default",) for e in entries)
+    exact = any(PASS_ENTRY_RE.match(e) and not PASS_ENTRY_RE.match(e)["sign"] and e not in ("default",) for e in entries)
     chosen: dict[str, dict[str, Any]] = {}
     if not exact or "default" in entries:
         chosen = {n: {} for n in default_pass_names(target)}
@@ -147,7 +148,7 @@ def resolve_passes(spec: "str | Iterable[str] | None", target: "str | Target",
             if entry == "none":
                 chosen.clear()
             continue
-        m = _ENTRY.match(entry)
+        m = PASS_ENTRY_RE.match(entry)
         if not m:
             raise UnknownPassError(f"cannot parse pass entry {entry!r}; expected name, name{{opt=value}}, "
                                    f"+name or -name")
@@ -155,14 +156,15 @@ def resolve_passes(spec: "str | Iterable[str] | None", target: "str | Target",
         if m["sign"] == "-":
             chosen.pop(cls.name, None)
             continue
-        chosen[cls.name] = _parse_options(cls, m["opts"] or "")
+        chosen[cls.name] = parse_pass_options(cls, m["opts"] or "")
     order = list(all_passes())
     ordered = sorted(chosen.items(), key=lambda kv: order.index(kv[0]))
     return PassSelection(tuple((n, tuple(sorted({**get_pass(n).option_defaults(), **o}.items())))
                                for n, o in ordered))
 
 
-def _parse_options(cls, text: str) -> dict[str, Any]:
+def parse_pass_options(cls: type, text: str) -> dict[str, Any]:
+    """The `key=value` options text of a pass entry, typed by the pass's `PassOption`s; unknown keys raise."""
     from .errors import suggest
     valid = {o.name: o for o in cls.options}
     out = {}

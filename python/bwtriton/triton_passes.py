@@ -71,7 +71,3 @@ def add_triton_pass(pm: Any, name: str, context: CompileContext) -> None:
     """Add Triton's pass `name` (MLIR name) to `pm`."""
     _, fn, args = triton_pass_table()[name]
     fn(pm, *args(context))
-
-
-def is_triton_pass(name: str) -> bool:
-    return name in triton_pass_table()
