@@ -255,7 +255,6 @@ def _emit_fission(ttir: str, loop: _Loop, groups: list[list[int]]) -> tuple[str,
                 rebuilt.extend(sunk.get(loop_no, []))
         new_text = rebuilt
     after = "".join(line for k, line in enumerate(lines[last + 1:], start=last + 1) if k not in moved_lines)
-    before_rename = "".join(new_text)
 
     def rename(m: re.Match) -> str:
         if m.group(1) != res_name:
@@ -265,12 +264,10 @@ def _emit_fission(ttir: str, loop: _Loop, groups: list[list[int]]) -> tuple[str,
     pattern = r"(%[\w$.\-]+)(?:#(\d+))?(?![\w$.\-])"
     after = re.sub(pattern, rename, after)
     # the sunk epilogue lines sit after their loop: rename their uses of the old loop result too
-    head_len = len("".join(lines[:first]))
     loops_text = "".join(re.sub(pattern, rename, chunk) if chunk in sum(sunk.values(), []) else chunk
                          for chunk in new_text)
-    del head_len, before_rename
     text = "".join(lines[:first]) + loops_text + after
-    what = (f"split the loop carrying {len(groups)} accumulators ({_loc_hint(op)}) into {len(groups)} loops run "
+    what = (f"split the loop carrying {len(groups)} accumulators ({res_name}) into {len(groups)} loops run "
             f"one after another, one accumulator each")
     return text, what
 
@@ -285,10 +282,6 @@ def _siblings_after(op: irt.Op) -> list[irt.Op]:
             if other is op:
                 return region[k + 1:]
     return []
-
-
-def _loc_hint(op: irt.Op) -> str:
-    return op.results[0]
 
 
 def _fresh(base: str, taken: set[str]) -> str:
@@ -322,8 +315,7 @@ def _backward_slice(roots: list[str], loop: _Loop, producer: dict[str, irt.Op]) 
 def lower_ttir_to_ttgir(ttir: str, context: Any, metadata: dict, capability: int) -> Any:
     """Parse `ttir` into `context` and run Triton's own `make_ttgir` on it with the compile's options."""
     from triton.backends.nvidia.compiler import CUDABackend
-    from bwtriton.passes import mlir_util
-    mod = mlir_util.reparse(ttir, context)
+    mod = mu.reparse(ttir, context)
     opt = SimpleNamespace(num_warps=metadata.get("num_warps", 4), num_ctas=metadata.get("num_ctas", 1),
                           num_stages=metadata.get("num_stages", 3), maxnreg=metadata.get("maxnreg"))
     scratch: dict = {}

@@ -53,7 +53,7 @@ class PlanTmem(Pass):
             ctx.error(_over_budget_message(
                 plan, budget, "no TTIR to re-lower (Gluon kernels and .ttgir inputs start after TTIR, or the "
                 "tmem-ttir-snapshot pass is disabled)"))
-        new_module, new_plan, attempts = _try_fallbacks(ttir, module, ctx, budget)
+        new_module, new_plan, attempts = _try_fallbacks(ttir, module, plan, ctx, budget)
         ctx.report["fallback_attempts"] = attempts
         if new_module is None:
             ctx.error(_over_budget_message(plan, budget, "; ".join(
@@ -71,17 +71,16 @@ class PlanTmem(Pass):
         return render_table(report)
 
 
-def _try_fallbacks(ttir: str, module: Any, ctx: PassContext, budget: int):
-    """Apply the rewrites cumulatively, re-lowering after each, until the plan fits."""
+def _try_fallbacks(ttir: str, module: Any, plan0: Any, ctx: PassContext, budget: int):
+    """Apply the rewrites cumulatively, re-lowering after each, until the plan fits. `plan0` is the plan of
+    `module`, Triton's own lowering. Returns (new module, its plan, attempts), or (None, None, attempts)."""
     from bwtriton.passes import _tmem_fallback as fb
     from bwtriton.tmem.analyze import plan_from_ttgir
 
     attempts: list[dict] = []
     current = ttir
-    best = None  # columns of the best plan so far (a rewrite is kept only when it lowers the demand)
-    plan0 = plan_from_ttgir(str(module), budget=budget)
     multi_buffered = any(a.kind == "acc" and a.buffers > 1 for a in plan0.allocations)
-    best = plan0.used_columns
+    best = plan0.used_columns  # columns of the best plan so far (a rewrite is kept only when it lowers the demand)
     for rewrite_name, rewrite in (("single-buffer-accumulators", fb.disallow_acc_multi_buffer),
                                   ("serialize-accumulators", fb.serialize_accumulators)):
         if rewrite_name == "single-buffer-accumulators" and not multi_buffered:
