@@ -207,7 +207,7 @@ def _emit_fission(ttir: str, loop: _Loop, groups: list[list[int]]) -> tuple[str,
     result_map: dict[int, str] = {}
     for g, idxs in enumerate(groups):
         name = _fresh(f"{res_name}_tmemser{g}", taken)
-        needed = _backward_slice([loop.yields[j] for j in idxs], loop, producer)
+        needed = _backward_slice([loop.yields[j] for j in idxs], producer)
         args = ", ".join(f"{loop.iter_args[j][0]} = {loop.iter_args[j][1]}" for j in idxs)
         types = [loop.result_types[j] for j in idxs]
         type_text = f"({', '.join(types)})" if len(types) > 1 else types[0]
@@ -293,7 +293,7 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-def _backward_slice(roots: list[str], loop: _Loop, producer: dict[str, irt.Op]) -> set[int]:
+def _backward_slice(roots: list[str], producer: dict[str, irt.Op]) -> set[int]:
     """ids of the body ops the `roots` values need."""
     needed: set[int] = set()
     work = list(roots)

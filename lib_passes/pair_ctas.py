@@ -103,9 +103,9 @@ class PairCtas(Pass):
                 ctx.error("cannot pair CTAs" + why + ": " + "; ".join(problems))
             ctx.warn("not paired: " + "; ".join(problems))
             return None
-        return self._pair(ir, text, lines, mmas, ctx)
+        return self._pair(ir, text, lines, ctx)
 
-    def _pair(self, ir, text: str, lines: list[cga.MmaLine], mmas: list[MmaSummary], ctx: PassContext):
+    def _pair(self, ir, text: str, lines: list[cga.MmaLine], ctx: PassContext):
         aliases = parse_aliases(text)
         changes: list[str] = ctx.report["changes"]
         new_text = text

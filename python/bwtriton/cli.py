@@ -6,7 +6,6 @@ import argparse
 import importlib
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence

@@ -34,7 +34,7 @@ def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
         if md is None:
             continue
         name = op.results[0]
-        names = _alias_closure(name, users, ops)
+        names = _alias_closure(name, users)
         alias_sets[name.lstrip("%")] = names
         alloc = _describe(op, md, names, users, aliases)
         allocations.append(alloc)
@@ -59,7 +59,7 @@ def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
     return plan
 
 
-def _alias_closure(root: str, users: dict[str, list[irt.Op]], ops: list[irt.Op]) -> set[str]:
+def _alias_closure(root: str, users: dict[str, list[irt.Op]]) -> set[str]:
     """`root` and every value that views it: view-op results, loop-carried copies, warp_specialize captures."""
     names, work = {root}, [root]
     while work:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import os
-from typing import Any
 
 LANES = 128
 COLUMNS = 512
