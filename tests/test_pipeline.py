@@ -177,3 +177,18 @@ def test_editing_bwtriton_source_changes_the_key(probe_passes, monkeypatch):
     k1 = resolve_passes("test-tag-ptx", "sm_100a").key()
     monkeypatch.setattr(pipeline, "source_digest", lambda: "edited")
     assert resolve_passes("test-tag-ptx", "sm_100a").key() != k1
+
+
+def test_nested_enable_restores_the_outer_selection_and_target(probe_passes):
+    from triton import knobs
+    from bwtriton.pipeline import is_enabled
+    before = knobs.runtime.add_stages_inspection_hook
+    with bwtriton.enable(["test-tag-ptx"], target="sm_100a"):
+        outer_dir = knobs.cache.dir
+        with bwtriton.enable("none", target="sm_90a"):
+            assert knobs.cache.dir != outer_dir
+        assert knobs.cache.dir == outer_dir
+        stages = {"ttir": None, "ttgir": None, "llir": None, "ptx": None, "cubin": None}
+        knobs.runtime.add_stages_inspection_hook(None, stages, None, None, 90)  # a Hopper compile
+        assert "bwptx" in stages  # the outer explicit sm_100a target is kept, not re-derived from capability 90
+    assert not is_enabled() and knobs.runtime.add_stages_inspection_hook is before

@@ -247,10 +247,11 @@ def stages_hook(selection: PassSelection, target: "Target | None" = None) -> Ite
 
 @dataclass
 class _EnabledState:
+    """What `enable()` replaced, and the stack of active (selection, explicit target) for nested enables."""
+
     previous_hook: Any = None
     previous_cache_dir: Any = None
-    selection: PassSelection | None = None
-    stack: list = field(default_factory=list)
+    stack: list[tuple[PassSelection, Target | None]] = field(default_factory=list)
 
 
 _state = _EnabledState()
@@ -263,6 +264,14 @@ def _clear_jit_caches() -> None:
     for obj in gc.get_objects():
         if issubclass(type(obj), JITFunction):  # type(), not isinstance: no __class__ proxies
             obj.device_caches.clear()
+
+
+def _activate(selection: PassSelection, target: Target | None) -> None:
+    """Point Triton's hook and cache folder at `selection` (target None: derived per compile from the GPU)."""
+    from triton import knobs
+    knobs.runtime.add_stages_inspection_hook = make_stages_hook(selection, target)
+    knobs.cache.dir = os.path.join(str(_state.previous_cache_dir), f"bwtriton-{selection.key()}")
+    _clear_jit_caches()
 
 
 class _Enabled(contextlib.AbstractContextManager):
@@ -287,33 +296,29 @@ def enable(passes: "str | Iterable[str] | None" = None, *, target: "str | None" 
     else:
         tgt = get_target(target)
     selection = resolve_passes(passes, tgt)
-    if _state.selection is None:
+    if not _state.stack:
         _state.previous_hook = knobs.runtime.add_stages_inspection_hook
         _state.previous_cache_dir = knobs.cache.dir
-    _state.stack.append(_state.selection)
-    _state.selection = selection
-    knobs.runtime.add_stages_inspection_hook = make_stages_hook(selection, None if target is None else tgt)
-    knobs.cache.dir = os.path.join(str(_state.previous_cache_dir or knobs.cache.dir), f"bwtriton-{selection.key()}")
-    _clear_jit_caches()
+    explicit = None if target is None else tgt
+    _state.stack.append((selection, explicit))
+    _activate(selection, explicit)
     return _Enabled()
 
 
 def disable() -> None:
-    """Undo the last `enable()` (nested enables restore the outer selection)."""
+    """Undo the last `enable()`; nested enables restore the outer selection and its target."""
     from triton import knobs
-    if _state.selection is None:
+    if not _state.stack:
         return
-    outer = _state.stack.pop() if _state.stack else None
-    if outer is None:
-        knobs.runtime.add_stages_inspection_hook = _state.previous_hook
-        knobs.cache.dir = _state.previous_cache_dir
-        _state.selection = None
-    else:
-        _state.selection = outer
-        knobs.runtime.add_stages_inspection_hook = make_stages_hook(outer)
-        knobs.cache.dir = os.path.join(str(_state.previous_cache_dir), f"bwtriton-{outer.key()}")
+    _state.stack.pop()
+    if _state.stack:
+        _activate(*_state.stack[-1])
+        return
+    knobs.runtime.add_stages_inspection_hook = _state.previous_hook
+    knobs.cache.dir = _state.previous_cache_dir
     _clear_jit_caches()
 
 
 def is_enabled() -> bool:
-    return _state.selection is not None
+    """Whether `enable()` is in effect."""
+    return bool(_state.stack)
