@@ -202,3 +202,13 @@ def test_not_ptx(bad):
 def test_non_string():
     with pytest.raises(InputError):
         parse_ptx(b".version 8.8")  # type: ignore[arg-type]
+
+
+def test_array_params_keep_their_length():
+    """TMA tensor maps are passed as `.param .align 64 .b8 NAME[128]`; the emulator sizes param space from this."""
+    from bwtriton.ptx import parse_ptx
+    mod = parse_ptx(".version 8.8\n.target sm_100a\n.address_size 64\n"
+                    ".visible .entry k(.param .align 64 .b8 k_param_0[128], .param .u32 k_param_1)\n{\nret;\n}\n")
+    p0, p1 = mod.entries[0].params
+    assert (p0.name, p0.type, p0.count) == ("k_param_0", "b8", 128)
+    assert (p1.type, p1.count) == ("u32", 1)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -57,15 +56,12 @@ class KernelImage:
     param_bytes: int
 
 
-def _param_layout(fn: Function, source: str) -> tuple[list[ParamSlot], int]:
-    """Byte offset and size of every kernel parameter in param space, and the total size.
-
-    Array parameters (`.param .align 64 .b8 NAME[128]`, the TMA tensor maps) are sized by searching the PTX text:
-    `ptx.parser` keeps a parameter's type and attributes but drops its `[N]` length."""
+def _param_layout(fn: Function) -> tuple[list[ParamSlot], int]:
+    """Byte offset and size of every kernel parameter in param space (array parameters such as the TMA tensor
+    maps `.param .align 64 .b8 NAME[128]` included), and the total size."""
     slots, off = [], 0
     for p in fn.params:
-        m = re.search(r"\.param\b[^,()]*?\b" + re.escape(p.name) + r"\s*\[\s*(\d+)\s*\]", source)
-        count = int(m.group(1)) if m else 1
+        count = p.count
         elem = NP_TYPES[p.type].itemsize if p.type in NP_TYPES else 8
         align = elem
         if ".align" in p.attrs:
@@ -89,7 +85,7 @@ def _image(text_hash: str, text: str, name: Optional[str]) -> KernelImage:
         if not cands:
             raise InputError(f"no kernel {name!r} in the PTX; entries: {', '.join(f.name for f in entries)}")
         fn = cands[0]
-    params, nbytes = _param_layout(fn, text)
+    params, nbytes = _param_layout(fn)
     symbols = {p.name: PARAM_BASE + p.offset for p in params}
     symbols["global_smem"] = SMEM_BASE
     prog = Program(fn, CompileEnv(symbols))

@@ -137,6 +137,7 @@ class Param:
     type: str
     attrs: tuple[str, ...] = ()
     space: str = "param"
+    count: int = 1  # elements: `.param .align 64 .b8 tmap[128]` (a TMA tensor map) has count 128
 
 
 @dataclass

@@ -348,7 +348,8 @@ class _Parser:
             if pm:
                 attrs = tuple(a for a in pm.group(1).split() if a)
                 ty = next((a[1:] for a in attrs if a[1:] in PTX_TYPES), "")
-                func.params.append(Param(pm.group(2), ty, attrs))
+                count = int(pm.group(3)[1:-1] or 0) if pm.group(3) else 1
+                func.params.append(Param(pm.group(2), ty, attrs, count=count))
         for dm in re.finditer(r"\.(\w+)((?:\s+[\d,\s]+)?)", tail or ""):
             dname, args = dm.group(1), dm.group(2).strip()
             if dname == "explicitcluster" or dname == "noreturn":
