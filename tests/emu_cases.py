@@ -31,19 +31,7 @@ class EmuCase:
 
 
 # --- tl.dot (pointer loads, cp.async) --------------------------------------------------------------------
-@functools.cache
-def compile_matmul(in_ty: str, out_ty: str, bm=128, bn=128, bk=64, prec="ieee", num_warps=4, num_stages=3):
-    sig = {"a_ptr": f"*{in_ty}", "b_ptr": f"*{in_ty}", "c_ptr": f"*{out_ty}", "M": "i32", "N": "i32", "K": "i32",
-           "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
-           "stride_cm": "i32", "stride_cn": "constexpr", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
-           "PREC": "constexpr", "INT_ACC": "constexpr"}
-    ce = {"BM": bm, "BN": bn, "BK": bk, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1, "PREC": prec,
-          "INT_ACC": out_ty == "i32"}
-    names = pc._matmul_kernel.arg_names
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in
-             ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")}
-    src = triton.compiler.ASTSource(fn=pc._matmul_kernel, signature=sig, constexprs=ce, attrs=attrs)
-    return triton.compile(src, target=pc.SM100, options={"num_warps": num_warps, "num_stages": num_stages})
+compile_matmul = pc.compile_matmul_kernel  # one definition of the tl.dot test kernel's compile
 
 
 def out_tolerance(ref: torch.Tensor, out_ty: str, k: int, in_eps: float = 0.0) -> float:

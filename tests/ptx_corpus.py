@@ -49,8 +49,9 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty))
 
 
-def _compile_matmul(in_ty: str, out_ty: str, bm=128, bn=128, bk=64, prec="ieee", num_warps=4,
-                    num_stages=3) -> str:
+@functools.cache
+def compile_matmul_kernel(in_ty: str, out_ty: str, bm=128, bn=128, bk=64, prec="ieee", num_warps=4, num_stages=3):
+    """The compiled `_matmul_kernel` (Triton's CompiledKernel, no bwtriton passes) for these types and tile."""
     sig = {"a_ptr": f"*{in_ty}", "b_ptr": f"*{in_ty}", "c_ptr": f"*{out_ty}", "M": "i32", "N": "i32", "K": "i32",
            "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
            "stride_cm": "i32", "stride_cn": "constexpr", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
@@ -62,8 +63,12 @@ def _compile_matmul(in_ty: str, out_ty: str, bm=128, bn=128, bk=64, prec="ieee",
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in
              ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")}
     src = triton.compiler.ASTSource(fn=_matmul_kernel, signature=sig, constexprs=constexprs, attrs=attrs)
-    k = triton.compile(src, target=SM100, options={"num_warps": num_warps, "num_stages": num_stages})
-    return k.asm["ptx"]
+    return triton.compile(src, target=SM100, options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def _compile_matmul(in_ty: str, out_ty: str, bm=128, bn=128, bk=64, prec="ieee", num_warps=4,
+                    num_stages=3) -> str:
+    return compile_matmul_kernel(in_ty, out_ty, bm, bn, bk, prec, num_warps, num_stages).asm["ptx"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
