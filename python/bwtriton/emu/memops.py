@@ -6,9 +6,10 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction, Operand
+from .asyncops import AsyncOp, engine_of, short
 from .errors import MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE
-from .program import NP_TYPES, Program, convert
+from .program import NP_TYPES, Program, active_index, address_reader, convert
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
@@ -21,29 +22,6 @@ def space_of(ins: Instruction) -> str:
     if ins.opcode == "ld.global.nc":
         return "global"
     return "generic"
-
-
-def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
-    """`[base + off]` -> f(warp) giving a uint64 lane array of addresses (param symbols give param offsets)."""
-    if op.kind != "addr":
-        raise UnsupportedInstructionError(f"expected an address operand, got {op.text!r}", line=ins.line,
-                                          text=ins.text)
-    off = np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF)
-    if op.base is None:
-        c = np.full(32, off, dtype=np.uint64)
-        return lambda w: c
-    if op.base.kind == "sym":
-        c = np.full(32, np.uint64(prog.env.symbol_address(op.base.name, ins)) + off, dtype=np.uint64)
-        return lambda w: c
-    rd = prog.src(op.base, U64, ins)
-    if op.offset == 0:
-        return lambda w: np.broadcast_to(rd(w), (32,))
-    return lambda w: np.broadcast_to(rd(w), (32,)) + off
-
-
-def active_index(w) -> np.ndarray:
-    m = w.mask
-    return w.all_lanes if m is None else np.nonzero(m)[0]
 
 
 def mem_read(w, space: str, addr: np.ndarray, nbytes: int) -> np.ndarray:
@@ -89,14 +67,41 @@ def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.n
             sel = ranks == r
             smem = cta.cluster.ctas[int(r)].smem
             if data is None:
-                out[sel] = smem.read(local[sel], nbytes)
+                out[sel] = _local_rw(w, smem, local[sel], nbytes, None)
             else:
-                smem.write(local[sel], data[sel])
+                _local_rw(w, smem, local[sel], nbytes, data[sel])
         return out
+    return _local_rw(w, cta.smem, a, nbytes, data)
+
+
+def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
+    """A generic-proxy access of one CTA's shared memory: reads must not see bytes a pending asynchronous write
+    owns; writes must not hit bytes a pending asynchronous operation uses, and are remembered as unfenced."""
+    if data is None and not smem.n_poison:
+        return smem.read(a, nbytes)
+    cells = smem.offsets(a, nbytes)[:, None] + np.arange(nbytes)
     if data is None:
-        return cta.smem.read(a, nbytes)
-    cta.smem.write(a, data)
+        engine_of(w).check_generic_read(smem, cells, current_instruction(w))
+        return smem.data[cells]
+    if smem.n_poison or smem.async_reads:
+        engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells)
+    smem.data[cells] = data
+    smem.mark_generic_write(cells, _line(w))
     return None
+
+
+def _line(w) -> int:
+    ins = w.cta.prog.fn.instructions
+    return ins[w.pc].line if w.pc < len(ins) else 0
+
+
+def current_instruction(w) -> str:
+    """The instruction warp `w` executes, for messages: `opcode (PTX line N, `text`)`."""
+    ins = w.cta.prog.fn.instructions
+    if w.pc >= len(ins):
+        return "the kernel"
+    i = ins[w.pc]
+    return f"{i.opcode} (PTX line {i.line}, `{short(i.text)}`)"
 
 
 def _generic(w, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
@@ -219,28 +224,36 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
     rd_srcsize = prog.src(ops[3], np.dtype(np.uint32), ins) if len(ops) > 3 and ops[3].kind != "imm" or \
         (len(ops) > 3 and ops[3].kind == "imm") else None
 
+    line, text = ins.line, ins.text
+
     def cp(w):
         idx = active_index(w)
         dst = rd_dst(w)[idx].copy()
         src = rd_src(w)[idx].copy()
         srcsize = np.broadcast_to(np.asarray(rd_srcsize(w)), (32,))[idx].copy() if rd_srcsize else \
             np.full(len(idx), size)
-        w.cp_open.append((dst, src, srcsize, size))
+        smem = w.cta.smem
+        cells = (smem.offsets(dst, size)[:, None] + np.arange(size)).ravel()
+        op = AsyncOp(kind="cp.async", line=line, text=text, issuer=(w.cta.rank, w.wid), writes=[(smem, cells)],
+                     observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then "
+                             "bar.sync,")
+        op.finish = lambda: _copy_in(w, dst, src, srcsize, size)
+        w.cp_open.append(engine_of(w).issue(w, op))
     return cp
 
 
-def complete_cp_group(w, group: list) -> None:
-    for dst, src, srcsize, size in group:
-        data = np.zeros((len(dst), size), dtype=np.uint8)
-        full = srcsize >= size
-        if full.all():
-            data = w.launch.gmem.read(src, size)
-        else:
-            for k in range(len(dst)):
-                nb = int(min(srcsize[k], size))
-                if nb:
-                    data[k, :nb] = w.launch.gmem.read(src[k:k + 1], nb)[0]
-        w.cta.smem.write(dst, data)
+def _copy_in(w, dst: np.ndarray, src: np.ndarray, srcsize: np.ndarray, size: int) -> None:
+    """cp.async's data movement: `size` bytes per lane, the bytes past src-size zero-filled."""
+    data = np.zeros((len(dst), size), dtype=np.uint8)
+    full = srcsize >= size
+    if full.all():
+        data = w.launch.gmem.read(src, size)
+    else:
+        for k in range(len(dst)):
+            nb = int(min(srcsize[k], size))
+            if nb:
+                data[k, :nb] = w.launch.gmem.read(src[k:k + 1], nb)[0]
+    w.cta.smem.write(dst, data)
 
 
 def _cp_commit(w):
@@ -251,7 +264,7 @@ def _cp_commit(w):
 def _cp_wait(n: int) -> Callable:
     def wait(w):
         while len(w.cp_groups) > n:
-            complete_cp_group(w, w.cp_groups.pop(0))
+            engine_of(w).complete_group(w.cp_groups.pop(0))
     return wait
 
 

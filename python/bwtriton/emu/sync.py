@@ -7,15 +7,14 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction
+from .asyncops import engine_of
 from .errors import EmulationError, UnsupportedInstructionError
-from .memops import address_reader, active_index
 from .memory import MBarrier, split_cluster_address
-from .program import DIVERGED, EXITED, YIELD, Program
+from .program import DIVERGED, DONE_PC, EXITED, YIELD, Program, active_index, address_reader
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
 BOOL = np.dtype(bool)
-DONE_PC = 1 << 30
 
 
 # --- branches ------------------------------------------------------------------------------------------
@@ -249,9 +248,13 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
             idx = active_index(w)
             res = np.zeros(32, dtype=bool)
             obs = w.observed
+            engine = engine_of(w)
             for lane in idx:
                 bar = find_mbarrier(w, int(addrs[lane]))
-                done = bar.phase_done(int(st[lane])) if parity else bar.phase > int(st[lane])
+                s = int(st[lane])
+                done = bar.phase_done(s) if parity else bar.phase > s
+                if not done and engine.settle(bar):  # the latest moment: pending work completes when observed
+                    done = bar.phase_done(s) if parity else bar.phase > s
                 res[lane] = done
                 if done:
                     obs = max(obs, bar.done_seq)
@@ -360,7 +363,22 @@ def _activemask(ins: Instruction, prog: Program) -> Callable:
     return am
 
 
-_NOOPS = ("fence", "fence.proxy.async", "fence.proxy.tensormap", "fence.proxy.alias", "membar", "setmaxnreg",
+def _proxy_fence(ins: Instruction) -> Callable:
+    """fence.proxy.async{.shared::cta, .shared::cluster, .global}: generic-proxy writes made so far become visible
+    to the async proxy. Lenient on purpose: any thread's fence covers every earlier write of its CTA (the pattern
+    "all threads store, fence, barrier, one thread issues" and "store, barrier, issuer fences" both pass)."""
+    mods = ins.modifiers
+    if "global" in mods:
+        return lambda w: None
+    cluster = "shared::cluster" in mods
+
+    def fence(w):
+        for cta in (w.cta.cluster.ctas if cluster else (w.cta,)):
+            cta.smem.proxy_fence()
+    return fence
+
+
+_NOOPS = ("fence", "fence.proxy.tensormap", "fence.proxy.alias", "membar", "setmaxnreg",
           "bar.warp", "nanosleep", "griddepcontrol", "pmevent", "tcgen05.fence", "tensormap.cp_fenceproxy")
 
 
@@ -401,6 +419,8 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
         return _redux(ins, prog)
     if op == "activemask":
         return _activemask(ins, prog)
+    if op == "fence.proxy.async":
+        return _proxy_fence(ins)
     if op in _NOOPS or op.startswith("griddepcontrol"):
         return lambda w: None
     return None

@@ -1,14 +1,16 @@
 """The tcgen05 family: TMEM alloc/dealloc/relinquish, ld/st (every shape, lane-quarter rule), mma (every kind,
 block-scaled, both cta_groups), commit (multicast), cp (smem -> TMEM), wait, fence.
 
-mma / cp / commit are asynchronous: issue queues them on the cluster's in-order tensor-core queue; the
-scheduler completes the queue at its next scheduling point (a warp blocking). commit arrives on its
-mbarrier(s) when completing, carrying the sequence number of the newest op before it; waiters record it, and
-tcgen05.ld refuses TMEM columns whose newest writer was not observed that way."""
+mma / cp / commit are asynchronous (asyncops.py): an MMA or cp reads its shared-memory operands and computes at
+issue (after checking that no pending write owns them and no unfenced generic write precedes them), but stays
+pending -- its TMEM columns unreadable, its shared-memory operands reserved -- until the tcgen05.commit tracking it
+completes, which is when a thread waits on the commit's mbarrier. The commit carries the sequence number of the
+newest op it covers; waiters record it, and tcgen05.ld refuses TMEM columns whose newest writer they did not
+observe. tcgen05.ld is asynchronous towards TMEM until tcgen05.wait::ld: a TMEM write or dealloc over columns a
+pending load reads is an error (register reads of its results before the wait are not: P9)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -16,11 +18,11 @@ import numpy as np
 from ..ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
 from ..ptx.ir import Instruction
 from . import operands as opnd
+from .asyncops import AsyncOp, engine_of, short
 from .errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
-                     UnsupportedInstructionError)
-from .memops import active_index, address_reader
+                     UnsupportedInstructionError, UnwaitedTmemLoadError)
 from .memory import TMEM_COLS, TMEM_LANES, split_cluster_address
-from .program import Program
+from .program import Program, active_index, address_reader
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -93,6 +95,7 @@ def _dealloc(ins: Instruction, prog: Program) -> Callable:
         if tm.inflight[col:col + ncols].any():
             raise TmemRaceError(f"tcgen05.dealloc of columns {col}..{col + ncols - 1} while an MMA/cp writing them "
                                 "is still in flight (wait on its commit mbarrier first)")
+        check_pending_ld(w.cta, None, np.arange(col, col + ncols), "tcgen05.dealloc")
         del tm.allocations[col]
     return dealloc
 
@@ -165,7 +168,7 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
     ops = ins.operands
     dests = list(ops[0].items) if ops[0].kind == "vec" else [ops[0]]
     writers = [prog.dst(d, ins) for d in dests]
-    slots = [prog.slot(d.name, ins) for d in dests if d.kind == "reg"]
+    line, text = ins.line, ins.text
     rd_t = address_reader(ops[1], prog, ins)
     rd_half = prog.src(ops[2], U32, ins) if len(ops) > 2 else None
     if "red" in ins.modifiers:
@@ -182,8 +185,29 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
             vals = (vals[:, 0::2] & 0xFFFF) | ((vals[:, 1::2] & 0xFFFF) << 16)
         for i, wr in enumerate(writers):
             wr(w, vals[:, i])
-        w.pending_ld.update(slots)
+        _record_pending_ld(w, cols, line, text)
     return ld
+
+
+def _record_pending_ld(w, cols: np.ndarray, line: int, text: str) -> None:
+    pend = w.cta.tmem.pending_ld
+    got = pend.get(w.wid)
+    if got is None:
+        mask = np.zeros(TMEM_COLS, dtype=bool)
+        got = pend[w.wid] = (w.wid % 4, mask, line, text)
+    got[1][np.unique(cols)] = True
+
+
+def check_pending_ld(cta, quarters: Optional[set], cols: np.ndarray, writer: str) -> None:
+    """`writer` writes TMEM columns `cols` (of lane quarters `quarters`; None: all) of `cta`: no tcgen05.ld still
+    pending (not followed by tcgen05.wait::ld) may read them -- the anti-dependency the wait exists for."""
+    for wid, (q, mask, line, text) in cta.tmem.pending_ld.items():
+        if (quarters is None or q in quarters) and mask[cols].any():
+            bad = int(np.asarray(cols)[mask[cols]][0])
+            raise UnwaitedTmemLoadError(
+                f"{writer} writes TMEM column {bad} (lane quarter {q}) that the tcgen05.ld at PTX line {line} "
+                f"(`{short(text)}`) of warp {wid} may still be reading: that warp executed no "
+                "tcgen05.wait::ld.sync.aligned after the load; insert it before the TMEM is overwritten")
 
 
 def _check_observed(w, cols: np.ndarray) -> None:
@@ -219,6 +243,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         tm = w.cta.tmem
         if tm.inflight[np.unique(cols)].any():
             raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
+        check_pending_ld(w.cta, {w.wid % 4}, np.unique(cols), "tcgen05.st")
         vals = np.stack([np.broadcast_to(np.asarray(r(w), np.uint32), (32,)) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
@@ -227,50 +252,12 @@ def _st(ins: Instruction, prog: Program) -> Callable:
 
 
 # --- asynchronous ops ------------------------------------------------------------------------------------
-@dataclass
-class AsyncOp:
-    """One queued tensor-core / copy operation; `run()` performs it. `writes`: (cta, columns) it will write."""
-
-    run: Callable[[], None]
-    issuer_rank: int
-    line: int
-    seq: int = 0
-    writes: list = field(default_factory=list)
-    commit_targets: Optional[list] = None  # commit: [(rank, shared address)]
-
-
-def _queue(w, op: AsyncOp) -> None:
-    cl = w.cta.cluster
-    cl.seq += 1
-    op.seq = cl.seq
-    for cta, cols in op.writes:
-        cta.tmem.inflight[cols] += 1
-    cl.async_queue.append(op)
-    w.launch.progress += 1
-
-
-def complete_async(cluster) -> int:
-    """Run every queued asynchronous op in order; returns how many ran."""
-    n = 0
-    while cluster.async_queue:
-        op = cluster.async_queue.pop(0)
-        if op.commit_targets is not None:
-            # the commit arrives once all ops issued before it (by its CTA) completed: the queue is in order
-            seq = cluster.last_seq_of.get(op.issuer_rank, 0)
-            for rank, local in op.commit_targets:
-                bar = cluster.ctas[rank].mbarriers.get(local)
-                if bar is None:
-                    raise EmulationError(f"tcgen05.commit arrives on an uninitialised mbarrier (CTA {rank}, "
-                                         f"0x{local:x})", line=op.line)
-                bar.arrive(1, seq)
-        else:
-            op.run()
-            cluster.last_seq_of[op.issuer_rank] = op.seq
-            for cta, cols in op.writes:
-                cta.tmem.inflight[cols] -= 1
-                cta.tmem.writer_seq[cols] = op.seq
-        n += 1
-    return n
+def _issue(w, ins_line: int, text: str, kind: str, writes: list, reads: list) -> AsyncOp:
+    """Queue a tcgen05 MMA / cp already computed: pending until the tcgen05.commit tracking it completes."""
+    op = AsyncOp(kind=kind, line=ins_line, text=text, issuer=(w.cta.rank, w.wid), tmem=writes, reads=reads,
+                 tracked_by_commit=True,
+                 observe="Issue tcgen05.commit after it and wait on the commit's mbarrier")
+    return engine_of(w).issue(w, op)
 
 
 def _commit(ins: Instruction, prog: Program) -> Callable:
@@ -278,6 +265,7 @@ def _commit(ins: Instruction, prog: Program) -> Callable:
     rd_bar = address_reader(ops[0], prog, ins)
     multicast = any(m.startswith("multicast") for m in ins.modifiers)
     rd_mask = prog.src(ops[1], np.dtype(np.uint16), ins) if multicast else None
+    line, text = ins.line, ins.text
 
     def commit(w):
         addrs = rd_bar(w)
@@ -288,7 +276,15 @@ def _commit(ins: Instruction, prog: Program) -> Callable:
                 targets = [(r, local) for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
             else:
                 targets = [(rank, local)]
-            _queue(w, AsyncOp(run=lambda: None, issuer_rank=w.cta.rank, line=ins.line, commit_targets=targets))
+            bars = []
+            for r, loc in targets:
+                bar = w.cta.cluster.ctas[r].mbarriers.get(loc)
+                if bar is None:
+                    raise EmulationError(f"tcgen05.commit arrives on an uninitialised mbarrier (CTA {r}, "
+                                         f"0x{loc:x})", where=w.where())
+                bars.append(bar)
+            engine_of(w).issue(w, AsyncOp(kind="tcgen05.commit", line=line, text=text,
+                                          issuer=(w.cta.rank, w.wid), arrive=bars))
     return commit
 
 
@@ -359,11 +355,28 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
             enable = bool(en_all[lane])
             sa = int(sa_all[lane]) if sa_all is not None else None
             sb = int(sb_all[lane]) if sb_all is not None else None
-            _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd)
+            _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd)
     return mma
 
 
-def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
+class _AsyncReads:
+    """Shared-memory reads of one async-proxy operation: checked (no pending writer, no unfenced generic write)
+    and remembered as (smem, lo, hi) ranges the operation reserves until it completes."""
+
+    def __init__(self, w, ins: Instruction):
+        self.engine = engine_of(w)
+        self.reader = f"{ins.opcode} (PTX line {ins.line}, `{short(ins.text)}`)"
+        self.ranges: list = []
+
+    def gather(self, smem, addrs: np.ndarray) -> np.ndarray:
+        off = smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)
+        self.engine.check_async_read(smem, off, self.reader)
+        self.ranges.append((smem, int(off.min()), int(off.max()) + 1))
+        return smem.data[off]
+
+
+def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
+    line = ins.line
     m, n = idesc.m, idesc.n
     if idesc.sparse:
         raise UnsupportedInstructionError("sparse MMA (idesc bit 2)", line=line)
@@ -383,16 +396,16 @@ def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: 
         if not owned[used].all():
             raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
                                  f"{cta.rank} that are not allocated", line=line)
-        writes.append((cta, used))
-
-    def run():
-        _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd,
-                     layout)
-    _queue(w, AsyncOp(run=run, issuer_rank=w.cta.rank, line=line, writes=writes))
+        check_pending_ld(cta, set((np.unique(lanes) // 32).tolist()), used, "tcgen05.mma")
+        writes.append((cta.tmem, used))
+    reads = _AsyncReads(w, ins)
+    _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
+                 reads)
+    _issue(w, line, ins.text, "tcgen05.mma", writes, reads.ranges)
 
 
 def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, fmt: str, major: str,
-                    packed_fp4: bool) -> np.ndarray:
+                    packed_fp4: bool, reads: _AsyncReads) -> np.ndarray:
     bits = opnd.ELEM_BITS[fmt]
     row_bytes = k * bits // 8 if (packed_fp4 or bits >= 8) else k  # 4/6-bit in f8f6f4: padded to 1 byte each
     if in_tmem:  # A from TMEM: row m in lane (taddr lane + m), K packed into consecutive 32-bit columns
@@ -400,11 +413,11 @@ def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, f
         words = cta.tmem.data[lane0:lane0 + rows, col0:col0 + row_bytes // 4]
         raw = np.ascontiguousarray(words).view(np.uint8).reshape(rows, row_bytes)
     elif major == "K":
-        raw = opnd.gather(cta.smem, opnd.kmajor_addresses(desc_or_taddr, rows, row_bytes))
+        raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc_or_taddr, rows, row_bytes))
     else:
         if bits < 8:
             raise DescriptorError(f"MN-major {fmt} operands are not legal")
-        raw = opnd.gather(cta.smem, opnd.mnmajor_addresses(desc_or_taddr, rows, k, bits // 8))
+        raw = reads.gather(cta.smem, opnd.mnmajor_addresses(desc_or_taddr, rows, k, bits // 8))
     return opnd.decode_rows(np.ascontiguousarray(raw), fmt, packed_fp4=packed_fp4)
 
 
@@ -418,7 +431,8 @@ def _scales(cta, taddr: int, rows: int, nsf: int, sf_id: int, scale_type: str) -
     return opnd.decode_scales(codes, scale_type)
 
 
-def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout):
+def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
+                 reads: _AsyncReads):
     m, n, k = idesc.m, idesc.n, idesc.k
     a_fmt, b_fmt = idesc.a_type, idesc.b_type
     if a_fmt is None or b_fmt is None or a_fmt.startswith("invalid") or b_fmt.startswith("invalid"):
@@ -429,8 +443,8 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
     ma, nb = m // nc, n // nc
     a_parts, b_parts = [], []
     for cta in ctas:  # cta_group::2: CTA v supplies A rows [v*M/2, ...) and B rows (N) [v*N/2, ...)
-        a_parts.append(_operand_values(cta, a, a_in_tmem, ma, k, a_fmt, idesc.a_major, packed))
-        b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed))
+        a_parts.append(_operand_values(cta, a, a_in_tmem, ma, k, a_fmt, idesc.a_major, packed, reads))
+        b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed, reads))
     A = np.concatenate(a_parts, axis=0)
     B = np.concatenate(b_parts, axis=0)
     if kind in BLOCK_SCALED:
@@ -526,13 +540,17 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
             if lanes.max() >= TMEM_LANES or cols.max() >= TMEM_COLS:
                 raise EmulationError("tcgen05.cp destination outside TMEM", where=w.where())
 
-            def run(ctas=ctas, desc=desc, lanes=lanes, cols=cols):
-                for cta in ctas:
-                    raw = opnd.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
-                    words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
-                    for copy in lanes:
-                        cta.tmem.data[copy[:, None], cols[None, :]] = words
-            _queue(w, AsyncOp(run=run, issuer_rank=w.cta.rank, line=line, writes=[(c, cols) for c in ctas]))
+            reads = _AsyncReads(w, ins)
+            quarters = set((np.unique(lanes) // 32).tolist())
+            # computed at issue, pending (columns unreadable) until its commit completes; ordered after earlier
+            # MMAs/cps of the same thread (one in-order tensor-core pipe), so no in-flight check against them
+            for cta in ctas:
+                check_pending_ld(cta, quarters, cols, "tcgen05.cp")
+                raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
+                words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
+                for copy in lanes:
+                    cta.tmem.data[copy[:, None], cols[None, :]] = words
+            _issue(w, line, ins.text, "tcgen05.cp", [(c.tmem, cols) for c in ctas], reads.ranges)
     return cp
 
 
@@ -540,7 +558,7 @@ def _wait(ins: Instruction) -> Callable:
     what = ins.modifiers[0] if ins.modifiers else ""
     if what == "ld":
         def wait_ld(w):
-            w.pending_ld.clear()
+            w.cta.tmem.pending_ld.pop(w.wid, None)
         return wait_ld
     return lambda w: None
 
