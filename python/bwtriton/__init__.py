@@ -50,3 +50,7 @@ def _attach_source_tree_passes() -> None:
 
 
 _attach_source_tree_passes()
+
+
+if __import__("os").environ.get("BWTRITON_EMULATE", "") not in ("", "0"):
+    from . import emu as _emu  # noqa: E402,F401 - activates the emulated B200 (bwtriton.emu.driver)

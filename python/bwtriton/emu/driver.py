@@ -289,8 +289,9 @@ def emulated_gpu(target: "str | Target" = "sm_100a", passes: Any = None) -> Iter
         deactivate()
 
 
-def target_from_env(value: Optional[str] = None) -> Optional[str]:
-    """The target named by BWTRITON_EMULATE (None when unset/empty/0); bad names raise with the valid ones."""
+def target_from_env(value: Optional[str] = None, source: str = ENV_VAR) -> Optional[str]:
+    """The target named by BWTRITON_EMULATE (or `value`, given as `source`; None when unset/empty/0); bad names
+    raise with the valid ones."""
     value = os.environ.get(ENV_VAR, "") if value is None else value
     value = value.strip()
     if value in ("", "0"):
@@ -299,7 +300,7 @@ def target_from_env(value: Optional[str] = None) -> Optional[str]:
         return "sm_100a"
     tgt = get_target(value)
     if not tgt.has_tcgen05:
-        raise InputError(f"{ENV_VAR}={value}: the emulator models sm_100a and sm_103a only")
+        raise InputError(f"{source}={value}: the emulator models sm_100a and sm_103a only")
     return tgt.name
 
 

@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _requested_target(config: pytest.Config) -> str | None:
     opt = config.getoption("--emulate", default=None)
     if opt is not None:
-        return _driver.target_from_env(opt)
+        return _driver.target_from_env(opt, source="--emulate")
     return _driver.target_from_env()
 
 
