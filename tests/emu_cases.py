@@ -13,6 +13,7 @@ from typing import Callable
 import ptx_corpus as pc
 import torch
 import triton
+import triton.language as tl
 from bwtriton.formats import e2m1_decode, e8m0_decode, to_blocked_scales, unpack_e2m1
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -304,3 +305,44 @@ def case_gluon_two_ctas(m=256, seed=0) -> EmuCase:
         ref = a.double() @ b.double()
         return (a, b, c), c, ref, out_tolerance(ref, "fp32", 64)
     return EmuCase(f"gluon_two_ctas_m{m}", kern, (1,), make)
+
+
+# --- pipelined TMA matmul (software-pipelined K loop, TMA loads and a TMA store epilogue) ----------------------
+@triton.jit
+def _tma_matmul_kernel(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                       STAGES: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(0, tl.cdiv(K, BK), num_stages=STAGES):
+        a = a_desc.load([pid_m * BM, k * BK])
+        b = b_desc.load([pid_n * BN, k * BK])
+        acc = tl.dot(a, b.T, acc)
+    c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.float16))
+
+
+@functools.cache
+def compile_tma_matmul(bm=128, bn=128, bk=64, stages=3):
+    sig = {"a_desc": f"tensordesc<fp16[{bm}, {bk}]>", "b_desc": f"tensordesc<fp16[{bn}, {bk}]>",
+           "c_desc": f"tensordesc<fp16[{bm}, {bn}]>", "K": "i32", "BM": "constexpr", "BN": "constexpr",
+           "BK": "constexpr", "STAGES": "constexpr"}
+    src = triton.compiler.ASTSource(fn=_tma_matmul_kernel, signature=sig,
+                                    constexprs={"BM": bm, "BN": bn, "BK": bk, "STAGES": stages})
+    return triton.compile(src, target=pc.SM100, options={"num_warps": 4})
+
+
+def case_tma_matmul(M=128, N=128, K=512, seed=0) -> EmuCase:
+    """fp16 C = A @ B.T through host TensorDescriptors; K=512 gives 8 iterations over the 3 smem stages, so each
+    stage is refilled while other stages' MMAs are in flight."""
+    kern = compile_tma_matmul()
+
+    def make():
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(M, K, generator=g).half()
+        b = torch.randn(N, K, generator=g).half()
+        c = torch.zeros(M, N, dtype=torch.float16)
+        args = (TensorDescriptor.from_tensor(a, [128, 64]), TensorDescriptor.from_tensor(b, [128, 64]),
+                TensorDescriptor.from_tensor(c, [128, 128]), K)
+        ref = a.double() @ b.double().T
+        return args, c, ref, out_tolerance(ref, "fp16", K)
+    return EmuCase("tma_matmul", kern, (M // 128, N // 128), make)

@@ -6,7 +6,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction, Operand
-from .asyncops import AsyncOp, engine_of, short
+from .asyncops import AsyncOp, engine_of
 from .errors import MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE
 from .program import NP_TYPES, Program, active_index, address_reader, convert
@@ -96,12 +96,9 @@ def _line(w) -> int:
 
 
 def current_instruction(w) -> str:
-    """The instruction warp `w` executes, for messages: `opcode (PTX line N, `text`)`."""
+    """The opcode warp `w` executes, for messages (the error's "PTX line N:" prefix names the line)."""
     ins = w.cta.prog.fn.instructions
-    if w.pc >= len(ins):
-        return "the kernel"
-    i = ins[w.pc]
-    return f"{i.opcode} (PTX line {i.line}, `{short(i.text)}`)"
+    return ins[w.pc].opcode if w.pc < len(ins) else "the kernel"
 
 
 def _generic(w, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):

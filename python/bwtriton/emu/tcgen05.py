@@ -339,7 +339,6 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
         raise UnsupportedInstructionError("tcgen05.mma with disable-output-lane", line=ins.line, text=ins.text)
     rd_en = prog.src(rest[0], np.dtype(bool), ins) if rest else (lambda w: np.bool_(True))
     rd_scale_d = prog.src(rest[1], U32, ins) if len(rest) > 1 else None
-    line = ins.line
 
     def mma(w):
         d_all, a_all, b_all, i_all = rd_d(w), rd_a(w), rd_b(w), rd_i(w)
@@ -365,7 +364,7 @@ class _AsyncReads:
 
     def __init__(self, w, ins: Instruction):
         self.engine = engine_of(w)
-        self.reader = f"{ins.opcode} (PTX line {ins.line}, `{short(ins.text)}`)"
+        self.reader = ins.opcode  # the error's "PTX line N:" prefix and text name the instruction itself
         self.ranges: list = []
 
     def gather(self, smem, addrs: np.ndarray) -> np.ndarray:

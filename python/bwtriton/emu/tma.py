@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction
-from .asyncops import AsyncOp, engine_of, short
+from .asyncops import AsyncOp, engine_of
 from .errors import EmulationError, UnsupportedInstructionError
 from .memory import split_cluster_address
 from .operands import swizzle
@@ -117,9 +117,9 @@ def _load(ins: Instruction, prog: Program) -> Callable:
             op = AsyncOp(kind="TMA load", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
                          writes=[(c.smem, idx) for c in ctas], tx=[(b, tmap.box_bytes) for b in bars],
                          observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
-            engine_of(w).issue(w, op)
             for c in ctas:  # poison: the bytes are undefined until the load's completion is observed
                 c.smem.data[idx] = 0xFF
+            engine_of(w).issue(w, op)
     return load
 
 
@@ -143,7 +143,7 @@ def _store(ins: Instruction, prog: Program) -> Callable:
         raise UnsupportedInstructionError("cp.reduce.async.bulk.tensor (TMA reduce) is not emulated",
                                           line=ins.line, text=ins.text)
     line, text = ins.line, ins.text
-    reader = f"the TMA store (PTX line {line}, `{text.strip()}`)"
+    reader = "the TMA store"
 
     def store(w):
         map_all, src_all = np.broadcast_to(rd_map(w), (32,)), rd_src(w)
@@ -189,7 +189,7 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
             if to_global:
                 smem = w.cta.smem
                 off = smem.offsets(np.array([int(src_all[lane])]), n)[0] + np.arange(n)
-                engine.check_async_read(smem, off, f"cp.async.bulk (PTX line {line})")
+                engine.check_async_read(smem, off, "cp.async.bulk")
                 data, gaddr = smem.data[off][None, :], np.array([int(dst_all[lane])], dtype=np.uint64)
                 op = AsyncOp(kind="bulk copy to global", line=line, text=text, issuer=(w.cta.rank, w.wid),
                              finish=lambda g=gaddr, d=data: w.launch.gmem.write(g, d),
