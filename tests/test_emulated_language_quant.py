@@ -1,0 +1,36 @@
+"""Emulated twins of tests/test_language_quant.py's GPU tests: the in-kernel NVFP4/MX quantizers compiled for
+sm_100a (where they use the native cvt.rn.satfinite.e2m1x2 / e4m3x2 conversions) and run on the emulated B200
+must be bit-exact against the torch quantizers, like on the GPU."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from bwtriton.emu.pytest_plugin import emulated_b200  # noqa: E402,F401 - fixture
+from test_language_quant import MX_CASES, NVFP4_CASES, check_mx, check_nvfp4, check_unswizzle  # noqa: E402
+
+pytestmark = [pytest.mark.emu, pytest.mark.emulated]
+
+# The quantizers' sm_100a PTX multiplies with packed `mul.f32x2`/`fma.rn.f32x2`, which the emulator does not
+# implement as two f32 lanes yet (EMU_TODO.md): the results are wrong, so these twins fail. Strict: when the
+# emulator learns f32x2 they XPASS and this marker must go.
+F32X2_PENDING = pytest.mark.xfail(strict=True, raises=AssertionError,
+                                  reason="emulator: packed .f32x2 arithmetic not emulated yet (EMU_TODO.md)")
+
+
+@F32X2_PENDING
+@pytest.mark.parametrize("case", NVFP4_CASES)
+def test_nvfp4_bit_exact_emulated(emulated_b200, case):
+    assert check_nvfp4(case, "cpu") is None
+
+
+@F32X2_PENDING
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e4m3", "mxfp8_e5m2"])
+@pytest.mark.parametrize("case", MX_CASES)
+def test_mx_bit_exact_emulated(emulated_b200, fmt, case):
+    assert check_mx(case, fmt, "cpu") is None
+
+
+def test_unswizzle_5d_emulated(emulated_b200):
+    assert check_unswizzle("cpu") is None
