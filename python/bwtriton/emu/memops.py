@@ -9,7 +9,7 @@ from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE
-from .program import NP_TYPES, Program, active_index, address_reader, convert
+from .program import NP_TYPES, Program, active_index, address_reader, convert, lanes32
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
@@ -153,7 +153,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     def st(w):
         idx = active_index(w)
         addr = rd_addr(w)[idx]
-        cols = [np.broadcast_to(np.asarray(convert(s(w), dt)), (32,))[idx] for s in srcs]
+        cols = [lanes32(np.asarray(convert(s(w), dt)))[idx] for s in srcs]
         data = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.uint8).reshape(len(idx), -1)
         mem_write(w, space, addr, data)
     return st
@@ -177,8 +177,8 @@ def _atom(ins: Instruction, prog: Program) -> Callable:
     def atom(w):
         idx = active_index(w)
         addr = rd_addr(w)
-        b = np.broadcast_to(np.asarray(rb(w), dtype=dt), (32,))
-        c = np.broadcast_to(np.asarray(rc(w), dtype=dt), (32,)) if rc else None
+        b = lanes32(np.asarray(rb(w), dtype=dt))
+        c = lanes32(np.asarray(rc(w), dtype=dt)) if rc else None
         old_all = np.zeros(32, dtype=dt)
         for lane in idx:  # lanes apply one after the other (some order is as good as any)
             a = addr[lane:lane + 1]
@@ -227,7 +227,7 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
         idx = active_index(w)
         dst = rd_dst(w)[idx].copy()
         src = rd_src(w)[idx].copy()
-        srcsize = np.broadcast_to(np.asarray(rd_srcsize(w)), (32,))[idx].copy() if rd_srcsize else \
+        srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else \
             np.full(len(idx), size)
         smem = w.cta.smem
         cells = (smem.offsets(dst, size)[:, None] + np.arange(size)).ravel()
@@ -308,7 +308,7 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     def stm(w):
         addr = rd_addr(w)
         for i, s in enumerate(srcs):
-            v = np.broadcast_to(np.asarray(s(w), np.uint32), (32,))
+            v = lanes32(np.asarray(s(w), np.uint32))
             mat = np.zeros((8, 8), dtype=np.uint16)
             lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
             if trans:

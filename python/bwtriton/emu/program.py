@@ -166,7 +166,7 @@ class Program:
             readers = [self.src(it, part, ins) for it in op.items]
 
             def pack(w):
-                parts = [np.broadcast_to(np.asarray(r(w), dtype=part), (32,)) for r in readers]
+                parts = [lanes32(np.asarray(r(w), dtype=part)) for r in readers]
                 return np.stack(parts, axis=1).copy().view(_CONTAINER[dt.itemsize]).reshape(32).view(dt)
             return pack
         raise UnsupportedInstructionError(f"operand {op.text!r} ({op.kind}) cannot be read as a value",
@@ -184,7 +184,7 @@ class Program:
             part = dts[0] if dts else np.dtype(np.uint32)
 
             def unpack(w, v):
-                v = np.broadcast_to(np.asarray(v), (32,))
+                v = lanes32(np.asarray(v))
                 pieces = np.ascontiguousarray(v).view(part).reshape(32, n)
                 for i, wr in enumerate(writers):
                     wr(w, pieces[:, i])
@@ -274,8 +274,15 @@ def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
         return lambda w: c
     rd = prog.src(op.base, np.dtype(np.uint64), ins)
     if op.offset == 0:
-        return lambda w: np.broadcast_to(rd(w), (32,))
-    return lambda w: np.broadcast_to(rd(w), (32,)) + off
+        return lambda w: lanes32(rd(w))
+    return lambda w: lanes32(rd(w)) + off
+
+
+def lanes32(v) -> np.ndarray:
+    """`v` as a 32-lane array (scalars broadcast, read-only); the common already-an-array case costs nothing."""
+    if type(v) is np.ndarray and v.shape == (32,):
+        return v
+    return np.broadcast_to(np.asarray(v), (32,))
 
 
 def active_index(w) -> np.ndarray:

@@ -22,7 +22,7 @@ from .asyncops import AsyncOp, engine_of, short
 from .errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
                      UnsupportedInstructionError, UnwaitedTmemLoadError)
 from .memory import TMEM_COLS, TMEM_LANES, split_cluster_address
-from .program import Program, active_index, address_reader
+from .program import Program, active_index, address_reader, lanes32
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -39,7 +39,7 @@ def _cta_group(ins: Instruction) -> int:
 
 
 def _uniform(w, arr, what: str) -> int:
-    a = np.broadcast_to(np.asarray(arr), (32,))[active_index(w)]
+    a = lanes32(np.asarray(arr))[active_index(w)]
     if (a != a[0]).any():
         raise EmulationError(f"{what} differs between the lanes of the warp (must be warp-uniform)",
                              where=w.where())
@@ -142,25 +142,33 @@ def _ldst_shape(ins: Instruction) -> tuple[str, int, bool]:
     return shape, num, packed
 
 
-def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
+@functools.lru_cache(maxsize=1024)
+def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
+    """(lanes [32, R], columns [32, R], the distinct columns) a tcgen05.ld/st at `taddr` touches."""
     lane_off, col_off, half = ld_st_map(shape, num * (2 if packed else 1))
-    lane0, col0 = taddr >> 16, taddr & 0xFFFF
-    lanes = lane0 + lane_off
-    cols = col0 + col_off + np.where(half, half_off, 0)
+    lanes = (taddr >> 16) + lane_off
+    cols = (taddr & 0xFFFF) + col_off + np.where(half, half_off, 0)
+    return lanes, cols, np.unique(cols)
+
+
+def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
+    lanes, cols, ucols = _cells(taddr, shape, num, packed, half_off)
+    lane0 = taddr >> 16
     quarter = 32 * (w.wid % 4)
-    if lanes.min() < quarter or lanes.max() >= quarter + 32:
-        raise LaneQuarterError(f"{what} at TMEM lane {lane0} touches lanes {int(lanes.min())}..{int(lanes.max())}, "
+    lo, hi = int(lanes.min()), int(lanes.max())
+    if lo < quarter or hi >= quarter + 32:
+        raise LaneQuarterError(f"{what} at TMEM lane {lane0} touches lanes {lo}..{hi}, "
                                f"but warp {w.wid} may only access lanes {quarter}..{quarter + 31} "
                                f"(its warp_id % 4 = {w.wid % 4} quarter)", where=w.where())
-    if cols.max() >= TMEM_COLS or lanes.max() >= TMEM_LANES:
-        raise EmulationError(f"{what} outside TMEM (column {int(cols.max())}, lane {int(lanes.max())})")
-    tm = w.cta.tmem
-    owned = np.zeros(TMEM_COLS, dtype=bool)
-    for c, (n, _) in tm.allocations.items():
-        owned[c:c + n] = True
-    if not owned[np.unique(cols)].all():
-        raise TmemAllocError(f"{what} touches TMEM columns that are not allocated", where=w.where())
-    return lanes, cols
+    if int(ucols[-1]) >= TMEM_COLS or hi >= TMEM_LANES:
+        raise EmulationError(f"{what} outside TMEM (column {int(ucols[-1])}, lane {hi})")
+    if not any(c <= ucols[0] and ucols[-1] < c + n for c, (n, _) in w.cta.tmem.allocations.items()):
+        owned = np.zeros(TMEM_COLS, dtype=bool)
+        for c, (n, _) in w.cta.tmem.allocations.items():
+            owned[c:c + n] = True
+        if not owned[ucols].all():
+            raise TmemAllocError(f"{what} touches TMEM columns that are not allocated", where=w.where())
+    return lanes, cols, ucols
 
 
 def _ld(ins: Instruction, prog: Program) -> Callable:
@@ -178,14 +186,14 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
         _require_whole_warp(w, "tcgen05.ld")
         taddr = _uniform(w, rd_t(w), "tcgen05.ld address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
-        lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
-        _check_observed(w, cols)
+        lanes, cols, ucols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
+        _check_observed(w, ucols)
         vals = w.cta.tmem.data[lanes, cols]  # [32, regs]
         if packed:
             vals = (vals[:, 0::2] & 0xFFFF) | ((vals[:, 1::2] & 0xFFFF) << 16)
         for i, wr in enumerate(writers):
             wr(w, vals[:, i])
-        _record_pending_ld(w, cols, line, text)
+        _record_pending_ld(w, ucols, line, text)
     return ld
 
 
@@ -195,7 +203,7 @@ def _record_pending_ld(w, cols: np.ndarray, line: int, text: str) -> None:
     if got is None:
         mask = np.zeros(TMEM_COLS, dtype=bool)
         got = pend[w.wid] = (w.wid % 4, mask, line, text)
-    got[1][np.unique(cols)] = True
+    got[1][cols] = True
 
 
 def check_pending_ld(cta, quarters: Optional[set], cols: np.ndarray, writer: str) -> None:
@@ -210,9 +218,9 @@ def check_pending_ld(cta, quarters: Optional[set], cols: np.ndarray, writer: str
                 "tcgen05.wait::ld.sync.aligned after the load; insert it before the TMEM is overwritten")
 
 
-def _check_observed(w, cols: np.ndarray) -> None:
+def _check_observed(w, c: np.ndarray) -> None:
+    """tcgen05.ld of the distinct columns `c`: no MMA/cp writing them in flight, their newest writer observed."""
     tm = w.cta.tmem
-    c = np.unique(cols)
     if tm.inflight[c].any():
         bad = int(c[tm.inflight[c] > 0][0])
         raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} while an MMA/cp writing it is still in flight: "
@@ -239,12 +247,12 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         _require_whole_warp(w, "tcgen05.st")
         taddr = _uniform(w, rd_t(w), "tcgen05.st address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
-        lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
+        lanes, cols, ucols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
         tm = w.cta.tmem
-        if tm.inflight[np.unique(cols)].any():
+        if tm.inflight[ucols].any():
             raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
-        check_pending_ld(w.cta, {w.wid % 4}, np.unique(cols), "tcgen05.st")
-        vals = np.stack([np.broadcast_to(np.asarray(r(w), np.uint32), (32,)) for r in readers], axis=1)
+        check_pending_ld(w.cta, {w.wid % 4}, ucols, "tcgen05.st")
+        vals = np.stack([lanes32(np.asarray(r(w), np.uint32)) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
         tm.data[lanes, cols] = vals
@@ -272,7 +280,7 @@ def _commit(ins: Instruction, prog: Program) -> Callable:
         for lane in active_index(w):  # single-thread semantics: every issuing lane commits
             rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
             if multicast:
-                mask = int(np.broadcast_to(np.asarray(rd_mask(w)), (32,))[lane])
+                mask = int(lanes32(np.asarray(rd_mask(w)))[lane])
                 targets = [(r, local) for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
             else:
                 targets = [(rank, local)]
@@ -342,20 +350,27 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
 
     def mma(w):
         d_all, a_all, b_all, i_all = rd_d(w), rd_a(w), rd_b(w), rd_i(w)
-        en_all = np.broadcast_to(np.asarray(rd_en(w)), (32,))
+        en_all = lanes32(np.asarray(rd_en(w)))
         sa_all = rd_sa(w) if rd_sa else None
         sb_all = rd_sb(w) if rd_sb else None
         sd = int(np.asarray(rd_scale_d(w)).flat[0]) if rd_scale_d else 0
         for lane in active_index(w):  # single-thread issue: every active lane starts one MMA
-            taddr_d = int(np.broadcast_to(d_all, (32,))[lane])
-            a = int(np.broadcast_to(a_all, (32,))[lane])
-            b = int(np.broadcast_to(b_all, (32,))[lane])
-            idesc = idesc_of(int(np.broadcast_to(i_all, (32,))[lane]), kind)
+            taddr_d = int(lanes32(d_all)[lane])
+            a = int(lanes32(a_all)[lane])
+            b = int(lanes32(b_all)[lane])
+            idesc = idesc_of(int(lanes32(i_all)[lane]), kind)
             enable = bool(en_all[lane])
             sa = int(sa_all[lane]) if sa_all is not None else None
             sb = int(sb_all[lane]) if sb_all is not None else None
             _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd)
     return mma
+
+
+@functools.lru_cache(maxsize=256)
+def _d_footprint(m: int, n: int, cta_group: int, lane_base: int) -> tuple:
+    """Per CTA of the MMA: (distinct D columns relative to the D address, lane quarters written)."""
+    return tuple((np.unique(cols), frozenset((np.unique(lanes) // 32).tolist()))
+                 for _, lanes, cols in opnd.d_tmem_layout(m, n, cta_group, lane_base))
 
 
 class _AsyncReads:
@@ -385,8 +400,8 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
     layout = opnd.d_tmem_layout(m, n, cta_group, taddr_d >> 16)
     col_d = taddr_d & 0xFFFF
     writes = []
-    for cta, (_, lanes, cols) in zip(ctas, layout):
-        used = np.unique(cols) + col_d
+    for cta, (ucols, quarters) in zip(ctas, _d_footprint(m, n, cta_group, taddr_d >> 16)):
+        used = ucols + col_d
         if used.max() >= TMEM_COLS:
             raise DescriptorError(f"MMA D tile (M={m}, N={n}) at column {col_d} runs past TMEM column 511", line=line)
         owned = np.zeros(TMEM_COLS, dtype=bool)
@@ -395,7 +410,7 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
         if not owned[used].all():
             raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
                                  f"{cta.rank} that are not allocated", line=line)
-        check_pending_ld(cta, set((np.unique(lanes) // 32).tolist()), used, "tcgen05.mma")
+        check_pending_ld(cta, quarters, used, "tcgen05.mma")
         writes.append((cta.tmem, used))
     reads = _AsyncReads(w, ins)
     _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
@@ -466,7 +481,9 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
     if kind == "i8":
         prod = A.astype(np.int64) @ B.astype(np.int64).T
     else:
-        prod = A @ B.T
+        # einsum, not `@`: for these skinny shapes (K = 16..64) BLAS's thread start-up costs ~10x the product on
+        # a shared 2-core machine; float64 sums of the exact products are order-insensitive at f32 output
+        prod = np.einsum("mk,nk->mn", A, B)
     d_type = idesc.d_type
     for cta, (rows, lanes, cols) in zip(ctas, layout):
         part = prod[rows[0]:rows[1]]
@@ -532,7 +549,7 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
     def cp(w):
         taddr_all, desc_all = rd_t(w), rd_s(w)
         for lane in active_index(w):
-            taddr, desc = int(taddr_all[lane]), int(np.broadcast_to(desc_all, (32,))[lane])
+            taddr, desc = int(taddr_all[lane]), int(lanes32(desc_all)[lane])
             ctas = _pair(w, cta_group)
             cols = (taddr & 0xFFFF) + np.arange(ncols)
             lanes = (taddr >> 16) + dst_lanes
