@@ -252,3 +252,15 @@ def test_env_var_activates_on_import_and_bad_values_are_clear():
     env["BWTRITON_EMULATE"] = "sm_90"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "unknown target 'sm_90'" in out.stderr
+
+
+def test_gluon_launch_runs_tcgen05_on_the_emulated_gpu():
+    import ptx_corpus  # the corpus' Gluon one-MMA kernel (tests/ptx_corpus.py)
+    _gl, one_mma, _, _ = ptx_corpus._gluon_kernels()
+    a = torch.randn(128, 64, dtype=torch.float16)
+    b = torch.randn(128, 64, dtype=torch.float16)  # B^T stored [N, K]
+    c = torch.zeros(128, 128)
+    with emulated_gpu():
+        k = one_mma[(1,)](a, b, c, M=128, N=128, K=64, num_warps=4)
+    assert "tcgen05.mma" in k.asm["ptx"] and "tcgen05.ld" in k.asm["ptx"]
+    torch.testing.assert_close(c, a.float() @ b.float().T, rtol=1e-5, atol=1e-4)

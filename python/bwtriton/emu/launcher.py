@@ -19,7 +19,7 @@ from typing import Any, Iterator, Optional
 from ..errors import InputError
 
 _INT_RANGES = {
-    "i1": (-1, 1), "i8": (-2 ** 7, 2 ** 7 - 1), "i16": (-2 ** 15, 2 ** 15 - 1), "i32": (-2 ** 31, 2 ** 31 - 1),
+    "i1": (0, 1), "i8": (-2 ** 7, 2 ** 7 - 1), "i16": (-2 ** 15, 2 ** 15 - 1), "i32": (-2 ** 31, 2 ** 31 - 1),
     "i64": (-2 ** 63, 2 ** 63 - 1), "u1": (0, 1), "u8": (0, 2 ** 8 - 1), "u16": (0, 2 ** 16 - 1),
     "u32": (0, 2 ** 32 - 1), "u64": (0, 2 ** 64 - 1),
 }
@@ -63,9 +63,7 @@ def encode_int(ty: str, value: Any, where: str) -> Raw:
         v = operator.index(value)
     except TypeError:
         raise TypeError(f"{where}: expected an integer for a {ty} argument, got {type(value).__name__}") from None
-    lo, hi = _INT_RANGES[ty]
-    if ty in ("i1", "u1"):
-        lo, hi = 0, 1
+    lo, hi = _INT_RANGES[ty]  # i1 is a bool: 0 or 1, like the C launcher's int8 of a Python bool
     if not lo <= v <= hi:
         raise OverflowError(f"{where}: {v} does not fit the kernel's {ty} parameter ({lo}..{hi})")
     return Raw(v & ((1 << 64) - 1))
