@@ -8,14 +8,21 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bwtriton.emu.pytest_plugin import emulated_b200  # noqa: E402,F401 - fixture
+from bwtriton.emu.driver import emulated_gpu  # noqa: E402
 from bwtriton.examples.runners import _check  # noqa: E402
 
 pytestmark = [pytest.mark.emu, pytest.mark.emulated]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def emulated_b200():
+    """Every test here launches on the emulated B200 (sm_100a)."""
+    with emulated_gpu("sm_100a") as drv:
+        yield drv
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8_e4m3fn"])
-def test_matmul_example_matches_torch(emulated_b200, dtype):
+def test_matmul_example_matches_torch(dtype):
     from bwtriton.examples.matmul import matmul_kernel
     dt = getattr(torch, dtype)
     m, n, k = 256, 128, 256
@@ -34,7 +41,7 @@ def test_matmul_example_matches_torch(emulated_b200, dtype):
 
 
 @pytest.mark.parametrize("kind", ["nvfp4", "mxfp4"])
-def test_fp4_dot_scaled_example_matches_torch(emulated_b200, kind):
+def test_fp4_dot_scaled_example_matches_torch(kind):
     from bwtriton.examples.scaled import fp4_scaled_matmul_kernel
     from bwtriton.formats import quantize_mxfp4, quantize_nvfp4
     m, n, k = 128, 128, 256
@@ -54,7 +61,7 @@ def test_fp4_dot_scaled_example_matches_torch(emulated_b200, kind):
     assert _check(c, deq(aq) @ deq(bq).T, 1e-5, f"dot_scaled {kind}").startswith("ok")
 
 
-def test_launches_go_through_our_pipeline(emulated_b200):
+def test_launches_go_through_our_pipeline():
     from bwtriton.examples.matmul import matmul_kernel
     a = torch.randn(128, 64, dtype=torch.float16)
     b = torch.randn(64, 128, dtype=torch.float16)

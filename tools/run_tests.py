@@ -55,7 +55,8 @@ def run_pytest(args: list[str]) -> tuple[int, int, int, int]:
 def run_lit() -> tuple[int, int, int, int]:
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ, BWTRITON_LIT_OUT=out)
-        proc = subprocess.run([sys.executable, "-c", "import lit.main; lit.main.main()", "-sv", str(ROOT / "test_lit")], cwd=ROOT, env=env,
+        proc = subprocess.run([sys.executable, "-c", "import lit.main; lit.main.main()", "-sv", str(ROOT / "test_lit")],
+                              cwd=ROOT, env=env,
                               text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     print(proc.stdout[-20000:])
     counts: dict[str, int] = {}

@@ -21,7 +21,8 @@ from .errors import (DeadlockError, DescriptorError, EmulationError, LaneQuarter
 from .driver import EmulatedDriver, activate_from_env, emulated_gpu
 from .runner import EmulationStats, run
 
-__all__ = ["run", "emulated_gpu", "EmulatedDriver", "EmulationStats", "EmulationError", "UnsupportedInstructionError", "MemoryFaultError",
+__all__ = ["run", "emulated_gpu", "EmulatedDriver", "EmulationStats", "EmulationError",
+           "UnsupportedInstructionError", "MemoryFaultError",
            "UnwaitedTmemLoadError", "TmemRaceError", "LaneQuarterError", "TmemLeakError", "TmemAllocError",
            "DeadlockError", "DescriptorError"]
 
