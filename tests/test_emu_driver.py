@@ -264,3 +264,36 @@ def test_gluon_launch_runs_tcgen05_on_the_emulated_gpu():
         k = one_mma[(1,)](a, b, c, M=128, N=128, K=64, num_warps=4)
     assert "tcgen05.mma" in k.asm["ptx"] and "tcgen05.ld" in k.asm["ptx"]
     torch.testing.assert_close(c, a.float() @ b.float().T, rtol=1e-5, atol=1e-4)
+
+
+@triton.jit
+def _overread(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)  # unmasked: reads past the end of x when n < BLOCK
+    tl.store(out_ptr + offs, x, mask=offs < n)
+
+
+@triton.jit
+def _overwrite(out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs.to(tl.float32))  # unmasked: writes past the end when out is shorter
+
+
+def test_reads_a_little_past_a_tensor_behave_like_a_gpu_and_strict_bounds_fault(monkeypatch):
+    from bwtriton.emu.errors import MemoryFaultError
+    x, out = torch.randn(40), torch.zeros(40)
+    with emulated_gpu():
+        _overread[(1,)](x, out, 40, BLOCK=64)
+        assert torch.equal(out, x)  # the over-read lanes are masked off at the store, as on the GPU
+        monkeypatch.setenv("BWTRITON_EMU_STRICT_BOUNDS", "1")
+        with pytest.raises(MemoryFaultError, match="outside every launch buffer"):
+            _overread[(1,)](x, out, 40, BLOCK=64)
+
+
+def test_a_store_past_a_tensor_is_a_fault():
+    from bwtriton.emu.errors import MemoryFaultError
+    out = torch.zeros(40)
+    with emulated_gpu():
+        with pytest.raises(MemoryFaultError, match=r"wrote past the end of launch buffer .*\(160 bytes\)"):
+            _overwrite[(1,)](out, BLOCK=64)
+    assert torch.equal(out, torch.arange(40, dtype=torch.float32))  # in-bounds stores landed

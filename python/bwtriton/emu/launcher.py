@@ -11,6 +11,7 @@ from Triton's cache (the metadata's hash names the cache group) and run by `bwtr
 """
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ _INT_RANGES = {
     "u32": (0, 2 ** 32 - 1), "u64": (0, 2 ** 64 - 1),
 }
 _FLOAT_TYPES = ("fp16", "bf16", "fp32", "f32", "fp64")
+
+#: bytes past each tensor that read as stale memory (0xFF) instead of faulting, as on a GPU; stores there still
+#: fault. BWTRITON_EMU_STRICT_BOUNDS=1 makes any access outside a tensor a MemoryFaultError.
+READ_SLACK = 64 * 1024
 
 
 @dataclass
@@ -209,8 +214,10 @@ class EmulatedLauncher:
         if enter_hook is not None:
             enter_hook(launch_metadata)
         md = self.metadata
+        strict = os.environ.get("BWTRITON_EMU_STRICT_BOUNDS", "") not in ("", "0")
         self.last_stats = run(self.ptx, (grid_x, grid_y, grid_z), *values, num_warps=md.num_warps,
                               num_ctas=self.num_ctas, shared=md.shared, name=self.name,
-                              global_scratch=global_scratch, profile_scratch=profile_scratch, triton_abi=True)
+                              global_scratch=global_scratch, profile_scratch=profile_scratch, triton_abi=True,
+                              read_slack=0 if strict else READ_SLACK)
         if exit_hook is not None:
             exit_hook(launch_metadata)

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import InputError
 from ..ptx import parse_ptx
 from ..ptx.ir import Function
+from .errors import MemoryFaultError
 from .launcher import Raw, TmaArg
 from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
 from .program import NP_TYPES, CompileEnv, Program
@@ -167,10 +168,17 @@ def _backing_tensor(x: Any) -> Any:
     return None
 
 
+#: byte pattern of the read slack after launch buffers (0xFF: NaN in every float format, like stale memory)
+SLACK_FILL = 0xFF
+
+
 class _ArgPacker:
-    def __init__(self, image: KernelImage, gmem: GlobalMemory, params: ParamSpace, meta: dict):
+    def __init__(self, image: KernelImage, gmem: GlobalMemory, params: ParamSpace, meta: dict,
+                 read_slack: int = 0):
         self.image, self.gmem, self.params = image, gmem, params
         self.storages: dict[int, int] = {}
+        self.read_slack = read_slack
+        self.copies: list[tuple[np.ndarray, np.ndarray, str]] = []  # (tensor bytes, padded copy, name)
         self.i = 0
         self.desc_meta = list(meta.get("tensordesc_meta") or [])
         self.desc_index = 0
@@ -208,8 +216,32 @@ class _ArgPacker:
         if key not in self.storages:
             import torch
             u8 = torch.empty(0, dtype=torch.uint8).set_(st).numpy()
-            self.storages[key] = self.gmem.add(u8, f"arg{self.i}")
+            self.storages[key] = self.gmem.add(self._with_slack(u8, f"arg{self.i}"), f"arg{self.i}")
         return self.storages[key] + (t.data_ptr() - key)
+
+    def _with_slack(self, u8: np.ndarray, name: str) -> np.ndarray:
+        """The tensor's bytes as mapped: the storage itself, or (read_slack > 0) a copy followed by read_slack
+        bytes of SLACK_FILL, written back by `write_back`. A GPU reads a little past an allocation without
+        faulting (torch's caching allocator keeps the rest of its segment mapped); kernels whose unmasked loads
+        only feed masked-off outputs (upstream's scale loads with N < BLOCK_N) rely on that."""
+        if not self.read_slack:
+            return u8
+        padded = np.full(u8.size + self.read_slack, SLACK_FILL, dtype=np.uint8)
+        padded[:u8.size] = u8
+        self.copies.append((u8, padded, name))
+        return padded
+
+    def write_back(self) -> None:
+        """Copy padded buffers back into their tensors; a store into the slack is a fault (it would have
+        overwritten another allocation on the GPU)."""
+        for u8, padded, name in self.copies:
+            u8[:] = padded[:u8.size]
+        for u8, padded, name in self.copies:
+            tail = padded[u8.size:]
+            if not (tail == SLACK_FILL).all():
+                first = int(np.flatnonzero(tail != SLACK_FILL)[0])
+                raise MemoryFaultError(f"the kernel wrote past the end of launch buffer {name} ({u8.size} bytes): "
+                                       f"first modified byte at offset {u8.size + first}")
 
     def add(self, arg: Any) -> None:
         if isinstance(arg, TmaArg):
@@ -295,7 +327,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         tensordesc_meta: Optional[list] = None, max_instructions: int = 200_000_000,
         global_scratch: Any = None, profile_scratch: Any = None,
         triton_abi: Optional[bool] = None, schedule: str = "latest",
-        progress: Optional[bool] = None) -> EmulationStats:
+        progress: Optional[bool] = None, read_slack: int = 0) -> EmulationStats:
     """Emulate `compiled` (a bwtriton/triton compile result, or PTX text) on `grid` programs with `args`
     (CPU torch tensors, ints, floats, None, TensorDescriptors) in the kernel's non-constexpr argument order.
     Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations.
@@ -307,7 +339,9 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
 
     `schedule`: "latest" (default) completes asynchronous work as late as the PTX memory model allows and flags
     races (docs/emulator_async.md); "eager" completes it at issue (optimistic, for speed comparisons).
-    `progress`: show clusters done / instructions per second on stderr (default: when stderr is a terminal)."""
+    `progress`: show clusters done / instructions per second on stderr (default: when stderr is a terminal).
+    `read_slack`: bytes after each tensor argument that read as 0xFF instead of faulting, as on a GPU (the
+    Triton driver passes 64 KiB; 0, the default, faults on any access outside a tensor). Stores there fault."""
     t0 = time.perf_counter()
     ptx, md, md_name = _unpack_compiled(compiled)
     if tensordesc_meta is not None:
@@ -330,7 +364,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     smem_bytes = shared if shared is not None else md.get("shared", 232448)
     gmem = GlobalMemory()
     params = ParamSpace(image.param_bytes)
-    packer = _ArgPacker(image, gmem, params, md)
+    packer = _ArgPacker(image, gmem, params, md, read_slack=int(read_slack))
     for a in args:
         packer.add(a)
     total_ctas = grid3[0] * nctas * grid3[1] * grid3[2]
@@ -346,14 +380,17 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     launch = Launch(gmem, params, grid_ctas, grid3)
     launch.schedule = check_schedule(schedule)  # asyncops.py / docs/emulator_async.md
     meter = ProgressMeter(grid3[0] * grid3[1] * grid3[2], enabled=progress)
-    for cz in range(grid3[2]):
-        for cy in range(grid3[1]):
-            for cx in range(grid3[0]):
-                cluster = Cluster(launch, (cx, cy, cz), nctas)
-                for r in range(nctas):
-                    cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid,
-                                            max(int(smem_bytes), 16)))
-                cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
-                run_cluster(cluster, max_instructions)
-                meter.tick(launch)
+    try:
+        for cz in range(grid3[2]):
+            for cy in range(grid3[1]):
+                for cx in range(grid3[0]):
+                    cluster = Cluster(launch, (cx, cy, cz), nctas)
+                    for r in range(nctas):
+                        cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid,
+                                                max(int(smem_bytes), 16)))
+                    cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
+                    run_cluster(cluster, max_instructions)
+                    meter.tick(launch)
+    finally:
+        packer.write_back()
     return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)
