@@ -374,11 +374,44 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
     return None
 
 
+_F32X2 = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.fmin, "max": np.fmax,
+          "neg": np.negative, "abs": np.abs}
+
+
+def _f32x2(ins: Instruction, prog: Program) -> Callable:
+    """Packed f32 pairs in one b64 register (`add/sub/mul/fma/min/max/neg/abs.f32x2`, what sm_100a epilogues
+    emit): each half is an independent f32 operation (low half = element 0). fma rounds once from the exact
+    float64 product."""
+    op = ins.opcode
+    if op not in _F32X2 and op not in ("fma", "mad"):
+        _unsupported(ins)
+    wr = prog.dst(ins.operands[0], ins)
+    rds = [prog.src(o, U64, ins) for o in ins.operands[1:]]
+
+    def pairs(w) -> list:
+        return [np.ascontiguousarray(lanes32(r(w))).view(F32).reshape(32, 2) for r in rds]
+
+    if op in ("fma", "mad"):
+        def f(w):
+            a, b, c = pairs(w)
+            return wr(w, _fma(a, b, c, F32).reshape(-1).view(U64))
+        return f
+    fn = _F32X2[op]
+    if op in ("min", "max") and "NaN" in ins.modifiers:
+        fn = np.minimum if op == "min" else np.maximum
+
+    def g(w):
+        return wr(w, np.ascontiguousarray(fn(*pairs(w)).astype(F32)).reshape(-1).view(U64))
+    return g
+
+
 def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one table of PTX semantics
     op = ins.opcode
     mods = ins.modifiers
     ops = ins.operands
     t = _t(ins)
+    if t == "f32x2":
+        return _f32x2(ins, prog)
     dt = _dt(t)
     is_float = t in ("f16", "bf16", "f32", "f64", "f16x2", "bf16x2")
     wr = prog.dst(ops[0], ins) if ops and ops[0].kind != "pair" else None

@@ -419,8 +419,9 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
         return _redux(ins, prog)
     if op == "activemask":
         return _activemask(ins, prog)
-    if op == "fence.proxy.async":
-        return _proxy_fence(ins)
+    if op == "fence.proxy.async" or (op == "fence" and "proxy" in ins.modifiers and
+                                      any(m.startswith("async") for m in ins.modifiers)):
+        return _proxy_fence(ins)  # incl. fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster
     if op in _NOOPS or op.startswith("griddepcontrol"):
         return lambda w: None
     return None

@@ -2,60 +2,18 @@
 multicast) and stores (shared -> global), with tensor maps built from the launch's TensorDescriptor arguments."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 from ..ptx.ir import Instruction
 from .asyncops import AsyncOp, engine_of
+from .tensormap import SWIZZLE_CODES, TENSORMAP_BYTES, TensorMap, decode  # noqa: F401 (runner uses SWIZZLE_CODES)
 from .errors import EmulationError, UnsupportedInstructionError
 from .memory import split_cluster_address
-from .operands import swizzle
 from .program import Program, active_index, address_reader, lanes32
 
 U32 = np.dtype(np.uint32)
-#: CUtensorMapSwizzle code (as in Triton's tensordesc_meta) -> swizzle span in bytes
-SWIZZLE_CODES = {0: 0, 1: 32, 2: 64, 3: 128}
-
-
-@dataclass
-class TensorMap:
-    """A tiled tensor map: dims/strides in tensor order (innermost last); strides in bytes."""
-
-    base: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    box: tuple[int, ...]
-    elem_bytes: int
-    swizzle: int = 0
-    name: str = ""
-
-    def offsets(self, coords: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(global byte addresses, in-bounds mask) of every box element in smem (row-major) order."""
-        grids = np.meshgrid(*[np.arange(b) for b in self.box], indexing="ij")
-        idx = [g.ravel() + c for g, c in zip(grids, coords)]
-        ok = np.ones(idx[0].shape, dtype=bool)
-        addr = np.full(idx[0].shape, self.base, dtype=np.int64)
-        for i, dim, stride in zip(idx, self.shape, self.strides):
-            ok &= (i >= 0) & (i < dim)
-            addr += np.where(ok, i, 0) * stride
-        return addr, ok
-
-    def smem_addresses(self, dst: int) -> np.ndarray:
-        """Shared addresses of each element's first byte (box rows packed, then swizzled)."""
-        n = int(np.prod(self.box))
-        off = np.arange(n, dtype=np.int64) * self.elem_bytes
-        if self.swizzle:
-            inner = self.box[-1] * self.elem_bytes
-            if inner > self.swizzle:
-                raise EmulationError(f"TMA box inner dimension of {inner} bytes exceeds the {self.swizzle}-byte "
-                                     "swizzle span")
-        return swizzle(dst + off, self.swizzle)
-
-    @property
-    def box_bytes(self) -> int:
-        return int(np.prod(self.box)) * self.elem_bytes
 
 
 def _coords_reader(op, prog: Program, ins: Instruction) -> tuple[Callable, list[Callable]]:
@@ -68,10 +26,20 @@ def _coords_reader(op, prog: Program, ins: Instruction) -> tuple[Callable, list[
 
 
 def tensormap_at(w, addr: int) -> TensorMap:
+    """The tensor map a TMA names: a host TensorDescriptor bound to a parameter, or a device-side object
+    (tensormap.replace + tensormap.cp_fenceproxy, tensormap.py) in global memory."""
     tm = w.launch.params.tensormaps.get(int(addr))
+    if tm is not None:
+        return tm
+    from .memops import mem_read
+    try:
+        raw = mem_read(w, "generic", np.array([int(addr)], dtype=np.uint64), TENSORMAP_BYTES)
+    except EmulationError:
+        raw = None
+    tm = decode(raw, f" at 0x{int(addr):x}") if raw is not None else None
     if tm is None:
         raise EmulationError(f"no tensor map at address 0x{int(addr):x}: pass a TensorDescriptor for this kernel "
-                             "argument (in-kernel tensormap creation is not emulated)", where=w.where())
+                             "argument, or build one in the kernel (tl.make_tensor_descriptor)", where=w.where())
     return tm
 
 
@@ -102,16 +70,17 @@ def _load(ins: Instruction, prog: Program) -> Callable:
             # multicast: each destination CTA's mbarrier at the same offset gets the bytes
             bars = [_mbarrier_at(w, c if multicast else w.cta.cluster.ctas[brank], bar, line) for c in ctas]
             saddr = tmap.smem_addresses(dst)
-            cells = (ctas[0].smem.offsets(saddr, tmap.elem_bytes)[:, None] + np.arange(tmap.elem_bytes)).ravel()
+            se = tmap.smem_elem
+            cells = (ctas[0].smem.offsets(saddr, se)[:, None] + np.arange(se)).ravel()
             lo, hi = int(cells.min()), int(cells.max()) + 1
             idx = slice(lo, hi) if hi - lo == cells.size else cells
 
             def finish(tmap=tmap, coords=coords, ctas=ctas, saddr=saddr):
                 gaddr, ok = tmap.offsets(coords)
                 eb = tmap.elem_bytes
-                data = np.zeros((len(gaddr), eb), dtype=np.uint8)
+                data = np.zeros((len(gaddr), tmap.smem_elem), dtype=np.uint8)  # fp4-padded: zero padding
                 if ok.any():
-                    data[ok] = w.launch.gmem.read(gaddr[ok].astype(np.uint64), eb)
+                    data[ok, :eb] = w.launch.gmem.read(gaddr[ok].astype(np.uint64), eb)
                 for c in ctas:
                     c.smem.write(saddr, data)
             op = AsyncOp(kind="TMA load", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
@@ -153,7 +122,7 @@ def _store(ins: Instruction, prog: Program) -> Callable:
             tmap = tensormap_at(w, map_all[lane])
             coords = [int(c[lane]) for c in coords_all][::-1]
             eb = tmap.elem_bytes
-            cells = smem.offsets(tmap.smem_addresses(int(src_all[lane])), eb)[:, None] + np.arange(eb)
+            cells = smem.offsets(tmap.smem_addresses(int(src_all[lane])), eb)[:, None] + np.arange(eb)  # data only
             engine_of(w).check_async_read(smem, cells, reader)
             data = smem.data[cells]
 
