@@ -297,3 +297,13 @@ def test_a_store_past_a_tensor_is_a_fault():
         with pytest.raises(MemoryFaultError, match=r"wrote past the end of launch buffer .*\(160 bytes\)"):
             _overwrite[(1,)](out, BLOCK=64)
     assert torch.equal(out, torch.arange(40, dtype=torch.float32))  # in-bounds stores landed
+
+
+def test_a_bad_pass_selection_leaves_nothing_patched():
+    from bwtriton.errors import UnknownPassError
+    before = (torch.cuda.is_available, triton.runtime.driver._active)
+    with pytest.raises(UnknownPassError):
+        with emulated_gpu("sm_100a", passes="no-such-pass"):
+            pass
+    assert (torch.cuda.is_available, triton.runtime.driver._active) == before
+    assert emu_driver.active_driver() is None

@@ -243,6 +243,7 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
 
     from ..pipeline import enable
     drv = EmulatedDriver(target)
+    enable(passes, target=drv.target.name)  # first: a bad pass selection raises before anything is patched
     saved = _Saved(driver_active=driver_config._active)
     driver_config.set_active(drv)
     for name, fn in _cuda_answers(drv.target).items():
@@ -253,7 +254,6 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
     except ImportError:  # pragma: no cover - triton without its testing helpers
         pass
     _state.stack.append((drv, saved))
-    enable(passes, target=drv.target.name)
     return drv
 
 
@@ -265,13 +265,13 @@ def deactivate() -> None:
     if not _state.stack:
         return
     _drv, saved = _state.stack.pop()
-    disable()
     for obj, name, old in reversed(saved.attrs):
         if old is _MISSING:
             delattr(obj, name)
         else:
             setattr(obj, name, old)
     driver_config._active = saved.driver_active
+    disable()
 
 
 def active_driver() -> Optional[EmulatedDriver]:
