@@ -208,7 +208,7 @@ def test_device_side_tensormap_decodes_to_the_fields_written():
 def test_fp4_padded_map_pads_each_16_values_to_16_bytes():
     from bwtriton.emu.tensormap import TensorMap
     tm = TensorMap.fp4_padded(base=0, shape=[4, 256], outer_strides=[128], box=[2, 128], swizzle=0)
-    assert (tm.box, tm.elem_bytes, tm.smem_elem, tm.box_bytes) == ((2, 8), 8, 16, 2 * 128)
+    assert (tm.box, tm.elem_bytes, tm.smem_elem, tm.box_bytes) == ((2, 8), 8, 16, 2 * 64)
     gaddr, ok = tm.offsets([1, 32])  # row 1, fp4 column 32 = byte 16 of the row
     assert ok.all() and list(gaddr[:3]) == [128 + 16, 128 + 24, 128 + 32]
     with pytest.raises(emu.EmulationError, match="multiples of 16"):

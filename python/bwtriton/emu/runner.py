@@ -268,17 +268,19 @@ class _ArgPacker:
         if not slot.type.startswith("b8["):
             raise InputError(f"a TensorDescriptor was passed for parameter {slot.name} ({slot.type}), but the "
                              "kernel was not lowered to TMA here (no tensor-map parameter)")
-        if meta and meta.get("fp4_padded"):
-            raise InputError("fp4-padded TMA tensor maps (tl.dot_scaled fp4 operands through TMA) are not "
-                             "emulated yet")
         shape = [int(s) for s in d.shape]
         strides = [int(s) for s in d.strides]
         eb = d.base.element_size()
         block = list(meta["block_size"]) if meta else [int(b) for b in d.block_shape]
         swz = SWIZZLE_CODES.get(int(meta["swizzle"]), 0) if meta else 0
         elem = int(meta["elem_size"]) if meta else eb
-        tmap = TensorMap(base=self.tensor_address(d.base), shape=tuple(shape),
-                         strides=tuple(s * eb for s in strides), box=tuple(block), elem_bytes=elem, swizzle=swz)
+        if meta and meta.get("fp4_padded"):  # packed fp4 bytes; Triton's launcher doubles the inner extent
+            tmap = TensorMap.fp4_padded(self.tensor_address(d.base), shape[:-1] + [2 * shape[-1]],
+                                        [s * eb for s in strides[:-1]], block, swz)
+        else:
+            tmap = TensorMap(base=self.tensor_address(d.base), shape=tuple(shape),
+                             strides=tuple(s * eb for s in strides), box=tuple(block), elem_bytes=elem,
+                             swizzle=swz)
         self.params.tensormaps[PARAM_BASE + slot.offset] = tmap
         # a recognisable blob in param space: the map's base address (the emulator keys maps by address)
         self.params.data[slot.offset:slot.offset + 8] = np.array([tmap.base], dtype=np.uint64).view(np.uint8)
