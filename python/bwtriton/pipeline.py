@@ -1,15 +1,23 @@
 """Where bwtriton's passes enter Triton's stage pipeline.
 
 Triton 3.6 compiles through the stages ``ttir -> ttgir -> llir -> ptx -> cubin`` (Gluon starts at ``ttgir``)
-and lets one hook (``knobs.runtime.add_stages_inspection_hook``) edit that ordered dict of stages. We insert,
-after each Triton stage that has active passes, a stage named ``bw<stage>`` (``bwttir``, ``bwttgir``,
-``bwllir``, ``bwptx``) that runs our passes for it in registry order. Its output is what the next Triton stage
-consumes and it is stored like any stage, so ``compiled.asm["bwttgir"]`` shows the IR after our passes.
+and lets one hook (``knobs.runtime.add_stages_inspection_hook``) edit that ordered dict of stages; each stage's
+output is stored under the stage's name (``compiled.asm[name]``) and fed to the next one. Our hook wraps each
+Triton stage that has active passes so that it runs Triton's lowering and then our passes of that stage
+(in `bwtriton.passes.PIPELINE` order). So ``asm["ptx"]`` is the PTX the cubin is built from, ``asm["ttgir"]``
+the TTGIR ``make_llir`` lowered, and so on. Triton's own text of a stage we ran passes on is kept as
+``asm["<stage>_triton"]`` (``ptx_triton``, ``ttgir_triton``, ...): stages appended after ``cubin`` that only
+return the saved text (Triton hands each stage the previous stage's output; these come last, so nothing
+consumes them).
 
 Why "after the stage": every pass we have needs Triton's own output of that stage (layouts for TTGIR, final
 instructions for PTX) and must run before the next stage's lowering (the TMEM plan before
 ``triton-tensor-memory-allocation`` in ``make_llir``; NVFP4 decomposition before ``make_ttgir``'s
-accelerate-matmul). This file is the one place that shows the whole order.
+accelerate-matmul).
+
+.ttir/.ttgir inputs: Triton stores the file as ``asm[<its stage>]`` and starts with the *next* stage, so the
+passes of the input's own stage run at the start of that next stage, on the file's module; ``asm[<its stage>]``
+stays the input as given and ``<stage>_triton`` is the same text (`bwtriton opt` shows what the passes made).
 
 Triton's on-disk cache does not know about hooks, so every compile that goes through us gets a cache key that
 contains bwtriton's version and the active pass selection (`PassSelection.key`): changing passes never serves a
@@ -36,9 +44,9 @@ ENV_PASSES = "BWTRITON_PASSES"
 STAGES = ("ttir", "ttgir", "llir", "ptx")
 
 
-def inserted_stage_name(stage: str) -> str:
-    """Name of the stage bwtriton inserts after Triton's `stage` (also its key in `compiled.asm`)."""
-    return f"bw{stage}"
+def triton_stage_name(stage: str) -> str:
+    """Key of `compiled.asm` that keeps Triton's own text of `stage`, from before bwtriton's passes of it."""
+    return f"{stage}_triton"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -273,28 +281,59 @@ def run_stage_passes(stage: str, ir: Any, selection: PassSelection, target: Targ
     return ir
 
 
-def _stage_fn(stage: str, selection: PassSelection, target: Target, provided: dict[str, Any]):
-    def run(src, metadata):
-        reports = metadata.setdefault("bwtriton", {"version": __version__, "passes": selection.names,
-                                                   "key": selection.key(), "reports": {}})["reports"]
-        return run_stage_passes(stage, src, selection, target, metadata, reports, provided)
-    return run
+@dataclass
+class _CompileRun:
+    """One compile's state: the values passes provide each other (`requires`) and Triton's text of each stage
+    before our passes changed it."""
+
+    selection: PassSelection
+    target: Target
+    provided: dict[str, Any] = field(default_factory=dict)
+    triton_text: dict[str, str] = field(default_factory=dict)
+    started: bool = False
+
+    def run_passes(self, stage: str, ir: Any, metadata: dict) -> Any:
+        self.triton_text[stage] = str(ir)  # before the passes: they (and the next stage) may edit `ir` in place
+        reports = metadata.setdefault("bwtriton", {"version": __version__, "passes": self.selection.names,
+                                                   "key": self.selection.key(), "reports": {}})["reports"]
+        return run_stage_passes(stage, ir, self.selection, self.target, metadata, reports, self.provided)
+
+
+def _wrapped_stage(name: str, lower: Any, run: _CompileRun, own: bool, previous: "str | None"):
+    """Triton's stage `name`, then our passes of it (`own`). `previous`: the stage before it, when that one has
+    passes: if this is the first stage of the compile (a .ttir/.ttgir input), its passes run here first."""
+    def stage(src, metadata):
+        first, run.started = not run.started, True
+        if first and previous is not None:
+            src = run.run_passes(previous, src, metadata)
+        out = lower(src, metadata)
+        return run.run_passes(name, out, metadata) if own else out
+    return stage
+
+
+def _saved_triton_text(name: str, run: _CompileRun):
+    def stage(src, metadata):
+        return run.triton_text.get(name, "")
+    return stage
 
 
 def make_stages_hook(selection: PassSelection, target: "Target | None" = None):
-    """A Triton ``add_stages_inspection_hook`` that inserts our ``bw<stage>`` stages.
+    """A Triton ``add_stages_inspection_hook`` that runs our passes inside Triton's stages (see the module doc).
 
     `target=None` derives the target from the compile's capability (used by `enable()` for live launches).
     """
     def hook(backend, stages: dict, options, language, capability):
         tgt = target or target_for_capability(capability)
-        provided: dict[str, Any] = {}  # one compile's values passed between passes (`requires`)
+        run = _CompileRun(selection, tgt)
+        active = [name for name in stages if name in STAGES and selection.for_stage(name, tgt)]
         items = list(stages.items())
         stages.clear()
-        for name, fn in items:
-            stages[name] = fn
-            if name in STAGES and selection.for_stage(name, tgt):
-                stages[inserted_stage_name(name)] = _stage_fn(name, selection, tgt, provided)
+        previous = None
+        for name, lower in items:
+            stages[name] = _wrapped_stage(name, lower, run, name in active, previous if previous in active else None)
+            previous = name
+        for name in active:
+            stages[triton_stage_name(name)] = _saved_triton_text(name, run)
     return hook
 
 
