@@ -1,6 +1,6 @@
 """The TMEM plan: what each tensor-memory allocation of a kernel needs, where it goes, and whether it fits.
 
-Facts used (see /work/shared/reference/tcgen05_reference.md §3, §5, §6):
+Facts used (docs/tmem.md "TMEM facts" gives each with its primary source):
 - TMEM per CTA is 128 lanes x 512 columns x 32 bit; `tcgen05.alloc` takes a power of two in [32, 512] columns.
 - An accumulator element takes `bitwidth * colStride` bits of a 32-bit column word (fp32: one column per
   element of a row; packed 16-bit: two per column; unpacked 16-bit, colStride 2: one per column).
