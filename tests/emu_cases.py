@@ -589,3 +589,45 @@ def case_mixed_scaled_tma(M=128, N=128, K=256, seed=0) -> EmuCase:
                 TensorDescriptor.from_tensor(sb5, [1, 1, rep_k, 2, 256]), TensorDescriptor.from_tensor(c, [bm, bn]), K)
         return args, c, ref, out_tolerance(ref, "fp16", K)
     return EmuCase("mixed_scaled_tma", kern, (M // bm, N // bn), make)
+
+
+@triton.jit
+def _dot_scaled_mn_packed_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr,
+                                 BK: tl.constexpr):
+    """mxfp8 A x mxfp4 B with B's fp4 pairs packed along N (rhs_k_pack=False): the MMA reads B MN-major from the
+    fp4-padded shared layout (upstream test_matmul's pack_along_k=False cases)."""
+    rm, rn, rn2 = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BN // 2)
+    rk, rs = tl.arange(0, BK), tl.arange(0, BK // 32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * (BN // 2) + rn2[None, :])
+        sa = tl.load(as_ptr + rm[:, None] * (K // 32) + (k // 32 + rs)[None, :])
+        sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + (k // 32 + rs)[None, :])
+        acc = tl.dot_scaled(a, sa, "e4m3", b, sb, "e2m1", acc, rhs_k_pack=False)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+@functools.cache
+def compile_dot_scaled_mn_packed(bk: int = 128):
+    sig = {"a_ptr": "*fp8e4nv", "as_ptr": "*u8", "b_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*fp32", "K": "i32",
+           "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}
+    names = _dot_scaled_mn_packed_kernel.arg_names
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "c_ptr", "K")}
+    src = triton.compiler.ASTSource(fn=_dot_scaled_mn_packed_kernel, signature=sig, attrs=attrs,
+                                    constexprs={"BM": 128, "BN": 128, "BK": bk})
+    return triton.compile(src, target=pc.SM100, options={"num_warps": 4, "num_stages": 2})
+
+
+def case_dot_scaled_mn_packed(K=256, seed=0) -> EmuCase:
+    kern = compile_dot_scaled_mn_packed()
+
+    def make():
+        g = torch.Generator().manual_seed(seed)
+        a, av = _operand("e4m3", 128, K, g)
+        bt, btv = _operand("e2m1", K, 128, g)           # [K, N/2] packed along N; values [K, N]
+        sa, sb = random_scales(128, K // 32, "u8", g), random_scales(128, K // 32, "u8", g)
+        ref = scaled_ref(av, sa, btv.T.contiguous(), sb, 32)
+        c = torch.zeros(128, 128, dtype=torch.float32)
+        return (a, sa, bt, sb, c, K), c, ref, out_tolerance(ref, "fp32", K)
+    return EmuCase("dot_scaled_mn_packed_fp4", kern, (1,), make)

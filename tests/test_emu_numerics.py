@@ -46,6 +46,7 @@ CASES = {
     "t09_persistent_warp_specialized": lambda: ec.case_persistent_tma(ws=True),
     "t09_descriptor_persistent": lambda: ec.case_persistent_tma(device_desc=True),
     "t10_mixed_mxfp8_mxfp4_fp4_padded_tma": lambda: ec.case_mixed_scaled_tma(),
+    "dot_scaled_fp4_packed_along_n_mn_major": lambda: ec.case_dot_scaled_mn_packed(),
 }
 
 

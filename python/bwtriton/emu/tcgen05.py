@@ -428,11 +428,26 @@ def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, f
         raw = np.ascontiguousarray(words).view(np.uint8).reshape(rows, row_bytes)
     elif major == "K":
         raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc_or_taddr, rows, row_bytes))
+    elif fmt == "e2m1" and not packed_fp4:
+        return _mn_major_padded_fp4(cta, desc_or_taddr, rows, k, reads)
     else:
         if bits < 8:
-            raise DescriptorError(f"MN-major {fmt} operands are not legal")
+            raise DescriptorError(f"MN-major {fmt} operands are not emulated (only 8/16/32-bit types and fp4 in "
+                                  "the padded f8f6f4 layout)")
         raw = reads.gather(cta.smem, opnd.mnmajor_addresses(desc_or_taddr, rows, k, bits // 8))
     return opnd.decode_rows(np.ascontiguousarray(raw), fmt, packed_fp4=packed_fp4)
+
+
+def _mn_major_padded_fp4(cta, desc: int, mn: int, k: int, reads: _AsyncReads) -> np.ndarray:
+    """Values [mn, k] of an MN-major e2m1 operand of kind::f8f6f4 / mxf8f6f4 (fp4 packed along M/N, what Triton
+    emits for `rhs_k_pack=False` and B200 runs): the padded layout puts 16 MN-consecutive values in the first 8
+    bytes of each 16-byte cell, so the cells sit where an 8-bit MN-major operand's would (T = 16 per cell) and
+    value x of a cell is nibble x % 2 (low first) of byte (x % 16) // 2."""
+    byte8 = opnd.mnmajor_addresses(desc, mn, k, 1)  # [mn, k] as if 8-bit
+    x = np.arange(mn)[:, None] % 16
+    raw = reads.gather(cta.smem, byte8 - x + x // 2)
+    codes = (raw >> (4 * (x % 2)).astype(np.uint8)) & 0xF
+    return opnd.decode_fp4_codes(codes)
 
 
 def _scales(cta, taddr: int, rows: int, nsf: int, sf_id: int, scale_type: str) -> np.ndarray:
