@@ -631,3 +631,27 @@ def case_dot_scaled_mn_packed(K=256, seed=0) -> EmuCase:
         c = torch.zeros(128, 128, dtype=torch.float32)
         return (a, sa, bt, sb, c, K), c, ref, out_tolerance(ref, "fp32", K)
     return EmuCase("dot_scaled_mn_packed_fp4", kern, (1,), make)
+
+
+@functools.cache
+def _compile_lhs_in_tmem(in_ty: str, bm: int):
+    """The tl.dot kernel with Triton's LHS-to-TMEM promotion (ALLOW_LHS_TMEM_LAYOUT_CONVERSION=1, as upstream's
+    test_lhs_in_tmem sets): A goes registers -> tcgen05.st -> TMEM and the MMA reads it from there."""
+    import os
+    old = os.environ.get("ALLOW_LHS_TMEM_LAYOUT_CONVERSION")
+    os.environ["ALLOW_LHS_TMEM_LAYOUT_CONVERSION"] = "1"
+    try:
+        return pc.compile_matmul_kernel.__wrapped__(in_ty, "fp32", bm, 128, 32, "tf32" if in_ty == "fp32" else "ieee",
+                                                    4, 3)
+    finally:
+        if old is None:
+            del os.environ["ALLOW_LHS_TMEM_LAYOUT_CONVERSION"]
+        else:
+            os.environ["ALLOW_LHS_TMEM_LAYOUT_CONVERSION"] = old
+
+
+def case_lhs_in_tmem(in_ty="fp16", bm=64, seed=0) -> EmuCase:
+    """M = 64 puts A's rows in TMEM like D's layout F (16-row groups per 32-lane sub-partition)."""
+    base = case_matmul(in_ty, "fp32", M=128, N=128, K=64, bm=bm, bn=128, bk=32,
+                       prec="tf32" if in_ty == "fp32" else "ieee", seed=seed)
+    return EmuCase(f"lhs_in_tmem_{in_ty}_m{bm}", _compile_lhs_in_tmem(in_ty, bm), base.grid, base.make)

@@ -47,6 +47,9 @@ CASES = {
     "t09_descriptor_persistent": lambda: ec.case_persistent_tma(device_desc=True),
     "t10_mixed_mxfp8_mxfp4_fp4_padded_tma": lambda: ec.case_mixed_scaled_tma(),
     "dot_scaled_fp4_packed_along_n_mn_major": lambda: ec.case_dot_scaled_mn_packed(),
+    "lhs_in_tmem_fp16_m64": lambda: ec.case_lhs_in_tmem("fp16", 64),
+    "lhs_in_tmem_tf32_m64": lambda: ec.case_lhs_in_tmem("fp32", 64),
+    "lhs_in_tmem_fp16_m128": lambda: ec.case_lhs_in_tmem("fp16", 128),
 }
 
 
@@ -117,3 +120,11 @@ def test_speed_1024x512x256_bf16_gemm(bn):
           f"{stats.instructions / cpu / 1e3:.0f} k warp-instr per cpu-second")
     assert float((out.double() - ref).abs().max()) <= tol
     assert cpu <= 5.0, f"took {cpu:.1f} s of CPU"
+
+
+def test_lhs_in_tmem_cases_really_read_a_from_tmem():
+    """The promotion is an env knob: make sure the compiled MMA takes A from TMEM (`[taddr]`, not a descriptor)."""
+    import re
+    for in_ty, bm in (("fp16", 64), ("fp32", 64)):
+        ptx = ec.case_lhs_in_tmem(in_ty, bm).kernel.asm["ptx"]
+        assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::\w+ \[ %r\d+ \+ 0 \], \[ %r\d+ \+ 0 \]", ptx), in_ty

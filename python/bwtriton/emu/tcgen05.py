@@ -419,12 +419,16 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
 
 
 def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, fmt: str, major: str,
-                    packed_fp4: bool, reads: _AsyncReads) -> np.ndarray:
+                    packed_fp4: bool, reads: _AsyncReads, cta_group_ctas: tuple = (None,)) -> np.ndarray:
     bits = opnd.ELEM_BITS[fmt]
     row_bytes = k * bits // 8 if (packed_fp4 or bits >= 8) else k  # 4/6-bit in f8f6f4: padded to 1 byte each
-    if in_tmem:  # A from TMEM: row m in lane (taddr lane + m), K packed into consecutive 32-bit columns
+    if in_tmem:  # A from TMEM: K packed into consecutive 32-bit columns, rows laid out like D's rows
         lane0, col0 = desc_or_taddr >> 16, desc_or_taddr & 0xFFFF
-        words = cta.tmem.data[lane0:lane0 + rows, col0:col0 + row_bytes // 4]
+        m = np.arange(rows)
+        # M = 64 (cta_group::1): 16-row groups in the four 32-lane sub-partitions, as D (layout F); else row m
+        # in lane m
+        lanes = lane0 + (m % 16 + 32 * (m // 16) if rows == 64 and len(cta_group_ctas) == 1 else m)
+        words = cta.tmem.data[lanes[:, None], col0 + np.arange(row_bytes // 4)[None, :]]
         raw = np.ascontiguousarray(words).view(np.uint8).reshape(rows, row_bytes)
     elif major == "K":
         raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc_or_taddr, rows, row_bytes))
@@ -472,7 +476,7 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
     ma, nb = m // nc, n // nc
     a_parts, b_parts = [], []
     for cta in ctas:  # cta_group::2: CTA v supplies A rows [v*M/2, ...) and B rows (N) [v*N/2, ...)
-        a_parts.append(_operand_values(cta, a, a_in_tmem, ma, k, a_fmt, idesc.a_major, packed, reads))
+        a_parts.append(_operand_values(cta, a, a_in_tmem, ma, k, a_fmt, idesc.a_major, packed, reads, ctas))
         b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed, reads))
     A = np.concatenate(a_parts, axis=0)
     B = np.concatenate(b_parts, axis=0)
