@@ -259,3 +259,34 @@ def test_emulator_modules_import_without_cycles():
         state[m] = 2
     for m in graph:
         visit(m, [])
+
+
+def test_mapa_and_getctarank_round_trip():
+    """mapa gives the shared::cluster address of a local address in another CTA; getctarank reads the rank back."""
+    out = run_body("""
+  mov.b32 %r6, 3;
+  mapa.shared::cluster.u32 %r7, %r2, %r6;
+  getctarank.shared::cluster.u32 %r8, %r7;
+  and.b32 %r4, %r7, 16777215;
+  mov.b32 %r5, %r8;
+""", torch.tensor([[0x1230 + 16 * t, 0] for t in range(32)], dtype=torch.int32))
+    assert out[:, 0].tolist() == [0x1230 + 16 * t for t in range(32)]
+    assert out[:, 1].tolist() == [3] * 32
+
+
+def test_progress_meter_reports_clusters_and_rate():
+    import io
+
+    from bwtriton.emu.scheduler import ProgressMeter
+
+    class Launch:
+        instructions = 5000
+    buf = io.StringIO()
+    meter = ProgressMeter(3, enabled=True, after_s=0.0, stream=buf)
+    for _ in range(3):
+        meter.tick(Launch())
+    text = buf.getvalue()
+    assert "clusters 3/3" in text and "k warp-instr/s" in text and text.endswith("\n")
+    quiet = io.StringIO()
+    ProgressMeter(3, enabled=None, stream=quiet).tick(Launch())  # not a terminal: silent
+    assert quiet.getvalue() == ""

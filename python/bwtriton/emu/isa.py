@@ -26,7 +26,7 @@ _SYNC = ("bra brx ret exit trap bar barrier barrier.cluster elect shfl vote redu
          "fence.proxy.async fence.proxy.tensormap fence.proxy.alias membar setmaxnreg bar.warp nanosleep pmevent").split()
 _MEMOPS = ("ld ld.global.nc st atom red cp.async cp.async.commit_group cp.async.wait_group cp.async.wait_all "
            "ldmatrix stmatrix prefetch prefetchu cp.async.bulk.prefetch cp.async.bulk.prefetch.tensor discard "
-           "applypriority createpolicy").split()
+           "applypriority createpolicy mapa getctarank").split()
 _TMA = ("cp.async.bulk.tensor cp.reduce.async.bulk.tensor cp.async.bulk cp.async.bulk.commit_group "
         "cp.async.bulk.wait_group").split()
 

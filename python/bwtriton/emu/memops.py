@@ -319,8 +319,39 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     return stm
 
 
+def _mapa(ins: Instruction, prog: Program) -> Callable:
+    """mapa.shared::cluster.u32 d, a, rank: the shared::cluster address of shared::cta address `a` in CTA `rank`
+    (memory.py's window: CLUSTER_WINDOW | rank << 24 | a)."""
+    if "shared::cluster" not in ins.modifiers:
+        raise UnsupportedInstructionError("mapa on generic addresses is not emulated (use .shared::cluster)",
+                                          line=ins.line, text=ins.text)
+    wr = prog.dst(ins.operands[0], ins)
+    ra, rr = prog.src(ins.operands[1], U64, ins), prog.src(ins.operands[2], np.dtype(np.uint32), ins)
+
+    def mapa(w):
+        a = lanes32(ra(w)).astype(np.uint64)
+        r = lanes32(rr(w)).astype(np.uint64)
+        return wr(w, np.uint64(CLUSTER_WINDOW) | (r << np.uint64(24)) | (a & np.uint64(0xFFFFFF)))
+    return mapa
+
+
+def _getctarank(ins: Instruction, prog: Program) -> Callable:
+    wr = prog.dst(ins.operands[0], ins)
+    ra = prog.src(ins.operands[1], U64, ins)
+
+    def getctarank(w):
+        a = lanes32(ra(w)).astype(np.uint64)
+        window = (a & np.uint64(CLUSTER_WINDOW)) != 0
+        return wr(w, np.where(window, (a >> np.uint64(24)) & np.uint64(0x3F), np.uint64(w.cta.rank)))
+    return getctarank
+
+
 def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
     op = ins.opcode
+    if op == "mapa":
+        return _mapa(ins, prog)
+    if op == "getctarank":
+        return _getctarank(ins, prog)
     if op in ("ld", "ld.global.nc"):
         return _ld(ins, prog)
     if op == "st":

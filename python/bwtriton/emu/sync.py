@@ -264,8 +264,16 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
             w.observed = obs
             wr(w, res)
         return try_wait
-    if op == "mbarrier.pending_count":
-        return None
+    if op == "mbarrier.complete_tx":
+        rd = address_reader(ops[0], prog, ins)
+        rtx = prog.src(ops[1], U32, ins)
+
+        def complete_tx(w):
+            tx = int(np.asarray(rtx(w)).flat[0])
+            for a, n in _lanes_by_address(w, rd(w)).items():
+                find_mbarrier(w, a).complete_tx(tx * n, w.observed)
+            w.launch.progress += 1
+        return complete_tx
     return None
 
 
