@@ -1,6 +1,7 @@
 """Emulated twins of tests/test_language_quant.py's GPU tests: the in-kernel NVFP4/MX quantizers compiled for
 sm_100a (where they use the native cvt.rn.satfinite.e2m1x2 / e4m3x2 conversions) and run on the emulated B200
-must be bit-exact against the torch quantizers, like on the GPU."""
+must be bit-exact against the torch quantizers, like on the GPU. (They also pin the emulator's packed
+`mul.f32x2`/`fma.rn.f32x2` lanes, which the quantizers' sm_100a PTX uses.)"""
 from __future__ import annotations
 
 import pytest
@@ -19,20 +20,12 @@ def emulated_b200():
     with emulated_gpu("sm_100a") as drv:
         yield drv
 
-# The quantizers' sm_100a PTX multiplies with packed `mul.f32x2`/`fma.rn.f32x2`, which the emulator does not
-# implement as two f32 lanes yet (EMU_TODO.md): the results are wrong, so these twins fail. Strict: when the
-# emulator learns f32x2 they XPASS and this marker must go.
-F32X2_PENDING = pytest.mark.xfail(strict=True, raises=AssertionError,
-                                  reason="emulator: packed .f32x2 arithmetic not emulated yet (EMU_TODO.md)")
 
-
-@F32X2_PENDING
 @pytest.mark.parametrize("case", NVFP4_CASES)
 def test_nvfp4_bit_exact_emulated(case):
     assert check_nvfp4(case, "cpu") is None
 
 
-@F32X2_PENDING
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e4m3", "mxfp8_e5m2"])
 @pytest.mark.parametrize("case", MX_CASES)
 def test_mx_bit_exact_emulated(fmt, case):
