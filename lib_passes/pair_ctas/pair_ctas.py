@@ -23,7 +23,7 @@ from bwtriton.mlir.encodings import cga_split, tmem_fields
 from bwtriton.mlir.mma import MmaLine, find_mma_lines
 
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
-from . import layouts
+from .layouts import TWO_CTAS_MODULE_ATTR, add_unit_attr, replace_alias, with_two_ctas
 from .eligibility import MmaSummary, crashes_unpaired, eligibility_problems
 
 MODES = ("on", "auto")
@@ -119,13 +119,13 @@ class PairCtas(Pass):
                 continue
             if alias not in aliases:
                 ctx.error(f"accumulator encoding {alias!r} is inline, not a module alias; cannot rewrite it")
-            new_text = layouts.replace_alias(new_text, alias, layouts.with_two_ctas(enc))
+            new_text = replace_alias(new_text, alias, with_two_ctas(enc))
             changes.append(f"{alias}: twoCTAs = true")
         # 2. two_ctas on every MMA op.
         body = new_text.splitlines(keepends=True)
         for ln in lines:
             if not ln.two_ctas:
-                body[ln.index] = layouts.add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
+                body[ln.index] = add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
                 changes.append(f"line {ln.index + 1}: {ln.op} two_ctas")
         # 3. exit handshake before each top-level return.
         plain = [b.rstrip("\n") for b in body]
@@ -157,4 +157,4 @@ class PairCtas(Pass):
     @staticmethod
     def _mark_module(mod) -> None:
         from triton._C.libtriton import ir as tir
-        mod.set_attr(layouts.TWO_CTAS_MODULE_ATTR, tir.builder(mod.context).get_bool_attr(True))
+        mod.set_attr(TWO_CTAS_MODULE_ATTR, tir.builder(mod.context).get_bool_attr(True))
