@@ -53,17 +53,40 @@ def _compile(**kw):
     return bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(), **kw)
 
 
-def test_inserted_stages_run_and_change_the_output(probe_passes):
+def test_stages_carry_the_text_after_our_passes_and_keep_tritons_own(probe_passes):
     res = _compile(passes=["test-set-maxnreg{regs=128}", "test-tag-ptx"])
-    assert res.stages == ["source", "ttir", "ttgir", "bwttgir", "llir", "ptx", "bwptx", "cubin"]
+    assert res.stages == ["source", "ttir", "ttgir", "llir", "ptx", "cubin", "ttgir_triton", "ptx_triton"]
+    assert "ttg.maxnreg = 128" in res.asm["ttgir"] and "ttg.maxnreg" not in res.asm["ttgir_triton"]
     assert ".maxnreg 128" in res.asm["ptx"] and ".maxnreg" not in _compile(passes="none").asm["ptx"]
-    assert res.asm["bwptx"].rstrip().endswith("// tagged-by-test")
+    assert res.asm["ptx"].rstrip().endswith("// tagged-by-test")
+    assert res.asm["ptx_triton"] + "\n// tagged-by-test\n" == res.asm["ptx"]
     assert res.reports["test-set-maxnreg"] == {"regs": 128}
+
+
+def test_the_cubin_is_built_from_asm_ptx(probe_passes):
+    """A PTX pass that adds a trap: the trap is in asm["ptx"] and in the cubin's SASS, not in Triton's PTX."""
+    @register_pass
+    class AddTrap(Pass):
+        name = "test-add-trap"
+        stage = Stage.PTX
+        purpose = "test: trap before the kernel's last ret"
+        default_enabled = False
+
+        def run(self, ptx, ctx):
+            head, sep, tail = ptx.rpartition("ret;")
+            return head + "trap;\n\t" + sep + tail
+    try:
+        res = _compile(passes=["test-add-trap"])
+    finally:
+        REGISTRY.pop("test-add-trap")
+    assert "trap;" in res.asm["ptx"] and "trap;" not in res.asm["ptx_triton"]
+    plain = _compile(passes="none").asm["sass"]
+    assert res.asm["sass"].count("BPT.TRAP") == plain.count("BPT.TRAP") + 1
 
 
 def test_pass_that_does_not_apply_is_skipped(probe_passes):
     res = _compile(passes=["test-tag-ptx"], target="sm_90a")
-    assert "bwptx" not in res.stages and "tagged-by-test" not in res.asm["ptx"]
+    assert "ptx_triton" not in res.stages and "tagged-by-test" not in res.asm["ptx"]
 
 
 def test_changing_passes_or_options_never_serves_a_stale_cubin(probe_passes):
@@ -163,7 +186,7 @@ def test_enable_routes_jit_launch_compiles_and_disable_restores(probe_passes, tm
         assert hook is not None and knobs.cache.dir != before_dir
         stages = {"ttir": None, "ttgir": None, "llir": None, "ptx": None, "cubin": None}
         hook(None, stages, None, None, 100)
-        assert list(stages) == ["ttir", "ttgir", "llir", "ptx", "bwptx", "cubin"]
+        assert list(stages) == ["ttir", "ttgir", "llir", "ptx", "cubin", "ptx_triton"]
     assert knobs.runtime.add_stages_inspection_hook is before_hook and knobs.cache.dir == before_dir
 
 
@@ -190,5 +213,5 @@ def test_nested_enable_restores_the_outer_selection_and_target(probe_passes):
         assert knobs.cache.dir == outer_dir
         stages = {"ttir": None, "ttgir": None, "llir": None, "ptx": None, "cubin": None}
         knobs.runtime.add_stages_inspection_hook(None, stages, None, None, 90)  # a Hopper compile
-        assert "bwptx" in stages  # the outer explicit sm_100a target is kept, not re-derived from capability 90
+        assert "ptx_triton" in stages  # the outer explicit sm_100a target is kept, not re-derived from capability 90
     assert knobs.runtime.add_stages_inspection_hook is before
