@@ -215,3 +215,54 @@ def test_nested_enable_restores_the_outer_selection_and_target(probe_passes):
         knobs.runtime.add_stages_inspection_hook(None, stages, None, None, 90)  # a Hopper compile
         assert "ptx_triton" in stages  # the outer explicit sm_100a target is kept, not re-derived from capability 90
     assert knobs.runtime.add_stages_inspection_hook is before
+
+
+@pytest.mark.parametrize("spec", [",,", "plan-tmem,,verify-tcgen05", "plan-tmem,", "", " "])
+def test_empty_spec_entries_are_errors_not_defaults(spec):
+    with pytest.raises(UnknownPassError, match=r"empty entry in pass spec .*use 'none' for no passes"):
+        resolve_passes(spec, "sm_100a")
+
+
+def test_blank_env_means_the_defaults(monkeypatch):
+    monkeypatch.setenv("BWTRITON_PASSES", "  ")
+    assert resolve_passes(None, "sm_100a").names == resolve_passes(None, "sm_100a", use_env=False).names
+
+
+def test_requires_selects_the_required_pass_first_and_refuses_removing_it():
+    assert resolve_passes("plan-tmem", "sm_100a").names == ["tmem-ttir-snapshot", "plan-tmem"]
+    assert "tmem-ttir-snapshot" not in resolve_passes("-plan-tmem", "sm_100a").names
+    with pytest.raises(UnknownPassError, match=r"tmem-ttir-snapshot is required by plan-tmem; remove -plan-tmem"):
+        resolve_passes("-tmem-ttir-snapshot", "sm_100a")
+
+
+def test_with_pass_adds_a_pass_in_pipeline_order_with_options():
+    base = resolve_passes("verify-tcgen05", "sm_100a")
+    sel = base.with_pass("pair-ctas", mode="auto")
+    assert sel.names == ["pair-ctas", "verify-tcgen05"] and sel.options_for("pair-ctas") == {"mode": "auto"}
+    assert sel.with_pass("pair-ctas").options_for("pair-ctas") == {"mode": "auto"}  # keeps given options
+    assert sel.without_pass("pair-ctas") == base
+    with pytest.raises(UnknownPassError, match="no option 'mod'"):
+        base.with_pass("pair-ctas", mod="auto")
+
+
+def test_pipeline_table_rejects_a_pass_before_what_it_requires(monkeypatch):
+    import bwtriton.passes as passes
+    from bwtriton.passes import PlanTmem, TmemTtirSnapshot
+    assert passes.PIPELINE[Stage.TTIR][-1] is TmemTtirSnapshot and passes.PIPELINE[Stage.TTGIR][0] is PlanTmem
+    monkeypatch.setitem(passes.PIPELINE, Stage.TTIR, ())
+    monkeypatch.setitem(passes.PIPELINE, Stage.TTGIR, (TmemTtirSnapshot, PlanTmem))
+    with pytest.raises(TypeError, match="tmem-ttir-snapshot is a ttir pass, listed under ttgir"):
+        passes._check_table()
+    monkeypatch.setitem(passes.PIPELINE, Stage.TTGIR, (PlanTmem,))
+    with pytest.raises(TypeError, match="plan-tmem requires tmem-ttir-snapshot, which must be listed before it"):
+        passes._check_table()
+
+
+def test_a_pass_reads_only_what_it_declared_it_requires():
+    from bwtriton.passes import PassContext
+    provider = PassContext(pass_name="a", target=None, provided={})
+    provider.provide("text")
+    reader = PassContext(pass_name="b", target=None, requires=("a",), provided=provider.provided)
+    assert reader.required("a") == "text"
+    with pytest.raises(TypeError, match="reads 'c' without declaring requires"):
+        reader.required("c")
