@@ -27,3 +27,6 @@ def disable() -> None:
 __all__ = ["__version__", "compile", "enable", "disable", "get_target", "Target", "TARGETS", "BwTritonError",
            "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
 
+
+if __import__("os").environ.get("BWTRITON_EMULATE", "") not in ("", "0"):
+    from . import emu as _emu  # noqa: E402,F401 - activates the emulated B200 (bwtriton.emu.driver)
