@@ -311,7 +311,7 @@ def split_chunks(text: str, split: bool) -> list[tuple[int, str]]:
         return [(0, text)]
     chunks, start, cur = [], 0, []
     for idx, line in enumerate(text.splitlines(keepends=True)):
-        if line.strip().startswith(SPLIT_MARKER) and line.strip().rstrip("-") == "//":
+        if re.fullmatch(r"//\s*-{5,}\s*", line.strip()):
             chunks.append((start, "".join(cur)))
             start, cur = idx + 1, []
         else:
@@ -360,6 +360,8 @@ def _opt_main(argv: list[str]) -> int:
     from .regress.diagnostics import parse_diagnostics, parse_expectations, verify
     from .regress.local_scope import inline_aliases
     inv = parse_command_line(argv)
+    if inv.verify:  # Triton's pass manager prints only errors unless told to show these severities too
+        os.environ.setdefault("MLIR_ENABLE_DIAGNOSTICS", "warnings,remarks")
     if inv.input == "-":
         text, suffix = sys.stdin.read(), ".mlir"
     else:

@@ -57,8 +57,18 @@ def captured_stderr() -> Iterator[list[str]]:
             out.append(tmp.read().decode(errors="replace"))
 
 
+# What Triton's pass-manager wrapper adds when a pass fails (a reproducer dump and a generic pipeline error);
+# triton-opt does not emit these, so they are not diagnostics of the input.
+_RUNNER_NOISE = ("Failures have been detected while processing an MLIR pass pipeline",
+                 "Pipeline failed while executing")
+
+
 def parse_diagnostics(text: str) -> list[Diagnostic]:
     """Diagnostics in printed stderr text; continuation lines belong to the diagnostic above them."""
+    return [d for d in _parse_all(text) if not d.message.startswith(_RUNNER_NOISE)]
+
+
+def _parse_all(text: str) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
     for raw in text.splitlines():
         m = _DIAG_RE.match(raw.strip())
