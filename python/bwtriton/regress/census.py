@@ -92,13 +92,18 @@ def verifier_findings(module: Any, target: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------------------
 
 def ptxas_path(capability: int) -> str:
-    """Triton's bundled ptxas (the Blackwell build for sm_100+), wherever this Triton is installed."""
-    import triton
-    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    for name in (("ptxas-blackwell", "ptxas") if capability >= 100 else ("ptxas",)):
-        if (bindir / name).exists():
-            return str(bindir / name)
-    raise FileNotFoundError(f"no ptxas under {bindir}")
+    """The ptxas this Triton itself uses for `capability` (its `get_ptxas`; Triton 3.6 picks the Blackwell build
+    for sm_100+, newer ones for sm_90+ too, since their PTX .version is beyond the older bundled ptxas)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        return get_ptxas(capability).path
+    except (ImportError, AttributeError, RuntimeError):
+        import triton
+        bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+        for name in (("ptxas-blackwell", "ptxas") if capability >= 90 else ("ptxas",)):
+            if (bindir / name).exists():
+                return str(bindir / name)
+        raise FileNotFoundError(f"no ptxas under {bindir}") from None
 
 
 _PTXAS_USED = re.compile(r"Used (\d+) registers")

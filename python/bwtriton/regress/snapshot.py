@@ -221,8 +221,11 @@ def _validity_hashes(asm: dict[str, Any]) -> dict[str, str]:
 
 def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     """Compile and record one job (the worker function); errors become a record with 'error'."""
+    from .diagnostics import captured_stderr
+    native: list[str] = []
     try:
-        asm, seconds = compile_job(job)
+        with captured_stderr() as native:  # Triton's C++ diagnostics and reproducers: quoted on failure only
+            asm, seconds = compile_job(job)
         spec_text = repr(kernel_configs(import_file(job.file), job.kernel)[job.config_index]) if job.kind == "jit" \
             else job.kernel
         valid = _validity_hashes(asm)
@@ -240,8 +243,11 @@ def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     except (BwTritonError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, ImportError,
             FileNotFoundError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
+        cause = next((l.strip() for l in "".join(native).splitlines() if ": error: " in l
+                      and "Failures have been detected" not in l), "")
+        cause = f" ({cause.split(': error: ', 1)[1][:200]})" if cause else ""
         return {"file": job.file, "kernel": job.kernel, "config": job.config, "target": job.target,
-                "passes": job.passes, "error": f"{type(exc).__name__}: {first[:300]}"}
+                "passes": job.passes, "error": f"{type(exc).__name__}: {first[:300]}{cause}"}
 
 
 # --------------------------------------------------------------------------------------------------------------
