@@ -32,14 +32,14 @@ def snapshot_corpus(jobs: int = 2, cache_dir: str | None = None, progress=None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .snapshot import _progress, write_snapshot
+    from .snapshot import _progress, without_timing, write_snapshot
     p = argparse.ArgumentParser(prog="python -m bwtriton.regress.corpus", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", "-j", type=int, default=2)
     p.add_argument("--out", default=str(REPO / SNAPSHOT))
     args = p.parse_args(argv)
     doc = snapshot_corpus(args.jobs, progress=_progress)
-    write_snapshot(doc, args.out)
+    write_snapshot(without_timing(doc), args.out)
     failed = [k for k, r in doc["records"].items() if "error" in r]
     print(f"wrote {args.out}: {len(doc['records'])} records, {len(failed)} failed to compile")
     return 1 if failed else 0

@@ -296,8 +296,17 @@ def default_cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "bwtriton", "snapshots")
 
 
+VOLATILE_FIELDS = ("compile_seconds", "cached")
+
+
+def without_timing(doc: dict) -> dict:
+    """The snapshot without what changes from run to run (compile times, cache hits): for checked-in files."""
+    records = {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in doc["records"].items()}
+    return {**{k: v for k, v in doc.items() if k != "wall_seconds"}, "records": records}
+
+
 def write_snapshot(doc: dict, path: str) -> None:
-    """Write a snapshot with stable key order and no timing noise in what review diffs see first."""
+    """Write a snapshot as sorted, indented JSON (line-oriented, so `git diff` of it reads well)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
 

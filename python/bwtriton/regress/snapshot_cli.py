@@ -18,12 +18,13 @@ def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
                    "~/.cache/bwtriton/snapshots)")
     s.add_argument("--no-cache", action="store_true", help="analyse every kernel again")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    s.add_argument("--no-timing", action="store_true", help="leave compile times out (for checked-in snapshots)")
     s.set_defaults(func=cmd_snapshot)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from ..targets import get_target
-    from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, write_snapshot
+    from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, without_timing, write_snapshot
     targets = [get_target(t.strip()).name for t in args.targets.split(",") if t.strip()]
     if args.jobs < 1:
         from ..errors import InputError
@@ -32,11 +33,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     doc = take_snapshot(jobs, jobs_n=args.jobs, cache_dir=None if args.no_cache else (args.cache or
                                                                                        default_cache_dir()),
                         progress=None if args.quiet else _progress)
-    write_snapshot(doc, args.out)
+    write_snapshot(without_timing(doc) if args.no_timing else doc, args.out)
     errors = [k for k, r in doc["records"].items() if "error" in r]
     cached = sum(1 for r in doc["records"].values() if r.get("cached"))
     print(f"wrote {args.out}: {len(doc['records'])} records ({cached} from cache, {len(errors)} failed to "
-          f"compile) in {doc['wall_seconds']} s with Triton {doc['triton']}")
+          f"compile) in {doc['wall_seconds']:.1f} s with Triton {doc['triton']}")
     for key in errors:
         print(f"  {key}: {doc['records'][key]['error']}", file=sys.stderr)
     return 0
