@@ -323,7 +323,7 @@ def split_chunks(text: str, split: bool) -> list[tuple[int, str]]:
 def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation, reports: dict) -> tuple[str | None,
                                                                                                        str]:
     """Run one chunk from a temp file padded so diagnostics keep the original line numbers.
-    Returns (printed IR or None on failure, captured stderr)."""
+    Returns (printed IR or None on failure, captured stderr naming the input file, not the temp file)."""
     from .regress.diagnostics import captured_stderr
     fd, tmp = tempfile.mkstemp(suffix=suffix if suffix in _MLIR_SUFFIXES or suffix in _TEXT_SUFFIXES else ".mlir")
     with os.fdopen(fd, "w") as f:
@@ -334,7 +334,7 @@ def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation, rep
                 out: str | None = _run_file(Path(tmp), inv, reports)
             except PassFailure:
                 out = None
-        return out, err[0]
+        return out, err[0].replace(tmp, "<stdin>" if inv.input == "-" else inv.input)
     finally:
         os.unlink(tmp)
 
