@@ -49,10 +49,10 @@ def parse_fail_on(text: str) -> list[Rule]:
     return rules
 
 
-def _dict_changes(old: dict, new: dict, prefix: str) -> list[dict]:
+def _dict_changes(old: dict, new: dict, prefix: str, missing: Any = 0) -> list[dict]:
     out = []
     for key in sorted(set(old) | set(new)):
-        a, b = old.get(key, 0), new.get(key, 0)
+        a, b = old.get(key, missing), new.get(key, missing)
         if a != b:
             out.append({"what": f"{prefix}{key}", "old": a, "new": b})
     return out
@@ -80,10 +80,10 @@ def record_changes(old: dict, new: dict) -> dict[str, list[dict]]:
     for kind in ("idesc", "smem_desc"):
         groups["instructions"] += [dict(c, family="descriptors") for c in _list_changes(
             old.get("descriptors", {}).get(kind, []), new.get("descriptors", {}).get(kind, []), kind)]
-    groups["resources"] = _dict_changes(old.get("resources", {}), new.get("resources", {}), "")
+    groups["resources"] = _dict_changes(old.get("resources", {}), new.get("resources", {}), "", None)
     groups["findings"] = _dict_changes(old.get("findings", {}).get("by_check", {}),
                                        new.get("findings", {}).get("by_check", {}), "")
-    hashes = _dict_changes(old.get("hashes", {}), new.get("hashes", {}), "")
+    hashes = _dict_changes(old.get("hashes", {}), new.get("hashes", {}), "", None)
     groups["stages"] = [dict(c, what=f"{c['what']} hash") for c in hashes]
     if old.get("ptx_version") != new.get("ptx_version"):
         groups["stages"].append({"what": "PTX .version", "old": old.get("ptx_version"),

@@ -139,7 +139,8 @@ def _compile_plain(fn: Any, spec: dict, target: str) -> Any:
     from ..targets import get_target
     src = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), None)
     opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas") if k in spec}
-    return triton.compile(src, target=get_target(target).gpu_target(), options=opts).asm
+    kernel = triton.compile(src, target=get_target(target).gpu_target(), options=opts)
+    return {**kernel.asm, "_metadata": kernel.metadata._asdict()}
 
 
 def compile_job(job: Job) -> tuple[dict[str, Any], float]:
@@ -200,16 +201,27 @@ def _sass(cubin: bytes) -> str:
 # Cache
 # --------------------------------------------------------------------------------------------------------------
 
+def analysis_digest() -> str:
+    """Hash of the code that turns compiled stages into a record (regress/, verify/, ptx/). Compiler changes,
+    bwtriton's passes included, show up in the stage hashes instead, so they need not invalidate the cache."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for sub in ("regress", "verify", "ptx"):
+        for path in sorted((root / sub).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _versions() -> dict[str, str]:
     import triton
     from .. import __version__
-    from ..pipeline import source_digest
-    return {"triton": triton.__version__, "bwtriton": __version__, "bwtriton_source": source_digest()}
+    return {"triton": triton.__version__, "bwtriton": __version__, "analysis": analysis_digest()}
 
 
 def _cache_file(cache_dir: str, job: Job, spec_text: str) -> Path:
     v = _versions()
-    text = json.dumps([asdict(job), spec_text, v["triton"], v["bwtriton_source"], FORMAT_VERSION])
+    text = json.dumps([asdict(job), spec_text, v["triton"], v["analysis"], FORMAT_VERSION])
     return Path(cache_dir) / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
 
 
