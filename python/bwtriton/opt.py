@@ -44,26 +44,31 @@ class OptResult:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Pass-spec parsing (kept in these two functions so switching to pipeline.py's shared parser is small)
+# Pass specs: bwtriton's grammar goes through pipeline.parse_pass_spec (the one parser); MLIR's textual pipeline
+# (--pass-pipeline, op anchors, space-separated options) is unwrapped here down to those same entries.
 # --------------------------------------------------------------------------------------------------------------
 
 def parse_pass_list(spec: str) -> list[PassStep]:
     """'a,b{x=1 y=2}' or a --pass-pipeline text 'builtin.module(a{x=1},tt.func(b))' -> ordered PassSteps.
     Nested op anchors are flattened: Triton's adders add every pass at the top level."""
+    from .pipeline import parse_pass_spec
     from .regress.triton_options import split_option_text
-    steps, text = [], spec.strip()
-    for entry in _split_top(text):
-        m = re.match(r"^(?P<name>[A-Za-z0-9_.\-]+)\s*(?:(?P<open>[({])(?P<body>.*)[)}])?$", entry.strip(), re.S)
-        if not m:
-            raise UnknownPassError(f"cannot read pass entry {entry!r}; expected name or name{{opt=value ...}}")
-        if m["open"] == "(":  # an op anchor such as builtin.module(...) or tt.func(...)
-            steps.extend(parse_pass_list(m["body"]))
-        else:
-            steps.append(PassStep(m["name"], split_option_text(m["body"] or "")))
+    steps = []
+    for entry in _split_top(spec.strip()):
+        anchor = re.match(r"^(?P<anchor>[A-Za-z0-9_.\-]+)\s*\((?P<body>.*)\)$", entry, re.S)
+        if anchor:  # an op anchor such as builtin.module(...) or tt.func(...)
+            steps.extend(parse_pass_list(anchor["body"]))
+            continue
+        for e in parse_pass_spec(entry):
+            if e.sign or e.is_keyword:
+                raise UnknownPassError(f"opt runs an ordered list of passes; {e.sign}{e.name!s} (a selection edit) "
+                                       f"has no meaning here. Name each pass to run, e.g. 'plan-tmem,cse'")
+            steps.append(PassStep(e.name, split_option_text(e.options)))
     return steps
 
 
 def _split_top(text: str) -> list[str]:
+    """Split at commas outside (...) and {...} (MLIR pipeline text nests both)."""
     parts, depth, cur = [], 0, ""
     for ch in text:
         depth += ch in "({"
@@ -167,7 +172,7 @@ class _Resolved:
 
 def resolve_steps(steps: list[PassStep], mlir: bool, suffix: str) -> list[_Resolved]:
     """Check every step names a pass we can run on this input (ours, or Triton's via its Python adder)."""
-    from bwtriton.passes import all_passes
+    from .pipeline import all_passes
     from .pipeline import parse_pass_options
     from .triton_passes import triton_pass_table
     ours, theirs = all_passes(), triton_pass_table()
@@ -237,7 +242,7 @@ class PassFailure(BwTritonError):
 
 
 def _parse_mlir(path: str, allow_unregistered: bool) -> Any:
-    from bwtriton.passes.mlir_util import load_module
+    from .mlir import load_module
     try:
         return load_module(path)
     except RuntimeError as exc:
@@ -253,7 +258,7 @@ UNREGISTERED_REASON = (
 
 def run_mlir_text(path: str, resolved: list[_Resolved], inv: OptInvocation, reports: dict) -> str:
     """Parse one MLIR file, run the steps in order, return the printed module."""
-    from bwtriton.passes.mlir_util import module_attr_int
+    from .mlir import module_attr_int
     from .regress.triton_options import context_for
     text = Path(path).read_text()
     module = _parse_mlir(path, inv.allow_unregistered)
@@ -390,7 +395,7 @@ def _opt_main(argv: list[str]) -> int:
 def _write_output(inv: OptInvocation, outputs: list[str], reports: dict) -> None:
     body = f"{SPLIT_MARKER}\n".join(o if o.endswith("\n") else o + "\n" for o in outputs)
     if inv.report and reports:
-        from bwtriton.passes import all_passes
+        from .pipeline import all_passes
         registry = all_passes()
         body += "".join(f"// ----- bwtriton report: {n} -----\n{registry[n].render_report(r)}\n"
                         for n, r in reports.items())
