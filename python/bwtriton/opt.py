@@ -327,21 +327,31 @@ def split_chunks(text: str, split: bool) -> list[tuple[int, str]]:
 
 def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation, reports: dict) -> tuple[str | None,
                                                                                                        str]:
-    """Run one chunk from a temp file padded so diagnostics keep the original line numbers.
-    Returns (printed IR or None on failure, captured stderr naming the input file, not the temp file)."""
+    """Run one chunk: the input file itself when it is not split, else a temp file padded so diagnostics keep the
+    original line numbers. Returns (printed IR or None on failure, captured stderr naming the input, never the
+    temp file)."""
     from .regress.diagnostics import captured_stderr
-    fd, tmp = tempfile.mkstemp(suffix=suffix if suffix in _MLIR_SUFFIXES or suffix in _TEXT_SUFFIXES else ".mlir")
-    with os.fdopen(fd, "w") as f:
-        f.write("\n" * first_line + chunk)
+    shown = "<stdin>" if inv.input == "-" else inv.input
+    tmp = None
+    if inv.split or inv.input == "-":
+        fd, tmp = tempfile.mkstemp(suffix=suffix if suffix in {**_MLIR_SUFFIXES, **_TEXT_SUFFIXES} else ".mlir")
+        with os.fdopen(fd, "w") as f:
+            f.write("\n" * first_line + chunk)
+    path = Path(tmp or inv.input)
     try:
         with captured_stderr() as err:
             try:
-                out: str | None = _run_file(Path(tmp), inv, reports)
+                out: str | None = _run_file(path, inv, reports)
             except PassFailure:
                 out = None
-        return out, err[0].replace(tmp, "<stdin>" if inv.input == "-" else inv.input)
+            except BwTritonError as exc:  # our passes quote locations: name the user's file
+                if tmp:
+                    exc.args = (str(exc).replace(tmp, shown).replace(os.path.basename(tmp), os.path.basename(shown)),)
+                raise
+        return out, err[0].replace(tmp, shown) if tmp else err[0]
     finally:
-        os.unlink(tmp)
+        if tmp:
+            os.unlink(tmp)
 
 
 def _check_unregistered(stderr: str, inv: OptInvocation) -> None:
