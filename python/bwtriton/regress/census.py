@@ -152,7 +152,9 @@ _PTX_DEBUG = re.compile(r"^\s*(\.loc|\.file|//).*$|^\s*@\[.*$", re.M)
 
 
 def normalise_stage(stage: str, text: str) -> str:
-    """Stage text without what depends on where the source lives (locations, .file/.loc, comments)."""
+    """Stage text without what depends on where the source lives (locations, .file/.loc, comments).
+    `stage` may carry a suffix naming whose text it is (`ptx_triton`: Triton's own, before bwtriton's passes)."""
+    stage = stage.split("_", 1)[0]
     if stage.endswith(("ttir", "ttgir", "llir")):
         text = "\n".join(l for l in text.splitlines() if not l.startswith("#loc") and not l.startswith("!"))
         return _MLIR_LOC.sub("", text)
