@@ -25,6 +25,8 @@ at a time (ld.shared.b8) in the MMA operand layout.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
@@ -34,7 +36,8 @@ from triton.experimental.gluon import language as gl
 from ..errors import InputError
 from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
-from .blockscaled import dequant_nvfp4_bf16, scale_offsets
+from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets
+from ._launcher import CachedLauncher
 
 __all__ = ["nvfp4_decode_matmul", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -130,24 +133,25 @@ def _gemv_step(acc, w, xp, s):
 def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                       SCALE_BLOCKED: gl.constexpr, BLOCK_M: gl.constexpr, ROWS_PER_THREAD: gl.constexpr,
                       THREADS_N: gl.constexpr, SPLIT_K: gl.constexpr,
-                      TWO_STEPS: gl.constexpr = False):
+                      TWO_STEPS: gl.constexpr = False, GROUPS_PER_THREAD: gl.constexpr = 2):
     """out[m, n] = alpha * sum_g s[n, g] * sum_{k in g} e2m1[n, k] x[m, k] on CUDA cores, fp32 throughout.
 
     One 4-D layout [BLOCK_M, rows, groups, 8 bytes] holds everything: a thread owns ROWS_PER_THREAD weight rows x
-    two 16-element groups (16 bytes per row) and all BLOCK_M activation rows of the same K range, so the decode
+    GROUPS_PER_THREAD 16-element groups (8 bytes each: 2 groups = one 16-byte load per row, 4 = two adjacent
+    16-byte loads, more bytes in flight per thread) and all BLOCK_M activation rows of the same K range, so the decode
     is paid once per weight and each activation load serves ROWS_PER_THREAD rows. x_ptr is the bf16 activation
     viewed as int32 pairs [M, K/2] (stride_xm in pairs): pair p meets byte p's low and high nibble. The 8-byte
     partial dots get their UE4M3 scale in one FMA per group; groups and K are summed once at the end."""
     THREADS_K: gl.constexpr = 32 // THREADS_N
-    L4: gl.constexpr = gl.BlockedLayout([BLOCK_M, ROWS_PER_THREAD, 2, 8], [1, THREADS_N, THREADS_K, 1],
-                                        [1, gl.num_warps(), 1, 1], [3, 2, 1, 0])
+    L4: gl.constexpr = gl.BlockedLayout([BLOCK_M, ROWS_PER_THREAD, GROUPS_PER_THREAD, 8],
+                                        [1, THREADS_N, THREADS_K, 1], [1, gl.num_warps(), 1, 1], [3, 2, 1, 0])
     LW: gl.constexpr = gl.SliceLayout(0, L4)       # [BLOCK_N, G, 8] weight bytes
     LX: gl.constexpr = gl.SliceLayout(1, L4)       # [BLOCK_M, G, 8] activation pairs
     LACC: gl.constexpr = gl.SliceLayout(3, L4)     # [BLOCK_M, BLOCK_N, G]
     LS: gl.constexpr = gl.SliceLayout(0, LACC)     # [BLOCK_N, G] scales
     LOUT: gl.constexpr = gl.SliceLayout(2, LACC)   # [BLOCK_M, BLOCK_N]
     BLOCK_N: gl.constexpr = ROWS_PER_THREAD * THREADS_N * gl.num_warps()
-    G: gl.constexpr = 2 * THREADS_K
+    G: gl.constexpr = GROUPS_PER_THREAD * THREADS_K
     KH: gl.constexpr = 8 * G                       # bytes (= activation pairs) per row per step
     pid_n = gl.program_id(0)
     pid_k = gl.program_id(1)
@@ -230,15 +234,153 @@ def gemv_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
             "SPLIT_K": split, "num_warps": warps, "TWO_STEPS": False}
 
 
+#: Largest M for which the tuner tries the CUDA-core GEMV path (BLOCK_M 16 spills there: see `_gemv_fits`).
+GEMV_TUNE_MAX_M = 8
+
+#: Per-thread register budget of the GEMV in "values": BLOCK_M * ROWS_PER_THREAD * GROUPS_PER_THREAD * steps in
+#: flight. From `ptxas -v` on sm_90a (num_warps 4): budgets <= 16 compile without spills (M = 1: all 7 shapes
+#: below, 32-103 registers; M = 4: 100-165 registers; M = 8: R1 G2, 198 registers), while 32 spills (M = 8 with
+#: R4 G2: 500 bytes of spill stores).
+_GEMV_VALUE_BUDGET = 16
+
+#: (ROWS_PER_THREAD, GROUPS_PER_THREAD, TWO_STEPS) shapes the tuner tries: one 16-byte load per row (G2), two
+#: adjacent loads per row (G4: wider per-thread loads), or two K steps' loads issued before decoding either.
+_GEMV_SHAPES = ((1, 2, False), (2, 2, False), (4, 2, False), (1, 4, False), (2, 4, False), (1, 2, True),
+                (2, 2, True))
+
+
+def _gemv_fits(m: int, rows: int, groups: int, two_steps: bool) -> bool:
+    return triton.next_power_of_2(m) * rows * groups * (2 if two_steps else 1) <= _GEMV_VALUE_BUDGET
+
+
+def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int, two_steps: bool) -> "dict | None":
+    """A GEMV config of that shape which tiles (N, K), K split until >= 2 CTAs per SM; None if none tiles."""
+    warps = 4
+    for threads_n in (1, 2, 4):
+        block_n = rows * threads_n * warps
+        block_k = 512 * groups // threads_n * (2 if two_steps else 1)
+        if n % block_n == 0 and k % block_k == 0:
+            split = 1
+            while (n // block_n) * split < 2 * num_sms and k % (split * 2 * block_k) == 0 and split < 8:
+                split *= 2
+            return {"path": "gemv", "BLOCK_M": triton.next_power_of_2(m), "ROWS_PER_THREAD": rows,
+                    "THREADS_N": threads_n, "SPLIT_K": split, "num_warps": warps, "TWO_STEPS": two_steps,
+                    "GROUPS_PER_THREAD": groups}
+    return None
+
+
+def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
+    """Every config the auto path times for this shape (each a full config with its 'path')."""
+    cands = []
+    if m <= GEMV_TUNE_MAX_M:
+        for rows, groups, two_steps in _GEMV_SHAPES:
+            if _gemv_fits(m, rows, groups, two_steps):
+                cfg = _gemv_candidate(m, n, k, num_sms, rows, groups, two_steps)
+                if cfg is not None and cfg not in cands:
+                    cands.append(cfg)
+    base = decode_config(m, n, k, num_sms)
+    for block_n, split_factor in ((32, 1), (64, 1), (32, 2)):
+        cfg = dict(base, path="mma", BLOCK_N=block_n)
+        split = cfg["SPLIT_K"] * split_factor
+        if n % block_n == 0 and k % (split * cfg["BLOCK_K"]) == 0:
+            cfg["SPLIT_K"] = split
+            if cfg not in cands:
+                cands.append(cfg)
+    return cands
+
+
+def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+    """The untuned choice (used under CUDA-graph capture before a shape was tuned, or with
+    BWTRITON_DECODE_TUNE=0): GEMV for M <= GEMV_MAX_M, tensor cores above."""
+    if m <= GEMV_MAX_M:
+        return dict(gemv_config(m, n, k, num_sms), path="gemv", GROUPS_PER_THREAD=2)
+    return dict(decode_config(m, n, k, num_sms), path="mma")
+
+
+#: Tuned config per (capability, M, N, K, scale layout, out dtype); TUNING_LOG keeps every candidate's time (us).
+_TUNED: dict[tuple, dict] = {}
+TUNING_LOG: dict[tuple, dict[str, float]] = {}
+
+_MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
+_GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
+
+
+def config_label(cfg: dict) -> str:
+    """Short name of a config, e.g. 'gemv R2 G2 split1' or 'mma BN32 split2'."""
+    if cfg["path"] == "gemv":
+        return (f"gemv R{cfg['ROWS_PER_THREAD']} G{cfg.get('GROUPS_PER_THREAD', 2)} T{cfg['THREADS_N']}"
+                f"{' 2step' if cfg.get('TWO_STEPS') else ''} split{cfg['SPLIT_K']}")
+    return f"mma BN{cfg['BLOCK_N']} BK{cfg['BLOCK_K']} w{cfg['num_warps']} split{cfg['SPLIT_K']}"
+
+
+def _time_us(fn) -> float:
+    """Kernel time of `fn` in us under CUDA-graph replay (host overhead excluded: that is what a deployment with
+    graphs sees), falling back to plain do_bench where capture is not possible."""
+    import triton.testing
+    try:
+        return 1e3 * float(triton.testing.do_bench_cudagraph(fn, rep=10))
+    except Exception:  # noqa: BLE001 - e.g. a stream that cannot be captured
+        return 1e3 * float(triton.testing.do_bench(fn, warmup=2, rep=10))
+
+
+def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: int) -> dict:
+    import os
+    key = (device.index, m, n, k, w_q.scale_layout, out_dtype)
+    cfg = _TUNED.get(key)
+    if cfg is not None:
+        return cfg
+    if os.environ.get("BWTRITON_DECODE_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
+        return default_config(m, n, k, num_sms)  # not cached: a later call outside capture still tunes
+    timings = {}
+    for cand in decode_candidates(m, n, k, num_sms):
+        try:
+            _decode(op, x, w_q, cand, out_dtype, device)  # compile + warm up outside the timing
+            timings[config_label(cand)] = (_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device)), cand)
+        except Exception:  # noqa: BLE001 - a candidate that fails to compile or launch is skipped
+            continue
+    if not timings:
+        cfg = default_config(m, n, k, num_sms)
+    else:
+        cfg = min(timings.values(), key=lambda tc: tc[0])[1]
+    TUNING_LOG[key] = {label: t for label, (t, _) in timings.items()}
+    _TUNED[key] = cfg
+    return cfg
+
+
+def tuned_decode_config(m: int, n: int, k: int, *, device_index: int = 0, scale_layout: str = "plain",
+                        out_dtype: torch.dtype = torch.bfloat16) -> "dict | None":
+    """The config the auto path settled on for this shape (None before its first call)."""
+    return _TUNED.get((device_index, m, n, k, scale_layout, out_dtype))
+
+
 def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.bfloat16,
                         config: dict | None = None) -> torch.Tensor:
     """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (M <= 64) and an NVFP4 weight w_q [N, K].
 
-    The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. `config`
-    overrides the launch configuration: 'path' ('gemv' for the CUDA-core kernel, default for M <= GEMV_MAX_M, or
-    'mma' for tensor cores) plus any keys of that path's defaults (`gemv_config` / `decode_config`)."""
+    The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. Without
+    `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
+    keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
+    for the CUDA-core kernel, or 'mma' for tensor cores; default as `default_config`) plus any keys of that
+    path's defaults (`gemv_config` / `decode_config`, and GROUPS_PER_THREAD for the GEMV)."""
     op = "nvfp4_decode_matmul"
-    check_quantized(op, "w_q", w_q, ("nvfp4",))
+    m, n, k, device = _validated(op, x, w_q, out_dtype)
+    num_sms = sm_count(device)
+    if config is None:
+        cfg = _tuned(op, x, w_q, m, n, k, out_dtype, device, num_sms)
+    else:
+        cfg = _user_config(op, config, m, n, k, num_sms)
+    return _decode(op, x, w_q, cfg, out_dtype, device)
+
+
+_VALIDATED: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+
+
+def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]:
+    """Input checks; the weight's (the expensive part) once per QuantizedTensor object (it is frozen, and its
+    tensors are checked for shape/dtype, which in-place edits cannot change)."""
+    if _VALIDATED.get(id(w_q)) is not w_q:
+        check_quantized(op, "w_q", w_q, ("nvfp4",))
+        _VALIDATED[id(w_q)] = w_q
     m, n, k = check_bf16_activations(op, x, w_q)
     if not 1 <= m <= MAX_DECODE_M:
         raise InputError(f"{op}: M={m} is outside the decode range 1..{MAX_DECODE_M}; use nvfp4_linear or "
@@ -246,29 +388,47 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     if n % 64 or k % 256:
         raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 256; pad the weight")
     check_out_dtype(op, out_dtype)
-    device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales})
-    num_sms = sm_count(device)
-    user = dict(config or {})
+    device = x.device
+    if device.type != "cuda" or w_q.data.device != device or w_q.scales.device != device:
+        device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales})
+    return m, n, k, device
+
+
+def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) -> dict:
+    user = dict(config)
     path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma")
     if path not in ("gemv", "mma"):
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores) or 'mma' (tensor cores), got {path!r}")
-    defaults = gemv_config(m, n, k, num_sms) if path == "gemv" else decode_config(m, n, k, num_sms)
+    if path == "gemv":
+        defaults = dict(gemv_config(m, n, k, num_sms), GROUPS_PER_THREAD=2)
+    else:
+        defaults = decode_config(m, n, k, num_sms)
     unknown = set(user) - set(defaults)
     if unknown:
         raise InputError(f"{op}: unknown config keys {sorted(unknown)} for path '{path}'; valid keys: "
                          f"{sorted(defaults)} and 'path'")
-    cfg = dict(defaults, **user)
+    return dict(defaults, path=path, **user)
+
+
+def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """One launch of `cfg` (validated inputs); fp32 atomics into a zeroed buffer when K is split."""
+    m, k = x.shape
+    n = w_q.shape[0]
     split = cfg["SPLIT_K"]
-    out = (torch.zeros if split > 1 else torch.empty)((m, n), dtype=torch.float32 if split > 1 else out_dtype,
-                                                       device=device)
-    alpha = w_q.global_scale.to(device=device, dtype=torch.float32).reshape(1)
+    if split > 1:
+        out = torch.zeros((m, n), dtype=torch.float32, device=device)
+    else:
+        out = torch.empty((m, n), dtype=out_dtype, device=device)
+    alpha = decode_scale_arg(w_q, device)
     blocked = w_q.scale_layout == "blocked_128x4"
-    if path == "gemv":
-        _launch_gemv(op, x, w_q, out, alpha, cfg, blocked)
+    kwargs = {key: v for key, v in cfg.items() if key != "path"}
+    if cfg["path"] == "gemv":
+        _launch_gemv(op, x, w_q, out, alpha, kwargs, blocked)
     else:
         grid = (n // cfg["BLOCK_N"], split)
-        nvfp4_decode_kernel[grid](x, w_q.data, w_q.scales, out, alpha, m, n, k, x.stride(0), out.stride(0),
-                                  SCALE_BLOCKED=blocked, **cfg)
+        args = (x, w_q.data, w_q.scales, out, alpha, m, n, k, x.stride(0), out.stride(0))
+        key = ("mma", m, n, k, x.stride(0), out.dtype, blocked, tuple(sorted(kwargs.items())))
+        _MMA_LAUNCHER.launch(key, grid, device, args, dict(kwargs, SCALE_BLOCKED=blocked))
     return out.to(out_dtype) if split > 1 else out
 
 
@@ -277,7 +437,7 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
     m, k = x.shape
     n = w_q.shape[0]
     block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
-    block_k = 1024 // cfg["THREADS_N"] * (2 if cfg.get("TWO_STEPS") else 1)
+    block_k = 512 * cfg.get("GROUPS_PER_THREAD", 2) // cfg["THREADS_N"] * (2 if cfg.get("TWO_STEPS") else 1)
     if n % block_n or k % (block_k * cfg["SPLIT_K"]) or cfg["BLOCK_M"] < m:
         raise InputError(f"{op}: gemv config {cfg} does not tile M={m}, N={n}, K={k}: N must be a multiple of "
                          f"ROWS_PER_THREAD*THREADS_N*num_warps={block_n}, K of {block_k}*SPLIT_K, BLOCK_M >= M")
@@ -286,5 +446,7 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
     except RuntimeError:  # odd row stride or storage offset: copy once into an aligned buffer
         x_pairs = x.clone().view(torch.int32)
     grid = (n // block_n, cfg["SPLIT_K"])
-    nvfp4_gemv_kernel[grid](x_pairs, w_q.data, w_q.scales, out, alpha, m, n, k, x_pairs.stride(0),
-                            w_q.data.stride(0), out.stride(0), SCALE_BLOCKED=blocked, **cfg)
+    args = (x_pairs, w_q.data, w_q.scales, out, alpha, m, n, k, x_pairs.stride(0), w_q.data.stride(0),
+            out.stride(0))
+    key = ("gemv", m, n, k, x_pairs.stride(0), out.dtype, blocked, tuple(sorted(cfg.items())))
+    _GEMV_LAUNCHER.launch(key, grid, x.device, args, dict(cfg, SCALE_BLOCKED=blocked))
