@@ -37,7 +37,7 @@ from ..errors import InputError
 from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets
-from ._launcher import CachedLauncher
+from ._launcher import CachedLauncher, kernel_time_us
 
 __all__ = ["nvfp4_decode_matmul", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -313,16 +313,6 @@ def config_label(cfg: dict) -> str:
     return f"mma BN{cfg['BLOCK_N']} BK{cfg['BLOCK_K']} w{cfg['num_warps']} split{cfg['SPLIT_K']}"
 
 
-def _time_us(fn) -> float:
-    """Kernel time of `fn` in us under CUDA-graph replay (host overhead excluded: that is what a deployment with
-    graphs sees), falling back to plain do_bench where capture is not possible."""
-    import triton.testing
-    try:
-        return 1e3 * float(triton.testing.do_bench_cudagraph(fn, rep=10))
-    except Exception:  # noqa: BLE001 - e.g. a stream that cannot be captured
-        return 1e3 * float(triton.testing.do_bench(fn, warmup=2, rep=10))
-
-
 def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: int) -> dict:
     import os
     key = (device.index, m, n, k, w_q.scale_layout, out_dtype)
@@ -335,7 +325,7 @@ def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: 
     for cand in decode_candidates(m, n, k, num_sms):
         try:
             _decode(op, x, w_q, cand, out_dtype, device)  # compile + warm up outside the timing
-            timings[config_label(cand)] = (_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device)), cand)
+            timings[config_label(cand)] = (kernel_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device)), cand)
         except Exception:  # noqa: BLE001 - a candidate that fails to compile or launch is skipped
             continue
     if not timings:

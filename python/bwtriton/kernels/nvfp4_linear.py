@@ -31,7 +31,7 @@ from ..language.quant import quantize_nvfp4_tile
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
 from ._common import decode_scale_arg, scale_offsets
-from ._launcher import CachedLauncher
+from ._launcher import CachedLauncher, kernel_time_us
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -137,10 +137,21 @@ _PDL_GEMM = CachedLauncher(nvfp4_linear_pdl_gemm_kernel)
 _ENCODE_SCALES: dict[tuple, torch.Tensor] = {}
 
 
+def amax_encode_scale(x: torch.Tensor) -> torch.Tensor:
+    """S_enc = min(2688 / amax(x), FLT_MAX) (1 if amax is 0) as fp32 [1], bit-equal to
+    `bwtriton.formats.nvfp4_global_encode_scale` but with no host->device copy (that one builds its 2688 with
+    torch.tensor on the device), so it can be captured in a CUDA graph. full_like / div is a true fp32
+    division; `2688 / tensor` in torch is reciprocal-then-multiply, which can differ in the last bit."""
+    from ..formats.nvfp4 import E4M3_MAX, FP32_MAX
+    from ..formats.e2m1 import E2M1_MAX
+    amax = x.abs().amax().float().reshape(1)
+    s_enc = torch.div(torch.full_like(amax, E4M3_MAX * E2M1_MAX), amax).clamp(max=FP32_MAX)
+    return torch.where(amax == 0, torch.ones_like(s_enc), s_enc)
+
+
 def _encode_scale(x: torch.Tensor, x_global_scale, device: torch.device) -> torch.Tensor:
     if x_global_scale is None:
-        from ..formats import nvfp4_global_encode_scale
-        return nvfp4_global_encode_scale(x).to(dtype=torch.float32).reshape(1)
+        return amax_encode_scale(x)
     if isinstance(x_global_scale, torch.Tensor):
         g = x_global_scale.to(device=device, dtype=torch.float32).reshape(1)
         return 1.0 / g
@@ -217,8 +228,6 @@ def _m_bucket(m: int) -> int:
 
 def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
     import os
-
-    from .decode import _time_us
     key = (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout)
     form = _FORM.get(key)
     if form is not None:
@@ -230,7 +239,7 @@ def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
     times = {}
     for name, fn in runs.items():
         fn()  # compile + warm up
-        times[name] = _time_us(fn)
+        times[name] = kernel_time_us(fn)
     TUNING_LOG[key] = times
     form = _FORM[key] = min(times, key=times.get)
     return form

@@ -1,0 +1,201 @@
+"""Host-side machinery of the kernels, without a GPU: cached launchers (launch path mocked), decode's tuning
+candidates, nvfp4_linear's dispatch inputs, the import structure of the kernels package, and clear errors."""
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from bwtriton.errors import InputError
+from bwtriton.formats import nvfp4_global_encode_scale, quantize_nvfp4
+from bwtriton.kernels import _launcher
+
+decode = importlib.import_module("bwtriton.kernels.decode")
+linear = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+KERNELS_DIR = Path(importlib.import_module("bwtriton.kernels").__file__).parent
+
+
+class _FakeCompiled:
+    function = "fn-handle"
+    packed_metadata = ("meta",)
+
+    def __init__(self):
+        self.calls = []
+        self.metadata_calls = 0
+
+    def run(self, *call):
+        self.calls.append(call)
+
+    def launch_metadata(self, grid, stream, *args):
+        self.metadata_calls += 1
+        return {"grid": grid}
+
+
+@pytest.fixture
+def fake_launcher(monkeypatch):
+    """A CachedLauncher for the GEMV kernel whose JIT path and stream lookup are replaced by fakes."""
+    compiled = _FakeCompiled()
+    launcher = _launcher.CachedLauncher(decode.nvfp4_gemv_kernel, pipeline=False)
+    jit_calls = []
+
+    def fake_jit(grid, device, args, kwargs):
+        jit_calls.append((tuple(grid), kwargs))
+        launcher.jit_launches += 1
+        return compiled, launcher._tail(len(args), kwargs)
+
+    monkeypatch.setattr(launcher, "_jit_launch", fake_jit)
+    monkeypatch.setattr(_launcher, "_current_stream", lambda device: 1234)
+    return launcher, compiled, jit_calls
+
+
+def _gemv_args(x=None):
+    x = torch.zeros(1, 128, dtype=torch.int32) if x is None else x
+    return (x, torch.zeros(8, 256, dtype=torch.uint8), torch.zeros(8, 32, dtype=torch.uint8),
+            torch.zeros(1, 8), torch.ones(1), 1, 8, 512, 128, 256, 8)
+
+
+_GEMV_KW = dict(SCALE_BLOCKED=False, BLOCK_M=1, ROWS_PER_THREAD=2, THREADS_N=1, SPLIT_K=1, num_warps=4)
+
+
+def test_tail_is_constexprs_in_signature_order_with_defaults():
+    launcher = _launcher.CachedLauncher(decode.nvfp4_gemv_kernel, pipeline=False)
+    tail = launcher._tail(11, dict(_GEMV_KW, THREADS_N=2))
+    # SCALE_BLOCKED, BLOCK_M, ROWS_PER_THREAD, THREADS_N, SPLIT_K, then the defaults TWO_STEPS, GROUPS_PER_THREAD
+    assert tail == (False, 1, 2, 2, 1, False, 2)
+
+
+def test_first_call_compiles_later_calls_launch_the_compiled_kernel(fake_launcher):
+    launcher, compiled, jit_calls = fake_launcher
+    device = torch.device("cuda", 0)
+    args = _gemv_args()
+    for _ in range(3):
+        launcher.launch(("k",), (4,), device, args, _GEMV_KW)
+    assert len(jit_calls) == 1 and launcher.jit_launches == 1 and len(launcher) == 1
+    assert len(compiled.calls) == 2
+    call = compiled.calls[0]
+    assert call[:7] == (4, 1, 1, 1234, "fn-handle", ("meta",), None)  # grid padded to 3-D, no launch metadata
+    assert call[9:9 + len(args)] == args
+    assert call[9 + len(args):] == (False, 1, 2, 1, 1, False, 2)
+
+
+def test_misaligned_pointer_is_its_own_entry(fake_launcher):
+    """Triton specialises pointers on 16-byte alignment, so a view at an odd offset must not reuse the
+    aligned compile."""
+    launcher, compiled, jit_calls = fake_launcher
+    device = torch.device("cuda", 0)
+    base = torch.zeros(1, 129, dtype=torch.int32)
+    launcher.launch(("k",), (4,), device, _gemv_args(base[:, :128]), _GEMV_KW)
+    launcher.launch(("k",), (4,), device, _gemv_args(base[:, 1:]), _GEMV_KW)
+    assert len(jit_calls) == 2 and len(launcher) == 2
+
+
+def test_launch_enter_hook_gets_metadata(fake_launcher, monkeypatch):
+    from triton import knobs
+    launcher, compiled, _ = fake_launcher
+    device = torch.device("cuda", 0)
+    launcher.launch(("k",), (4, 2), device, _gemv_args(), _GEMV_KW)
+    hook = lambda meta: None  # noqa: E731
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
+    launcher.launch(("k",), (4, 2), device, _gemv_args(), _GEMV_KW)
+    assert compiled.metadata_calls == 1
+    assert compiled.calls[-1][:2] == (4, 2) and compiled.calls[-1][6] == {"grid": (4, 2)}
+    assert compiled.calls[-1][7] is hook
+
+
+# ----------------------------------------------------------------------------------------- decode tuning
+_SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 64])
+@pytest.mark.parametrize("n,k", _SHAPES)
+def test_decode_candidates_tile_the_shape_and_fit_registers(m, n, k):
+    cands = decode.decode_candidates(m, n, k, num_sms=132)
+    assert cands and len(cands) <= 12  # tuning must stay quick
+    for cfg in cands:
+        if cfg["path"] == "gemv":
+            groups = cfg["GROUPS_PER_THREAD"]
+            block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
+            block_k = 512 * groups // cfg["THREADS_N"] * (2 if cfg["TWO_STEPS"] else 1)
+            assert n % block_n == 0 and k % (block_k * cfg["SPLIT_K"]) == 0 and cfg["BLOCK_M"] >= m
+            assert decode._gemv_fits(m, cfg["ROWS_PER_THREAD"], groups, cfg["TWO_STEPS"])
+        else:
+            assert n % cfg["BLOCK_N"] == 0 and k % (cfg["BLOCK_K"] * cfg["SPLIT_K"]) == 0
+    labels = [decode.config_label(c) for c in cands]
+    assert len(set(labels)) == len(labels)
+    assert any(c["path"] == "mma" for c in cands)
+
+
+def test_decode_candidates_at_m1_cover_gemv_rows_wide_loads_and_tensor_cores():
+    cands = decode.decode_candidates(1, 8192, 8192)
+    gemv = {(c["ROWS_PER_THREAD"], c["GROUPS_PER_THREAD"], c["TWO_STEPS"]) for c in cands if c["path"] == "gemv"}
+    assert {(1, 2, False), (2, 2, False), (4, 2, False), (1, 4, False), (1, 2, True)} <= gemv
+    assert not any(c["path"] == "gemv" for c in decode.decode_candidates(16, 8192, 8192))
+
+
+def test_decode_user_config_errors_name_the_keys():
+    with pytest.raises(InputError, match=r"unknown config keys \['BOGUS'\]"):
+        decode._user_config("nvfp4_decode_matmul", {"BOGUS": 1}, 1, 8192, 8192, 132)
+    with pytest.raises(InputError, match="'gemv' .* or 'mma'"):
+        decode._user_config("nvfp4_decode_matmul", {"path": "simt"}, 1, 8192, 8192, 132)
+
+
+def test_decode_rejects_cpu_inputs_after_caching_the_weight_check():
+    w_q = quantize_nvfp4(torch.randn(64, 256))
+    for _ in range(2):  # the second call takes the cached weight check and must still refuse CPU tensors
+        with pytest.raises(InputError, match="runs on a CUDA GPU"):
+            decode.nvfp4_decode_matmul(torch.randn(1, 256).bfloat16(), w_q)
+
+
+# --------------------------------------------------------------------------------------------- linear
+@pytest.mark.parametrize("x", [torch.randn(7, 33), torch.zeros(3, 16), torch.full((2, 16), 1e-40),
+                               torch.randn(5, 16) * 1e30])
+def test_capturable_encode_scale_is_bit_equal_to_formats(x):
+    assert torch.equal(linear.amax_encode_scale(x.bfloat16()).reshape(()), nvfp4_global_encode_scale(x.bfloat16()))
+
+
+def test_linear_form_must_be_known():
+    w_q = quantize_nvfp4(torch.randn(64, 128))
+    with pytest.raises(InputError, match="form must be 'auto', 'fused' or 'two_kernel'"):
+        linear.nvfp4_linear(torch.randn(2, 128).bfloat16(), w_q, form="fast")
+
+
+@pytest.mark.parametrize("x,s_enc,match", [
+    (torch.randn(4, 256).bfloat16(), torch.ones(1), "runs on a CUDA GPU.*quantize_nvfp4 computes the same"),
+    (torch.randn(4, 256), torch.ones(1), "x has dtype float32"),
+    (torch.randn(4, 200).bfloat16(), torch.ones(1), "must be a positive multiple of 128"),
+    (torch.randn(4, 256).bfloat16(), torch.ones(2), "s_enc must hold one value"),
+    (torch.randn(4, 256).bfloat16(), torch.ones(1, dtype=torch.float64), "s_enc has dtype float64"),
+])
+def test_quantize_nvfp4_pdl_without_gpu_gives_clear_errors(x, s_enc, match):
+    with pytest.raises(InputError, match=match):
+        linear.quantize_nvfp4_pdl(x, s_enc)
+
+
+# ------------------------------------------------------------------------------------ package structure
+def _kernel_imports(module: str) -> set[str]:
+    tree = ast.parse((KERNELS_DIR / f"{module}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_nvfp4_kernel_modules_do_not_import_each_other():
+    peers = {"blockscaled", "decode", "nvfp4_linear"}
+    for module in peers:
+        assert not (_kernel_imports(module) & (peers - {module})), module
+
+
+def test_package_exports_every_entry_point_without_fallback_imports():
+    import bwtriton.kernels as kernels
+    for name in ("matmul", "nvfp4_matmul", "mxfp4_matmul", "mxfp8_matmul", "nvfp4_decode_matmul",
+                 "nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"):
+        assert callable(getattr(kernels, name)) and name in kernels.__all__
+    tree = ast.parse((KERNELS_DIR / "__init__.py").read_text())
+    assert not any(isinstance(node, ast.Try) for node in ast.walk(tree))
