@@ -101,7 +101,7 @@ def test_launch_enter_hook_gets_metadata(fake_launcher, monkeypatch):
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
     launcher.launch(("k",), (4, 2), device, _gemv_args(), _GEMV_KW)
     assert compiled.metadata_calls == 1
-    assert compiled.calls[-1][:2] == (4, 2) and compiled.calls[-1][6] == {"grid": (4, 2)}
+    assert compiled.calls[-1][:2] == (4, 2) and compiled.calls[-1][6] == {"grid": (4, 2, 1)}
     assert compiled.calls[-1][7] is hook
 
 

@@ -72,6 +72,23 @@ def _hook(hook: Any) -> Any:
     return None if hook is None or (calls is not None and not calls) else hook
 
 
+def _grid3(grid: Sequence[int]) -> tuple[int, int, int]:
+    return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+
+
+def run_entry(entry: tuple[Any, tuple], grid: tuple[int, int, int], device: torch.device,
+              args: Sequence[Any]) -> None:
+    """Launch a `CachedLauncher` entry on `grid` (3-D) with `args` (the positional arguments of its key: same
+    shapes, dtypes, alignment and integer values as when the entry was made, pointers may differ)."""
+    from triton import knobs
+    compiled, tail = entry
+    enter, exit_ = _hook(knobs.runtime.launch_enter_hook), _hook(knobs.runtime.launch_exit_hook)
+    stream = _current_stream(device)
+    meta = None if enter is None and exit_ is None else compiled.launch_metadata(grid, stream, *args, *tail)
+    compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, meta, enter, exit_,
+                 *args, *tail)
+
+
 class CachedLauncher:
     """One kernel, launched through a per-key cache of its compiled form (see the module docstring)."""
 
@@ -96,26 +113,17 @@ class CachedLauncher:
         return tuple(kwargs[name] if name in kwargs else defaults[name] for name in self._arg_names[n_positional:])
 
     def launch(self, key: tuple, grid: Sequence[int], device: torch.device, args: Sequence[Any],
-               kwargs: dict, run: "Callable | None" = None) -> None:
+               kwargs: dict) -> tuple[Any, tuple]:
         """Launch `kernel[grid](*args, **kwargs)` on `device`'s current stream; `key` as the module says.
-
-        `run` (tests only) replaces the compiled kernel's launcher call, so the host path can be timed without a
-        GPU."""
+        Returns the entry (compiled kernel, constexpr tail) that `run_entry` launches again with new arguments
+        of the same key, which callers keep in their own per-call-signature plans."""
         full_key = (key, device.index) + tuple(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
         entry = self._entries.get(full_key)
         if entry is None:
-            self._entries[full_key] = self._jit_launch(grid, device, args, kwargs)
-            return
-        compiled, tail = entry
-        g1 = grid[1] if len(grid) > 1 else 1
-        g2 = grid[2] if len(grid) > 2 else 1
-        from triton import knobs
-        enter, exit_ = _hook(knobs.runtime.launch_enter_hook), _hook(knobs.runtime.launch_exit_hook)
-        stream = _current_stream(device)
-        meta = None if enter is None and exit_ is None else compiled.launch_metadata(tuple(grid), stream, *args,
-                                                                                      *tail)
-        (run or compiled.run)(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter,
-                              exit_, *args, *tail)
+            entry = self._entries[full_key] = self._jit_launch(grid, device, args, kwargs)
+        else:
+            run_entry(entry, _grid3(grid), device, args)
+        return entry
 
     def _jit_launch(self, grid, device, args, kwargs) -> tuple[Any, tuple]:
         self.jit_launches += 1

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..errors import InputError
 from ._common import alpha_tensor, scale_offsets, tcgen05_block_scaled
-from ._launcher import bwtriton_pipeline
+from ._launcher import CachedLauncher
 from ._tiles import grouped_tile_coords
 from ._validate import CPU_REFERENCE_HINT, InputChecker, check_out_dtype, check_quantized
 
@@ -131,6 +131,10 @@ def pointer_signature(fmt: str, blocked: bool = False, block_m: int = 128, block
 # Torch entry points
 # --------------------------------------------------------------------------------------------------------------
 
+_POINTER = CachedLauncher(block_scaled_matmul_kernel)
+_TMA = CachedLauncher(block_scaled_matmul_tma_kernel)
+
+
 def _scales_for_kernel(q) -> torch.Tensor:
     """Scales as the kernel reads them: fp8e4nv for NVFP4, uint8 (e8m0 bytes) for MX."""
     return q.scales if q.format == "nvfp4" else q.scales.view(torch.uint8)
@@ -170,11 +174,10 @@ def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tup
         return c
     block_m, block_n, block_k = _pick_blocks(m, n, k)
     grid = ((m // block_m) * (n // block_n),)
-    with bwtriton_pipeline(device):
-        block_scaled_matmul_kernel[grid](
-            a_q.data, _scales_for_kernel(a_q), b_q.data, _scales_for_kernel(b_q), c, alpha, m, n, k,
-            FMT=fmt, VEC=a_q.block_size, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            GROUP_M=8, num_warps=8, num_stages=3)
+    _POINTER.launch(("ptr", m, n, k, fmt, a_q.format, blocked, out_dtype), grid, device,
+                    (a_q.data, _scales_for_kernel(a_q), b_q.data, _scales_for_kernel(b_q), c, alpha, m, n, k),
+                    dict(FMT=fmt, VEC=a_q.block_size, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n,
+                         BLOCK_K=block_k, GROUP_M=8, num_warps=8, num_stages=3))
     return c
 
 
@@ -193,10 +196,9 @@ def _launch_tma(a_q, b_q, c, alpha, fmt: str) -> None:
     a_desc = TensorDescriptor.from_tensor(a_q.data, [block_m, block_k // epb])
     b_desc = TensorDescriptor.from_tensor(b_q.data, [block_n, block_k // epb])
     grid = ((m // block_m) * (n // block_n),)
-    with bwtriton_pipeline(c.device):
-        block_scaled_matmul_tma_kernel[grid](a_desc, scale_desc(a_q, m), b_desc, scale_desc(b_q, n), c, alpha,
-                                             m, n, k, FMT=fmt, VEC=vec, BLOCK_M=block_m, BLOCK_N=block_n,
-                                             BLOCK_K=block_k, NUM_STAGES=3, num_warps=4)
+    _TMA.launch(("tma", m, n, k, fmt, a_q.format, c.dtype), grid, c.device,
+                (a_desc, scale_desc(a_q, m), b_desc, scale_desc(b_q, n), c, alpha, m, n, k),
+                dict(FMT=fmt, VEC=vec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NUM_STAGES=3, num_warps=4))
 
 
 def nvfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:

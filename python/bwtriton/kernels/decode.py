@@ -26,6 +26,7 @@ at a time (ld.shared.b8) in the MMA operand layout.
 from __future__ import annotations
 
 import weakref
+from typing import Callable
 
 import torch
 import triton
@@ -37,7 +38,7 @@ from ..errors import InputError
 from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets
-from ._launcher import CachedLauncher, kernel_time_us
+from ._launcher import CachedLauncher, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_decode_matmul", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -325,7 +326,8 @@ def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: 
     for cand in decode_candidates(m, n, k, num_sms):
         try:
             _decode(op, x, w_q, cand, out_dtype, device)  # compile + warm up outside the timing
-            timings[config_label(cand)] = (kernel_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device)), cand)
+            us = kernel_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device))
+            timings[config_label(cand)] = (us, cand)
         except Exception:  # noqa: BLE001 - a candidate that fails to compile or launch is skipped
             continue
     if not timings:
@@ -351,7 +353,14 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
     keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
     for the CUDA-core kernel, or 'mma' for tensor cores; default as `default_config`) plus any keys of that
-    path's defaults (`gemv_config` / `decode_config`, and GROUPS_PER_THREAD for the GEMV)."""
+    path's defaults (`gemv_config` / `decode_config`, and GROUPS_PER_THREAD for the GEMV).
+
+    Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
+    earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
+    if config is None and isinstance(x, torch.Tensor):
+        plan = _PLANS.get((id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype))
+        if plan is not None:
+            return plan(x)
     op = "nvfp4_decode_matmul"
     m, n, k, device = _validated(op, x, w_q, out_dtype)
     num_sms = sm_count(device)
@@ -359,7 +368,54 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
         cfg = _tuned(op, x, w_q, m, n, k, out_dtype, device, num_sms)
     else:
         cfg = _user_config(op, config, m, n, k, num_sms)
-    return _decode(op, x, w_q, cfg, out_dtype, device)
+    out, entry = _decode(op, x, w_q, cfg, out_dtype, device)
+    if config is None and cfg is _TUNED.get((device.index, m, n, k, w_q.scale_layout, out_dtype)):
+        _remember_plan(x, w_q, cfg, entry, out_dtype, device)
+    return out
+
+
+#: Replayable launches per call signature (see `nvfp4_decode_matmul`); an entry goes when its weight does.
+_PLANS: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
+
+
+def _remember_plan(x: torch.Tensor, w_q, cfg: dict, entry: tuple, out_dtype: torch.dtype,
+                   device: torch.device) -> None:
+    key = (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype)
+    if key in _PLANS or len(_PLANS) >= 4096:
+        return
+    m, k = x.shape
+    n = w_q.shape[0]
+    split, gemv = cfg["SPLIT_K"], cfg["path"] == "gemv"
+    grid = (n // _block_n(cfg), split, 1)
+    w_data, w_scales, w_stride = w_q.data, w_q.scales, w_q.data.stride(0)
+    alpha = decode_scale_arg(w_q, device)
+    alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
+
+    def plan(x: torch.Tensor) -> torch.Tensor:
+        out = alloc((m, n), dtype=buf_dtype, device=device)
+        if gemv:
+            xp = _as_int32_pairs(x)
+            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, m, n, k, xp.stride(0), w_stride, n))
+        else:
+            run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, m, n, k, x.stride(0), n))
+        return out.to(out_dtype) if split > 1 else out
+
+    _PLANS[key] = plan
+    weakref.finalize(w_q, _PLANS.pop, key, None)  # the plan holds the weight's tensors: drop it with the weight
+
+
+def _block_n(cfg: dict) -> int:
+    if cfg["path"] == "gemv":
+        return cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
+    return cfg["BLOCK_N"]
+
+
+def _as_int32_pairs(x: torch.Tensor) -> torch.Tensor:
+    """x bf16 [M, K] viewed as int32 pairs [M, K/2] (even element in the low half), as the GEMV reads it."""
+    try:
+        return x.view(torch.int32)
+    except RuntimeError:  # odd row stride or storage offset: copy into a fresh contiguous buffer
+        return x.clone(memory_format=torch.contiguous_format).view(torch.int32)
 
 
 _VALIDATED: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
@@ -400,8 +456,10 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
     return dict(defaults, path=path, **user)
 
 
-def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """One launch of `cfg` (validated inputs); fp32 atomics into a zeroed buffer when K is split."""
+def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
+            device: torch.device) -> tuple[torch.Tensor, tuple]:
+    """One launch of `cfg` (validated inputs); fp32 atomics into a zeroed buffer when K is split. Returns the
+    output and the launcher entry (for a plan)."""
     m, k = x.shape
     n = w_q.shape[0]
     split = cfg["SPLIT_K"]
@@ -413,17 +471,17 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype, de
     blocked = w_q.scale_layout == "blocked_128x4"
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
     if cfg["path"] == "gemv":
-        _launch_gemv(op, x, w_q, out, alpha, kwargs, blocked)
+        entry = _launch_gemv(op, x, w_q, out, alpha, kwargs, blocked)
     else:
         grid = (n // cfg["BLOCK_N"], split)
         args = (x, w_q.data, w_q.scales, out, alpha, m, n, k, x.stride(0), out.stride(0))
         key = ("mma", m, n, k, x.stride(0), out.dtype, blocked, tuple(sorted(kwargs.items())))
-        _MMA_LAUNCHER.launch(key, grid, device, args, dict(kwargs, SCALE_BLOCKED=blocked))
-    return out.to(out_dtype) if split > 1 else out
+        entry = _MMA_LAUNCHER.launch(key, grid, device, args, dict(kwargs, SCALE_BLOCKED=blocked))
+    return (out.to(out_dtype) if split > 1 else out), entry
 
 
 def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, cfg: dict,
-                 blocked: bool) -> None:
+                 blocked: bool) -> tuple:
     m, k = x.shape
     n = w_q.shape[0]
     block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
@@ -431,12 +489,9 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
     if n % block_n or k % (block_k * cfg["SPLIT_K"]) or cfg["BLOCK_M"] < m:
         raise InputError(f"{op}: gemv config {cfg} does not tile M={m}, N={n}, K={k}: N must be a multiple of "
                          f"ROWS_PER_THREAD*THREADS_N*num_warps={block_n}, K of {block_k}*SPLIT_K, BLOCK_M >= M")
-    try:  # the kernel reads activations as int32 pairs (even element in the low half)
-        x_pairs = x.view(torch.int32)
-    except RuntimeError:  # odd row stride or storage offset: copy once into an aligned buffer
-        x_pairs = x.clone().view(torch.int32)
+    x_pairs = _as_int32_pairs(x)
     grid = (n // block_n, cfg["SPLIT_K"])
     args = (x_pairs, w_q.data, w_q.scales, out, alpha, m, n, k, x_pairs.stride(0), w_q.data.stride(0),
             out.stride(0))
     key = ("gemv", m, n, k, x_pairs.stride(0), out.dtype, blocked, tuple(sorted(cfg.items())))
-    _GEMV_LAUNCHER.launch(key, grid, x.device, args, dict(cfg, SCALE_BLOCKED=blocked))
+    return _GEMV_LAUNCHER.launch(key, grid, x.device, args, dict(cfg, SCALE_BLOCKED=blocked))

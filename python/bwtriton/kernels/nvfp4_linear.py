@@ -20,7 +20,8 @@ two-kernel path from a few hundred rows on. PDL vs plain launches measured withi
 """
 from __future__ import annotations
 
-from typing import Optional
+import weakref
+from typing import Callable, Optional
 
 import torch
 import triton
@@ -31,7 +32,7 @@ from ..language.quant import quantize_nvfp4_tile
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
 from ._common import decode_scale_arg, scale_offsets
-from ._launcher import CachedLauncher, kernel_time_us
+from ._launcher import CachedLauncher, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -183,7 +184,7 @@ def _blocks(m: int, n: int) -> tuple[int, int, int]:
     return block_m, block_n, 128
 
 
-def _fused(x, w_q, bias, m, n, k, device, s_enc) -> torch.Tensor:
+def _fused(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
     out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
     w_dec = decode_scale_arg(w_q, device)
     block_m, block_n, block_k = _blocks(m, n)
@@ -192,13 +193,13 @@ def _fused(x, w_q, bias, m, n, k, device, s_enc) -> torch.Tensor:
     args = (x, s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out, out, m, n, k, x.stride(0))
     kwargs = dict(HAS_BIAS=bias is not None, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n,
                   BLOCK_K=block_k, GROUP_M=8, num_warps=8, num_stages=3)
-    _FUSED.launch(("fused", m, n, k, x.stride(0), bias is not None, bias.dtype if bias is not None else None,
-                   blocked), grid, device, args, kwargs)
-    return out
+    entry = _FUSED.launch(("fused", m, n, k, x.stride(0), bias is not None,
+                           bias.dtype if bias is not None else None, blocked), grid, device, args, kwargs)
+    return out, (entry,)
 
 
-def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> torch.Tensor:
-    xq, xs = _quantize(x, s_enc, use_pdl, device)
+def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> tuple[torch.Tensor, tuple]:
+    xq, xs, q_entry = _quantize(x, s_enc, use_pdl, device)
     out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
     w_dec = decode_scale_arg(w_q, device)
     block_m, block_n, block_k = _blocks(m, n)
@@ -207,9 +208,9 @@ def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> torch.Te
     args = (xq, xs, s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out, out, m, n, k)
     kwargs = dict(HAS_BIAS=bias is not None, SCALE_BLOCKED=blocked, USE_PDL=use_pdl, BLOCK_M=block_m,
                   BLOCK_N=block_n, BLOCK_K=block_k, num_warps=8, num_stages=3, launch_pdl=use_pdl)
-    _PDL_GEMM.launch(("gemm", m, n, k, bias is not None, bias.dtype if bias is not None else None, blocked, use_pdl),
-                     grid, device, args, kwargs)
-    return out
+    entry = _PDL_GEMM.launch(("gemm", m, n, k, bias is not None, bias.dtype if bias is not None else None, blocked,
+                              use_pdl), grid, device, args, kwargs)
+    return out, (q_entry, entry)
 
 
 #: Chosen form ('fused' or 'two_kernel') per (device, M bucket, N, K, bias, scale layout); TUNING_LOG: the
@@ -255,15 +256,69 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     form: 'fused' (one kernel quantizes x tiles in the GEMM's prologue), 'two_kernel' (quantize kernel + GEMM
     chained with PDL) or 'auto': the first call per (M rounded up to a power of two, N, K) times both under
     CUDA-graph replay and keeps the faster (same numerics either way)."""
+    if isinstance(x, torch.Tensor):
+        plan = _PLANS.get(_plan_key(x, w_q, bias, x_global_scale, form))
+        if plan is not None:
+            return plan(x, bias, _encode_scale(x, x_global_scale, x.device))
     op = "nvfp4_linear"
     if form not in ("auto", "fused", "two_kernel"):
         raise InputError(f"{op}: form must be 'auto', 'fused' or 'two_kernel', got {form!r}")
     m, n, k, device, s_enc = _validate(op, x, w_q, bias, x_global_scale)
-    if form == "auto":
-        form = _pick_form(x, w_q, bias, m, n, k, device, s_enc)
+    chosen = _pick_form(x, w_q, bias, m, n, k, device, s_enc) if form == "auto" else form
+    if chosen == "fused":
+        out, entries = _fused(x, w_q, bias, m, n, k, device, s_enc)
+    else:
+        out, entries = _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
+    if form != "auto" or (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout) in _FORM:
+        _remember_plan(_plan_key(x, w_q, bias, x_global_scale, form), w_q, chosen, entries, m, n, k, device)
+    return out
+
+
+#: Replayable launches per call signature: a call whose weight object, x (shape, strides, dtype, device,
+#: alignment), bias signature, kind of x scale and form match an earlier one skips validation and dispatch.
+_PLANS: dict[tuple, Callable] = {}
+
+
+def _tensor_sig(t: "torch.Tensor | None") -> tuple:
+    return () if t is None else (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16)
+
+
+def _plan_key(x: torch.Tensor, w_q, bias, x_global_scale, form: str) -> tuple:
+    scale_kind = "amax" if x_global_scale is None else "tensor" if isinstance(x_global_scale, torch.Tensor) else "float"
+    return (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16,
+            _tensor_sig(bias) if isinstance(bias, torch.Tensor) else bias, scale_kind, form)
+
+
+def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k: int,
+                   device: torch.device) -> None:
+    if key in _PLANS or len(_PLANS) >= 4096:
+        return
+    w_data, w_scales, w_dec = w_q.data, w_q.scales, decode_scale_arg(w_q, device)
+    block_m, block_n, _ = _blocks(m, n)
+    bf16 = torch.bfloat16
     if form == "fused":
-        return _fused(x, w_q, bias, m, n, k, device, s_enc)
-    return _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
+        (entry,) = entries
+        grid = (triton.cdiv(m, block_m) * (n // block_n), 1, 1)
+
+        def plan(x, bias, s_enc):
+            out = torch.empty((m, n), dtype=bf16, device=device)
+            run_entry(entry, grid, device, (x, s_enc, w_data, w_scales, w_dec, out if bias is None else bias, out,
+                                            m, n, k, x.stride(0)))
+            return out
+    else:
+        q_entry, g_entry = entries
+        q_grid, g_grid = (triton.cdiv(m, 32), k // 128, 1), (n // block_n, triton.cdiv(m, block_m), 1)
+
+        def plan(x, bias, s_enc):
+            xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
+            xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
+            run_entry(q_entry, q_grid, device, (x, s_enc, xq, xs, m, k, x.stride(0)))
+            out = torch.empty((m, n), dtype=bf16, device=device)
+            run_entry(g_entry, g_grid, device, (xq, xs, s_enc, w_data, w_scales, w_dec,
+                                                out if bias is None else bias, out, m, n, k))
+            return out
+    _PLANS[key] = plan
+    weakref.finalize(w_q, _PLANS.pop, key, None)  # the plan holds the weight's tensors: drop it with the weight
 
 
 def _quantize(x, s_enc, use_pdl: bool, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,10 +326,10 @@ def _quantize(x, s_enc, use_pdl: bool, device) -> tuple[torch.Tensor, torch.Tens
     xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
     xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
     block_m, block_k = 32, 128
-    _QUANT.launch(("quant", m, k, x.stride(0), use_pdl), (triton.cdiv(m, block_m), k // block_k), device,
-                  (x, s_enc, xq, xs, m, k, x.stride(0)),
-                  dict(BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl, num_warps=4, launch_pdl=use_pdl))
-    return xq, xs
+    entry = _QUANT.launch(("quant", m, k, x.stride(0), use_pdl), (triton.cdiv(m, block_m), k // block_k), device,
+                          (x, s_enc, xq, xs, m, k, x.stride(0)),
+                          dict(BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl, num_warps=4, launch_pdl=use_pdl))
+    return xq, xs, entry
 
 
 def quantize_nvfp4_pdl(x: torch.Tensor, s_enc: torch.Tensor, *,
@@ -292,7 +347,7 @@ def quantize_nvfp4_pdl(x: torch.Tensor, s_enc: torch.Tensor, *,
         raise check.fail(f"s_enc must hold one value (the global encode scale), got shape {tuple(s_enc.shape)}")
     device = check.on_cuda({"x": x, "s_enc": s_enc},
                            hint="on CPU, bwtriton.formats.quantize_nvfp4 computes the same bytes")
-    return _quantize(x, s_enc.reshape(1), use_pdl, device)
+    return _quantize(x, s_enc.reshape(1), use_pdl, device)[:2]
 
 
 def nvfp4_linear_two_kernel(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
@@ -300,4 +355,4 @@ def nvfp4_linear_two_kernel(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] =
                             use_pdl: bool = True) -> torch.Tensor:
     """Same result as `nvfp4_linear`, as quantize kernel + GEMM chained with PDL (`use_pdl=False`: plain launches)."""
     m, n, k, device, s_enc = _validate("nvfp4_linear_two_kernel", x, w_q, bias, x_global_scale)
-    return _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl)
+    return _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl)[0]
