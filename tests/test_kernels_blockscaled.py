@@ -289,3 +289,76 @@ def test_pdl_quantizer_is_bit_exact():
     torch.cuda.synchronize()
     assert torch.equal(xq, ref.data)
     assert torch.equal(xs.view(torch.uint8), ref.scales.view(torch.uint8))
+
+
+# ------------------------------------------------------------------------------- tuned paths and replay plans
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 4, 8, 16])
+def test_every_decode_candidate_is_correct(m):
+    """Each config the tuner may pick (GEMV R1/R2/R4, wide G4 loads, two-step, tensor cores, split-K) on a
+    shape where K is split and several K steps run per CTA."""
+    torch.manual_seed(11)
+    n, k = 512, 4096
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    ref_w = w_q.dequantize(torch.float64)
+    cands = decode.decode_candidates(m, n, k, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    for cfg in cands:
+        out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
+        assert_close_to_reference(out, x.double(), ref_w)
+
+
+@pytest.mark.gpu
+def test_decode_auto_path_tunes_once_then_replays_its_plan():
+    torch.manual_seed(12)
+    n, k = 1024, 2048
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    x = torch.randn(2, k, device="cuda").to(torch.bfloat16)
+    first = decode.nvfp4_decode_matmul(x, w_q)
+    cfg = decode.tuned_decode_config(2, n, k, device_index=x.device.index)
+    assert cfg is not None and cfg["path"] in ("gemv", "mma")
+    plans = len(decode._PLANS)
+    x2 = torch.randn(2, k, device="cuda").to(torch.bfloat16)
+    second = decode.nvfp4_decode_matmul(x2, w_q)  # plan path: same signature, new data
+    assert len(decode._PLANS) == plans
+    assert_close_to_reference(first, x.double(), w_q.dequantize(torch.float64))
+    assert_close_to_reference(second, x2.double(), w_q.dequantize(torch.float64))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = decode.nvfp4_decode_matmul(x2, w_q)
+    x2.copy_(x)
+    graph.replay()
+    torch.testing.assert_close(captured, first, rtol=0, atol=0)
+    del w_q
+    import gc
+    gc.collect()
+    assert len(decode._PLANS) < plans  # the plan went with its weight
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [3, 100])
+def test_linear_auto_matches_both_forms(m):
+    torch.manual_seed(13)
+    n, k = 256, 1024
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=True)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    ref_a = quantize_nvfp4(x.float()).dequantize(torch.float64)
+    outs = {form: linear.nvfp4_linear(x, w_q, bias, form=form) for form in ("fused", "two_kernel", "auto")}
+    assert any(key[1:4] == (linear._m_bucket(m), n, k) for key in linear._FORM)
+    for out in outs.values():
+        assert_close_to_reference(out, ref_a, w_q.dequantize(torch.float64), bias)
+    again = linear.nvfp4_linear(x, w_q, bias)  # plan path
+    torch.testing.assert_close(again, outs["auto"], rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_matmul_plan_reuses_weight_descriptor_only_for_the_same_weight():
+    from bwtriton.kernels import matmul
+    torch.manual_seed(14)
+    a1, a2 = (torch.randn(256, 512, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    b1, b2 = (torch.randn(512, 384, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for a, b in ((a1, b1), (a2, b1), (a2, b2), (a1, b1)):  # the 2nd-4th calls take the plan
+        out = matmul(a, b)
+        torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=2 ** -7, atol=512 * 2 ** -9)

@@ -199,3 +199,25 @@ def test_package_exports_every_entry_point_without_fallback_imports():
         assert callable(getattr(kernels, name)) and name in kernels.__all__
     tree = ast.parse((KERNELS_DIR / "__init__.py").read_text())
     assert not any(isinstance(node, ast.Try) for node in ast.walk(tree))
+
+
+def test_decode_scale_arg_views_fp32_and_caches_conversions_weakly():
+    import gc
+
+    from bwtriton.formats import QuantizedTensor
+    from bwtriton.kernels._common import _DECODE_SCALES, decode_scale_arg
+    cpu = torch.device("cpu")
+    q = quantize_nvfp4(torch.randn(16, 32))
+    arg = decode_scale_arg(q, cpu)
+    q.global_scale.mul_(2)  # a view: in-place edits of the weight's scale are seen
+    assert arg.shape == (1,) and arg.item() == q.global_scale.item()
+    q64 = QuantizedTensor(data=q.data, scales=q.scales, scale_layout="plain", format="nvfp4", shape=q.shape,
+                          global_scale=torch.tensor(0.25, dtype=torch.float64))
+    first = decode_scale_arg(q64, cpu)
+    assert first.dtype == torch.float32 and first.item() == 0.25 and decode_scale_arg(q64, cpu) is first
+    q64.global_scale.fill_(0.5)  # bumps the version counter: converted again
+    assert decode_scale_arg(q64, cpu).item() == 0.5
+    before = len(_DECODE_SCALES)
+    del q64, first
+    gc.collect()
+    assert len(_DECODE_SCALES) == before - 1  # the entry went with its scale tensor

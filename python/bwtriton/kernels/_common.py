@@ -88,13 +88,16 @@ _DECODE_SCALES: "weakref.WeakKeyDictionary[torch.Tensor, tuple[int, torch.Tensor
 
 
 def decode_scale_arg(q, device: torch.device) -> torch.Tensor:
-    """`q.global_scale` as the fp32 [1] device tensor the kernels read, cached per weight: a weight's scale is
-    converted once, not on every call (each conversion is a host->device copy or a cast kernel, and host time).
-    The cache entry is keyed by the scale tensor itself and its version counter, so an in-place edit is seen."""
+    """`q.global_scale` as the fp32 [1] device tensor the kernels read. Already fp32 on `device` (what
+    `quantize_nvfp4` of a device tensor gives): a view, so in-place edits are seen. Otherwise the converted copy
+    is cached per scale tensor (and its version counter), so a weight's scale is copied to the device once, not
+    on every call. (A cached view would keep its key alive through `._base`: hence views are never cached.)"""
     gs = q.global_scale
+    if gs.device == device and gs.dtype == torch.float32:
+        return gs.reshape(1)
     hit = _DECODE_SCALES.get(gs)
     if hit is not None and hit[0] == gs._version and hit[1].device == device:
         return hit[1]
-    arg = gs.to(device=device, dtype=torch.float32).reshape(1)
+    arg = gs.to(device=device, dtype=torch.float32).reshape(1).clone()
     _DECODE_SCALES[gs] = (gs._version, arg)
     return arg

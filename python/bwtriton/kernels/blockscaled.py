@@ -7,8 +7,9 @@ Every kernel here uses `tl.dot_scaled`, so:
   `kind::mxf4` / `kind::mxf8f6f4` for MX). With the 128x4 ("blocked") scale layout the TMA kernel loads the
   scales as the 5-D tiles cuBLAS uses and Triton moves them to TMEM with `tcgen05.cp ... 32x128b.warpx4`.
 * Hopper (sm_90) and other targets get bwtriton's `lower-nvfp4-portable` pass for NVFP4 (Triton 3.6 itself
-  crashes there) and Triton's own decomposition for MX. Kernels are launched through `bwtriton_pipeline()`,
-  which installs bwtriton's stage hook for the launch (compiles once; later launches hit Triton's JIT cache).
+  crashes there) and Triton's own decomposition for MX. Kernels are launched through `_launcher.CachedLauncher`:
+  the first launch per shape compiles inside `bwtriton_pipeline()` (bwtriton's stage hook), later ones call the
+  compiled kernel directly.
 
 The helpers these kernels share with `nvfp4_linear` and `decode` (scale offsets, E2M1 decode, alpha) live in
 `_common`, the pipeline launch in `_launcher`, the input checks in `_validate`.
@@ -21,7 +22,8 @@ import triton.language as tl
 
 from ..errors import InputError
 from ._common import alpha_tensor, scale_offsets, tcgen05_block_scaled
-from ._launcher import CachedLauncher
+# bwtriton_pipeline: re-exported because tests/test_nvfp4_lowering.py imports it from this module.
+from ._launcher import CachedLauncher, bwtriton_pipeline  # noqa: F401
 from ._tiles import grouped_tile_coords
 from ._validate import CPU_REFERENCE_HINT, InputChecker, check_out_dtype, check_quantized
 

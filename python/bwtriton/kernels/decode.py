@@ -19,6 +19,11 @@ the first run, 80-97 us in the second. The spread between runs (same code, same 
 overhead (Python validation + Triton launch) is part of these numbers; the 2.5x goal (<= 17.6 us) is not met.
 Per weight the GEMV issues ~4 decode + M FMA + ~0.5 other instructions, ~11 us of issue at M = 1 if the SMs were
 saturated, so M = 1 is latency/occupancy-bound, not issue-bound.
+Auto path (this version): the first call per shape times `decode_candidates` (GEMV with 1/2/4 rows per thread,
+wide 2x16-byte loads per row (GROUPS_PER_THREAD 4), two K steps in flight, tensor cores with BLOCK_N 32/64 and
+split-K) under CUDA-graph replay and keeps the fastest (`TUNING_LOG` has every time); later calls with the same
+signature replay a plan (no validation, one allocation, one launch). BWTRITON_DECODE_TUNE=0 keeps the heuristic
+`default_config`. Register budget of the GEMV candidates from `ptxas -v` (see `_GEMV_VALUE_BUDGET`).
 Earlier tensor-core finding (kept): a variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
 17 of 18 layout conversions but measured slower (106-205 us): Triton then read the bytes from shared memory one
 at a time (ld.shared.b8) in the MMA operand layout.

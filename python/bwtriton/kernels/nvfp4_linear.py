@@ -15,8 +15,10 @@ When each wins (H200, N = K = 4096, x global scale given, two runs): fused 234/3
 M = 16 (fused 1.12-1.16x faster: one launch, no x_q round trip); at M = 256 fused loses (343/467 vs 243/424 us)
 and at M = 4096 clearly (2.1-2.3 ms vs 1.0-1.1 ms): the fused kernel re-quantizes each x tile once per column of
 output tiles (N / BLOCK_N = 32 times here) and its quantizer's integer work sits in the MMA loop, while the
-two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So: fuse for decode-like M, use the
-two-kernel path from a few hundred rows on. PDL vs plain launches measured within noise (0.98-1.08x).
+two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So `nvfp4_linear` (form='auto')
+times both forms once per (M rounded up to a power of two, N, K, bias, scale layout) under CUDA-graph replay and
+keeps the faster; `FUSED_MAX_M` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
+PDL vs plain launches measured within noise (0.98-1.08x). Repeated calls with one signature replay a plan.
 """
 from __future__ import annotations
 
