@@ -71,6 +71,8 @@ _DECODE_PICKS = (("gemv R1", {"path": "gemv", "ROWS_PER_THREAD": 1}),
                  ("gemv R4", {"path": "gemv", "ROWS_PER_THREAD": 4}),
                  ("gemv R1 wide G4", {"path": "gemv", "ROWS_PER_THREAD": 1, "GROUPS_PER_THREAD": 4}),
                  ("gemv R2 two-step", {"path": "gemv", "ROWS_PER_THREAD": 2, "TWO_STEPS": True}),
+                 ("gemv R1 wide G4 two-step", {"path": "gemv", "ROWS_PER_THREAD": 1, "GROUPS_PER_THREAD": 4,
+                                               "TWO_STEPS": True}),
                  ("mma BN32", {"path": "mma"}))
 
 

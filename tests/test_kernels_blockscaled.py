@@ -374,6 +374,7 @@ _GEMV_SIG = {"x_ptr": "*i32", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "out_ptr": "
     (1, 2, 4, False, 2, True),    # wide loads, two threads per row, 128x4 scales
     (2, 1, 2, True, 1, False),    # two K steps in flight
     (3, 2, 4, False, 4, False),   # M = 3 < BLOCK_M = 4: masked activation rows
+    (2, 1, 4, True, 2, False),    # wide loads and two steps together
 ])
 def test_gemv_tuning_shapes_emulated(m, rows, groups, two_steps, threads_n, blocked):
     """The GEMV shapes the decode tuner adds, compiled for sm_90a and run in bwtriton's emulator (no GPU):

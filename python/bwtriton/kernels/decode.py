@@ -244,15 +244,17 @@ def gemv_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
 GEMV_TUNE_MAX_M = 8
 
 #: Per-thread register budget of the GEMV in "values": BLOCK_M * ROWS_PER_THREAD * GROUPS_PER_THREAD * steps in
-#: flight. From `ptxas -v` on sm_90a (num_warps 4): budgets <= 16 compile without spills (M = 1: all 7 shapes
+#: flight. From `ptxas -v` on sm_90a (num_warps 4): budgets <= 16 compile without spills (M = 1: all 9 shapes
 #: below, 32-103 registers; M = 4: 100-165 registers; M = 8: R1 G2, 198 registers), while 32 spills (M = 8 with
 #: R4 G2: 500 bytes of spill stores).
 _GEMV_VALUE_BUDGET = 16
 
 #: (ROWS_PER_THREAD, GROUPS_PER_THREAD, TWO_STEPS) shapes the tuner tries: one 16-byte load per row (G2), two
 #: adjacent loads per row (G4: wider per-thread loads), or two K steps' loads issued before decoding either.
+#: Wide loads and two steps together (1, 4, True), (2, 4, True) put 4x the bytes of R1 G2 in flight per thread
+#: (73 / 96 registers at M = 1): a CTA at M = 1 lives for only K / 1024 steps, each waiting a full HBM latency.
 _GEMV_SHAPES = ((1, 2, False), (2, 2, False), (4, 2, False), (1, 4, False), (2, 4, False), (1, 2, True),
-                (2, 2, True))
+                (2, 2, True), (1, 4, True), (2, 4, True))
 
 
 def _gemv_fits(m: int, rows: int, groups: int, two_steps: bool) -> bool:
