@@ -221,3 +221,113 @@ def test_decode_scale_arg_views_fp32_and_caches_conversions_weakly():
     del q64, first
     gc.collect()
     assert len(_DECODE_SCALES) == before - 1  # the entry went with its scale tensor
+
+
+# ------------------------------------------------------------------ plans launch what the slow path launches
+class _Recorder(_FakeCompiled):
+    def __init__(self):
+        super().__init__()
+        self.runs = []
+
+    def run(self, *call):
+        self.runs.append(call[9:])  # the kernel arguments (positional + constexpr tail)
+
+
+@pytest.fixture
+def cpu_launch(monkeypatch):
+    """Kernels 'launch' on CPU tensors into a recorder: device checks pass for CPU, the JIT path is faked."""
+    from bwtriton.kernels import _validate
+    rec = _Recorder()
+
+    def fake_jit(self, grid, device, args, kwargs):
+        params = {k: v for k, v in kwargs.items() if k not in _launcher._LAUNCH_OPTIONS}
+        return rec, self._tail(len(args), params)
+
+    monkeypatch.setattr(_launcher.CachedLauncher, "_jit_launch", fake_jit)
+    monkeypatch.setattr(_launcher, "_current_stream", lambda device: 0)
+    monkeypatch.setattr(_validate.InputChecker, "on_cuda", lambda self, tensors, hint="": torch.device("cpu"))
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
+    yield rec
+    # Forget the fake entries and the CPU plans, so no later test can meet them.
+    mm = importlib.import_module("bwtriton.kernels.matmul")
+    for launcher in (decode._GEMV_LAUNCHER, decode._MMA_LAUNCHER, linear._FUSED, linear._QUANT, linear._PDL_GEMM,
+                     mm._LAUNCHER):
+        for key in [key for key, entry in launcher._entries.items() if entry[0] is rec]:
+            del launcher._entries[key]
+    for plans in (decode._PLANS, linear._PLANS):
+        for key in [key for key in plans if torch.device("cpu") in key]:
+            del plans[key]
+
+
+def _same_launch(a: tuple, b: tuple) -> bool:
+    """Equal kernel arguments: tensors by dtype/shape/strides (and pointer for weights: `keep`), descriptors by
+    their base's layout and block, scalars by value."""
+    def norm(v):
+        if isinstance(v, torch.Tensor):
+            return ("T", v.dtype, tuple(v.shape), v.stride())
+        if hasattr(v, "block_shape"):
+            return ("D", v.base.dtype, tuple(v.shape), tuple(v.strides), tuple(v.block_shape))
+        return v
+    return len(a) == len(b) and all(norm(x) == norm(y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("path", ["gemv", "mma"])
+def test_decode_plan_launches_what_the_slow_path_does(cpu_launch, path, monkeypatch):
+    m, n, k = 2, 256, 2048
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    cfg = decode.default_config(m, n, k) if path == "gemv" else dict(decode.decode_config(m, n, k), path="mma")
+    monkeypatch.setitem(decode._TUNED, (None, m, n, k, "plain", torch.bfloat16), cfg)
+    x1, x2 = torch.randn(m, k).bfloat16(), torch.randn(m, k).bfloat16()
+    decode.nvfp4_decode_matmul(x1, w_q)              # slow path: makes the launcher entry and the plan
+    plans = len(decode._PLANS)
+    decode.nvfp4_decode_matmul(x2, w_q)              # plan
+    assert len(decode._PLANS) == plans
+    decode.nvfp4_decode_matmul(x2, w_q, config=cfg)  # slow path again (config given: no plan)
+    plan_args, slow_args = cpu_launch.runs[-2], cpu_launch.runs[-1]
+    assert _same_launch(plan_args, slow_args)
+    assert plan_args[1] is w_q.data and plan_args[2] is w_q.scales
+    assert plan_args[0].data_ptr() == x2.data_ptr()
+
+
+@pytest.mark.parametrize("form,with_bias", [("fused", False), ("two_kernel", True)])
+def test_linear_plan_launches_what_the_slow_path_does(cpu_launch, form, with_bias):
+    m, n, k = 16, 128, 256
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    bias = torch.randn(n).bfloat16() if with_bias else None
+    x1, x2 = torch.randn(m, k).bfloat16(), torch.randn(m, k).bfloat16()
+    linear.nvfp4_linear(x1, w_q, bias, x_global_scale=0.01, form=form)   # slow path + plan
+    plans = len(linear._PLANS)
+    before = len(cpu_launch.runs)
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=0.01, form=form)   # plan
+    assert len(linear._PLANS) == plans
+    plan_runs = cpu_launch.runs[before:]
+    linear._PLANS.clear()
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=0.01, form=form)   # slow path (entries exist: run_entry)
+    slow_runs = cpu_launch.runs[before + len(plan_runs):]
+    assert len(plan_runs) == len(slow_runs) == (1 if form == "fused" else 2)
+    for p, s in zip(plan_runs, slow_runs):
+        assert _same_launch(p, s)
+    args = plan_runs[-1]  # fused: (x, s_enc, w, ws, w_dec, bias, out, ..), GEMM: (xq, xs, s_enc, w, ws, w_dec, bias, ..)
+    w_at = 2 if form == "fused" else 3
+    assert args[w_at] is w_q.data and args[w_at + 1] is w_q.scales
+    # without a bias the output pointer stands in for it (HAS_BIAS=False never reads it)
+    assert args[w_at + 3] is bias if with_bias else args[w_at + 3] is args[w_at + 4]
+
+
+def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch):
+    mm = importlib.import_module("bwtriton.kernels.matmul")
+    monkeypatch.setattr(mm, "sm_count", lambda device: 132)
+    monkeypatch.setattr(mm, "device_capability", lambda device: 90)
+    a1, a2 = torch.randn(256, 512).bfloat16(), torch.randn(256, 512).bfloat16()
+    b = torch.randn(384, 512).bfloat16().t()  # column-major B, the fast layout
+    cfg = mm.gemm_configs(90, 2, 2)[0]
+    facts = mm._facts(a1, b, None, None, None)
+    monkeypatch.setitem(mm._TUNED, mm._tuning_key(a1, facts), cfg)
+    mm.matmul(a1, b)                 # slow path + plan
+    assert "plan" in facts
+    mm.matmul(a2, b)                 # plan
+    mm.matmul(a2, b, config=cfg)     # slow path (config given)
+    plan_args, slow_args = cpu_launch.runs[-2], cpu_launch.runs[-1]
+    assert _same_launch(plan_args, slow_args)
+    assert plan_args[0].base is a2 and plan_args[1].base.data_ptr() == b.data_ptr()
+    facts.pop("plan")
