@@ -307,7 +307,7 @@ def test_linear_plan_launches_what_the_slow_path_does(cpu_launch, form, with_bia
     assert len(plan_runs) == len(slow_runs) == (1 if form == "fused" else 2)
     for p, s in zip(plan_runs, slow_runs):
         assert _same_launch(p, s)
-    args = plan_runs[-1]  # fused: (x, s_enc, w, ws, w_dec, bias, out, ..), GEMM: (xq, xs, s_enc, w, ws, w_dec, bias, ..)
+    args = plan_runs[-1]  # fused: (x, s_enc, w, ws, w_dec, bias, out, ..); GEMM: (xq, xs, s_enc, w, ..)
     w_at = 2 if form == "fused" else 3
     assert args[w_at] is w_q.data and args[w_at + 1] is w_q.scales
     # without a bias the output pointer stands in for it (HAS_BIAS=False never reads it)
