@@ -253,6 +253,16 @@ def run_all(out_dir: "str | Path", *, name: str = "bench", only: list[str] | Non
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cases = [c for c in CASES if not only or any(o in c.group or o in c.name for o in only)]
+
+    def write(results: list[Result], extra_now: dict | None) -> None:
+        write_csv(results, out / f"{name}.csv")
+        (out / f"{name}.md").write_text((f"# {title or name}\n\n{preamble}\n" if title or preamble else "")
+                                        + format_markdown(results, copy_gbs)
+                                        + ("" if len(results) == len(cases) else
+                                           f"\n(partial: {len(results)} of {len(cases)} rows)\n"))
+        (out / f"{name}.json").write_text(json.dumps({"title": title, **(extra_now or {}), "copy_gbs": copy_gbs,
+                                                      "results": results_json(results)}, indent=1))
+
     results = []
     t0 = time.time()
     for i, case in enumerate(cases):
@@ -260,16 +270,11 @@ def run_all(out_dir: "str | Path", *, name: str = "bench", only: list[str] | Non
         results.append(r)
         status = r.error or f"ours {_fmt(r.rate_ours)} vs peer {_fmt(r.rate_peer)} {case.unit}"
         print(f"[{time.time() - t0:6.1f}s] ({i + 1}/{len(cases)}) {case.name}: {status}", flush=True)
-        write_csv(results, out / f"{name}.csv")  # after every case, so a run cut short keeps what it measured
+        write(results, None)  # after every case, so a run cut short keeps what it measured
     table = format_table(results, copy_gbs)
     print("\n" + table, flush=True)
-    write_csv(results, out / f"{name}.csv")
     (out / f"{name}.txt").write_text(table + "\n")
-    (out / f"{name}.md").write_text((f"# {title or name}\n\n{preamble}\n" if title or preamble else "")
-                                    + format_markdown(results, copy_gbs))
-    extra = extra() if callable(extra) else extra
-    (out / f"{name}.json").write_text(json.dumps({"title": title, **(extra or {}), "copy_gbs": copy_gbs,
-                                                  "results": results_json(results)}, indent=1))
+    write(results, extra() if callable(extra) else extra)
     errors = [f"== {r.case.name}\n{r.extra.get('traceback', '')}" for r in results if r.error]
     if errors:
         (out / f"{name}_errors.txt").write_text("\n".join(errors))
