@@ -161,10 +161,12 @@ def _encode_scale(x: torch.Tensor, x_global_scale, device: torch.device) -> torc
     key = (float(x_global_scale), device)
     s_enc = _ENCODE_SCALES.get(key)
     if s_enc is None:
-        if len(_ENCODE_SCALES) >= 1024:  # a caller passing a new float every call must not grow it forever
-            _ENCODE_SCALES.clear()
         g = torch.tensor([float(x_global_scale)], dtype=torch.float32, device=device)
-        s_enc = _ENCODE_SCALES[key] = 1.0 / g
+        s_enc = 1.0 / g
+        # Entries are never evicted: a CUDA graph captured with one keeps reading it. A caller passing a new
+        # float every call gets fresh (uncached) tensors once 1024 are cached, instead of unbounded growth.
+        if len(_ENCODE_SCALES) < 1024:
+            _ENCODE_SCALES[key] = s_enc
     return s_enc
 
 
