@@ -21,6 +21,7 @@ from typing import Any
 from bwtriton.mlir import module_attr_int, parse_aliases, reparse, resolve_alias
 from bwtriton.mlir.encodings import cga_split, tmem_fields
 from bwtriton.mlir.mma import MmaLine, find_mma_lines
+from bwtriton.mlir.ops import all_ops, parse_ops
 
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
 from .layouts import TWO_CTAS_MODULE_ATTR, add_unit_attr, replace_alias, with_two_ctas
@@ -53,16 +54,10 @@ def summarize(text: str) -> tuple[list[MmaLine], list[MmaSummary]]:
 
 
 def _top_level_returns(lines: list[str]) -> tuple[list[int], int]:
-    """Indices of `tt.return` lines directly in a function body, and the count of nested (divergent) ones."""
-    top, nested = [], 0
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith("tt.return"):
-            indent = len(line) - len(line.lstrip())
-            if indent == 4:  # module body at 2 spaces, function body at 4 (Triton's printer)
-                top.append(i)
-            else:
-                nested += 1
-    return top, nested
+    """Line indices of the `tt.return`s directly in a function body, and the count of nested (divergent) ones."""
+    returns = [op for op in all_ops(parse_ops("\n".join(lines))) if op.name == "tt.return"]
+    top = sorted(op.line for op in returns if op.parent is not None and op.parent.name == "tt.func")
+    return top, len(returns) - len(top)
 
 
 def _has_exit_barrier(lines: list[str], ret: int) -> bool:
