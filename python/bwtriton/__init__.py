@@ -1,8 +1,7 @@
 """bwtriton: Blackwell (sm_100a) lowering passes, verifier and emulator on top of Triton 3.6."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from .version import __version__  # noqa: E402
 from .errors import BwTritonError, CompileError, InputError, UnknownPassError, UnknownTargetError  # noqa: E402
 from .targets import TARGETS, Target, get_target  # noqa: E402
 
