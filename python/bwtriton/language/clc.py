@@ -1,0 +1,151 @@
+"""Cluster Launch Control (CLC) for `@triton.jit` kernels on Triton 3.6: persistent kernels that steal the tile of
+a cluster that has not started yet (`clusterlaunchcontrol.try_cancel`, sm_100a / sm_103a).
+
+Use (see docs/clc.md)::
+
+    from bwtriton.language import clc
+
+    @triton.jit
+    def kernel(..., num_tiles, USE_CLC: tl.constexpr, NUM_CTAS: tl.constexpr):
+        tile = tl.program_id(0)
+        while tile < num_tiles:
+            ...                                   # one output tile
+            tile = clc.next_tile(tile, num_tiles, USE_CLC, NUM_CTAS)
+
+    grid, use_clc = clc.launch_grid(num_tiles, target)     # host side
+
+With ``USE_CLC`` the host launches one cluster per tile and every running cluster, after its tile, cancels a
+cluster that has not been launched yet and takes that cluster's tile; when the cancel fails (nothing left to
+steal) `next_tile` returns ``num_tiles`` and the loop ends. Without CLC (Hopper, Ampere, sm_120a here) the same
+source is the static persistent schedule: the host launches ``min(num_tiles, NUM_SMS)`` programs and
+`next_tile` strides by ``tl.num_programs(0)``.
+
+Why inline PTX (`tl.inline_asm_elementwise`) and not a marker op lowered by a pass: Triton 3.6 has no user
+shared-memory allocation in `tl`, and no op whose lowering we could hook for an mbarrier + a 16-byte response
+buffer. PTX lets a `{ }` scope declare `.shared` variables, so one asm block owns its buffer and mbarrier and runs
+the whole protocol: init the mbarrier, sync, one elected thread arms it with `expect_tx(16)` and issues the
+request, every thread waits on phase 0, reads the response and decodes it with the canonical
+`query_cancel.is_canceled` / `get_first_ctaid::x`, then the CTA syncs and the elected thread invalidates the
+mbarrier, so the next call starts from a fresh phase 0. The cost is that the request does not overlap the tile's
+work (one CLC round trip per tile); what it buys is a protocol that cannot be half-used by a kernel.
+
+Cluster-aware: with ``NUM_CTAS > 1`` (a cluster of CTAs per program, as ``num_ctas=2`` / 2-CTA MMA kernels use)
+each CTA arms its own mbarrier, a cluster barrier makes sure all are armed-able (initialised) before CTA rank 0
+alone issues the `.multicast::cluster::all` request, and every CTA reads the same response from its own shared
+memory, so all CTAs of the cluster agree on the stolen tile. The tile index is ``first_ctaid.x / NUM_CTAS``,
+matching Triton 3.6, whose `tl.program_id(0)` is the cluster id when ``num_ctas > 1``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import triton
+import triton.language as tl
+
+from ..errors import InputError
+from ..targets import Target, get_target
+
+#: The response bytes the hardware writes; the mbarrier expects exactly this many transaction bytes.
+RESPONSE_BYTES = 16
+
+
+def supported(target: "str | Target") -> bool:
+    """Whether `target` has Cluster Launch Control (datacenter Blackwell, sm_100a / sm_103a)."""
+    return get_target(target).capability // 10 == 10
+
+
+def launch_grid(num_tiles: int, target: "str | Target", num_sms: Optional[int] = None) -> tuple[int, bool]:
+    """(programs to launch, USE_CLC) for a persistent kernel over `num_tiles` tiles on `target`.
+
+    With CLC every tile gets its own program (running ones steal the rest); otherwise the static persistent
+    schedule launches ``min(num_tiles, num_sms)`` programs (`num_sms` is required then)."""
+    if num_tiles < 1:
+        raise InputError(f"num_tiles must be >= 1, got {num_tiles}")
+    if supported(target):
+        return num_tiles, True
+    if num_sms is None or num_sms < 1:
+        raise InputError(f"{get_target(target).name} has no CLC: the static persistent schedule needs num_sms= "
+                         "(the GPU's SM count, e.g. torch.cuda.get_device_properties(0).multi_processor_count)")
+    return min(num_tiles, num_sms), False
+
+
+def try_cancel_asm(num_ctas: int = 1) -> str:
+    """The PTX of one CLC round trip (see the module docstring). Operand ``$1`` is the value returned when the
+    cancel fails; ``$0`` receives the stolen cluster's index (first CTA id / cluster size) or ``$1``."""
+    if num_ctas < 1:
+        raise InputError(f"NUM_CTAS must be >= 1, got {num_ctas}")
+    multicast = num_ctas > 1
+    issue_pred = "%bwclc_issuer" if multicast else "%bwclc_lead"
+    lines = [
+        "{",
+        ".shared .align 16 .b8 bwclc_resp[16];",
+        ".shared .align 8 .b64 bwclc_bar;",
+        ".reg .pred %bwclc_lead, %bwclc_issuer, %bwclc_done, %bwclc_ok;",
+        ".reg .b32 %bwclc_t, %bwclc_n;",
+        ".reg .b64 %bwclc_lo, %bwclc_hi;",
+        ".reg .b128 %bwclc_r;",
+        "mov.u32 %bwclc_t, %tid.x;",
+        "setp.eq.u32 %bwclc_lead, %bwclc_t, 0;",
+        "@%bwclc_lead mbarrier.init.shared::cta.b64 [bwclc_bar], 1;",
+        "fence.mbarrier_init.release.cluster;",
+    ]
+    if multicast:
+        # every CTA's mbarrier must exist before rank 0's multicast response can complete on it
+        lines += ["mov.u32 %bwclc_n, %cluster_ctarank;",
+                  "setp.eq.u32 %bwclc_issuer, %bwclc_n, 0;",
+                  "and.pred %bwclc_issuer, %bwclc_issuer, %bwclc_lead;",
+                  "barrier.cluster.arrive.release.aligned;",
+                  "barrier.cluster.wait.acquire.aligned;"]
+    else:
+        lines += ["bar.sync 0;"]
+    form = ("clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes"
+            + (".multicast::cluster::all" if multicast else "") + ".b128")
+    lines += [
+        f"@%bwclc_lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bwclc_bar], {RESPONSE_BYTES};",
+        f"@{issue_pred} {form} [bwclc_resp], [bwclc_bar];",
+        "bwclc_wait:",
+        "mbarrier.try_wait.parity.shared::cta.b64 %bwclc_done, [bwclc_bar], 0;",
+        "@!%bwclc_done bra bwclc_wait;",
+        "ld.shared.v2.b64 {%bwclc_lo, %bwclc_hi}, [bwclc_resp];",
+        "mov.b128 %bwclc_r, {%bwclc_lo, %bwclc_hi};",
+        "clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 %bwclc_ok, %bwclc_r;",
+        "clusterlaunchcontrol.query_cancel.get_first_ctaid::x.b32.b128 %bwclc_t, %bwclc_r;",
+        "mov.u32 %bwclc_n, %cluster_nctaid.x;",
+        "div.u32 %bwclc_t, %bwclc_t, %bwclc_n;",
+        "selp.b32 $0, %bwclc_t, $1, %bwclc_ok;",
+        # all threads have read the response before the mbarrier is retired and a later call re-arms it
+        "bar.sync 0;",
+        "@%bwclc_lead mbarrier.inval.shared::cta.b64 [bwclc_bar];",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+# The asm text depends only on whether the program is a multi-CTA cluster (the tile index divides by
+# %cluster_nctaid.x at run time), so two module-level constexprs serve every kernel.
+_ASM_ONE_CTA = tl.constexpr(try_cancel_asm(1))
+_ASM_CLUSTER = tl.constexpr(try_cancel_asm(2))
+
+
+@triton.jit
+def steal(if_none, NUM_CTAS: tl.constexpr = 1):
+    """One CLC round trip (every thread of the program must call it): the index of a cluster that had not
+    started and is now this program's to process, or `if_none` when the cancel failed. sm_100a/sm_103a only."""
+    if NUM_CTAS == 1:
+        res = tl.inline_asm_elementwise(_ASM_ONE_CTA, "=r,r", [if_none.to(tl.int32)], dtype=tl.int32,
+                                        is_pure=False, pack=1)
+    else:
+        res = tl.inline_asm_elementwise(_ASM_CLUSTER, "=r,r", [if_none.to(tl.int32)], dtype=tl.int32,
+                                        is_pure=False, pack=1)
+    return res
+
+
+@triton.jit
+def next_tile(tile, num_tiles, USE_CLC: tl.constexpr, NUM_CTAS: tl.constexpr = 1):
+    """The next tile of a persistent loop ``while tile < num_tiles``: a stolen tile (``num_tiles`` when none is
+    left) with CLC, else ``tile + tl.num_programs(0)`` (the static persistent schedule)."""
+    if USE_CLC:
+        nxt = steal(num_tiles, NUM_CTAS)
+    else:
+        nxt = tile + tl.num_programs(0)
+    return nxt
