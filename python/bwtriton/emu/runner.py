@@ -14,7 +14,7 @@ from ..ptx import parse_ptx
 from ..ptx.ir import Function
 from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
 from .program import NP_TYPES, CompileEnv, Program
-from .scheduler import run_cluster
+from .clc import GridSchedule, run_grid, static_shared_layout
 from .tma import SWIZZLE_CODES, TensorMap
 from .warp import Warp
 
@@ -87,7 +87,9 @@ def _image(text_hash: str, text: str, name: Optional[str]) -> KernelImage:
         fn = cands[0]
     params, nbytes = _param_layout(fn)
     symbols = {p.name: PARAM_BASE + p.offset for p in params}
-    symbols["global_smem"] = SMEM_BASE
+    static, reserved = static_shared_layout(fn)  # inline-asm `.shared` variables (CLC), below global_smem
+    symbols.update({n: SMEM_BASE + off for n, off in static.items()})
+    symbols["global_smem"] = SMEM_BASE + reserved
     prog = Program(fn, CompileEnv(symbols))
     return KernelImage(fn, prog, params, nbytes)
 
@@ -112,6 +114,7 @@ class Cluster:
     def __init__(self, launch: Launch, cluster_id, nctas: int):
         self.launch = launch
         self.cluster_id = cluster_id
+        self.nctas = nctas  # the warps' %cluster_nctaid / %cluster_nctarank (ctas is filled after they exist)
         self.ctas: list[CTA] = []
         self.async_queue: list = []
         self.seq = 0
@@ -249,10 +252,13 @@ def _unpack_compiled(compiled: Any) -> tuple[str, dict, Optional[str]]:
 
 def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optional[int] = None,
         num_ctas: Optional[int] = None, shared: Optional[int] = None, name: Optional[str] = None,
-        tensordesc_meta: Optional[list] = None, max_instructions: int = 200_000_000) -> EmulationStats:
+        tensordesc_meta: Optional[list] = None, max_instructions: int = 200_000_000,
+        schedule: Optional[GridSchedule] = None) -> EmulationStats:
     """Emulate `compiled` (a bwtriton/triton compile result, or PTX text) on `grid` programs with `args`
     (CPU torch tensors, ints, floats, None, TensorDescriptors) in the kernel's non-constexpr argument order.
-    Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations."""
+    Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations.
+    `schedule` (`bwtriton.emu.clc.GridSchedule`) sets how many clusters run at once and their order (default:
+    one after the other); it records which worker ran which cluster."""
     t0 = time.perf_counter()
     ptx, md, md_name = _unpack_compiled(compiled)
     if tensordesc_meta is not None:
@@ -283,13 +289,15 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     packer.finish(gmem.alloc(scratch * total_ctas, "global_scratch") if scratch else 0)
     grid_ctas = (grid3[0] * nctas, grid3[1], grid3[2])
     launch = Launch(gmem, params, grid_ctas, grid3)
-    for cz in range(grid3[2]):
-        for cy in range(grid3[1]):
-            for cx in range(grid3[0]):
-                cluster = Cluster(launch, (cx, cy, cz), nctas)
-                for r in range(nctas):
-                    cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid,
-                                            max(int(smem_bytes), 16)))
-                cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
-                run_cluster(cluster, max_instructions)
+    smem_bytes = max(int(smem_bytes), 16) + static_shared_layout(fn)[1]
+
+    def make_cluster(coord):
+        cx, cy, cz = coord
+        cluster = Cluster(launch, coord, nctas)
+        for r in range(nctas):
+            cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes))
+        cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
+        return cluster
+    coords = [(cx, cy, cz) for cz in range(grid3[2]) for cy in range(grid3[1]) for cx in range(grid3[0])]
+    run_grid(launch, coords, make_cluster, schedule or GridSchedule(), max_instructions)
     return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)

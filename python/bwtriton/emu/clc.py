@@ -1,0 +1,265 @@
+"""Cluster Launch Control in the emulator: `clusterlaunchcontrol.try_cancel` / `query_cancel`, the 128-bit
+response register, function-scope `.shared` variables, and a lazy grid scheduler that stealing can race against.
+
+Grid scheduler (`GridSchedule`, `run_grid`): a launch has `workers` slots (the SMs that are free for it; default
+1, the runner's old one-cluster-after-another order). The first `workers` clusters of the launch order start;
+whenever one finishes, its slot starts the next cluster that is neither started nor cancelled. Started clusters
+interleave round-robin (every warp a quantum of instructions per round). `seed` shuffles the launch order and each
+round's order, so tests can run many schedules. `try_cancel` atomically takes the next cluster of the launch
+order that has not started, so with fewer workers than clusters stealing really happens.
+
+Response encoding (opaque in PTX; what ptxas-blackwell's decode of `query_cancel` reads, measured by
+disassembling it: `LDS.128 R4..R7`, canceled = ``R6 & 1``, ``get_first_ctaid::x = R4``, ``::y = R5 & 0xffff``,
+``::z = R5 >> 16``): 32-bit word 0 = first CTA id x, word 1 = y | z << 16, word 2 bit 0 = canceled, word 3 = 0.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..errors import InputError
+from ..ptx.ir import Directive, Function, Instruction
+from .errors import EmulationError, UnsupportedInstructionError
+
+RESPONSE_BYTES = 16
+_U32 = np.uint32
+
+
+# --- function-scope .shared variables --------------------------------------------------------------------------
+_SHARED_DECL_RE = re.compile(r"^(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*(?:\[\s*(\d*)\s*\])?\s*$")
+_ELEM_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "b32": 4, "u32": 4, "s32": 4, "f32": 4,
+               "b64": 8, "u64": 8, "s64": 8, "f64": 8, "b128": 16}
+#: Static variables sit below the dynamic `global_smem` window, which starts 1 KiB-aligned (as swizzled
+#: operands need), like ptxas's layout (static first, then dynamic).
+_DYNAMIC_ALIGN = 1024
+
+
+def static_shared_layout(fn: Function) -> tuple[dict[str, int], int]:
+    """Offsets of the `.shared` variables declared inside `fn` (inline-asm scopes) and the bytes to reserve
+    before the dynamic shared memory. Same-named declarations of different scopes share one allocation: the
+    asm that declares them runs its protocol to completion each time, so sharing is not observable."""
+    offsets: dict[str, int] = {}
+    off = 0
+    for st in fn.statements:
+        if not isinstance(st, Directive) or st.name != "shared":
+            continue
+        m = _SHARED_DECL_RE.match(st.args.strip())
+        if not m or m.group(2) not in _ELEM_BYTES or (m.group(4) == "" and m.group(4) is not None):
+            raise UnsupportedInstructionError(f"function-scope .shared declaration {st.args!r} is not emulated "
+                                              "(expected `.shared [.align N] .type name[count]`)", line=st.line)
+        align, ty, name, count = int(m.group(1) or 1), m.group(2), m.group(3), int(m.group(4) or 1)
+        if name in offsets:
+            continue
+        off = (off + align - 1) // align * align
+        offsets[name] = off
+        off += _ELEM_BYTES[ty] * count
+    reserved = (off + _DYNAMIC_ALIGN - 1) // _DYNAMIC_ALIGN * _DYNAMIC_ALIGN if off else 0
+    return offsets, reserved
+
+
+# --- the grid scheduler ------------------------------------------------------------------------------------------
+@dataclass
+class GridSchedule:
+    """How the emulated launch starts clusters (see the module docstring) and, after `run`, what happened.
+
+    `ran_by[cluster]` is the worker slot that processed that cluster's work (started it, or stole it);
+    `stolen` lists (worker, requesting cluster, stolen cluster) in order; `started` the clusters that ran."""
+
+    workers: int = 1
+    seed: Optional[int] = None
+    ran_by: dict = field(default_factory=dict)
+    stolen: list = field(default_factory=list)
+    started: list = field(default_factory=list)
+    failed_requests: int = 0
+    _pending: list = field(default_factory=list, repr=False)
+    _worker_of: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise InputError(f"GridSchedule(workers=...) must be a positive int (emulated SMs free for the launch), "
+                             f"got {self.workers!r}")
+
+    def cancel(self, requester) -> Optional[tuple]:
+        """try_cancel: the next not-yet-started cluster (now owned by `requester`'s worker), or None."""
+        if not self._pending:
+            self.failed_requests += 1
+            return None
+        victim = self._pending.pop(0)
+        worker = self._worker_of[requester]
+        self.ran_by[victim] = worker
+        self.stolen.append((worker, requester, victim))
+        return victim
+
+    def tiles_of_worker(self) -> dict[int, list]:
+        """worker slot -> the clusters whose work it did, in order."""
+        out: dict[int, list] = {}
+        for c, w in self.ran_by.items():
+            out.setdefault(w, []).append(c)
+        return out
+
+
+def run_grid(launch, coords: list, make_cluster: Callable, schedule: GridSchedule,
+             max_instructions: int = 200_000_000) -> None:
+    """Run every cluster of `coords` (launch order) that is not cancelled, `schedule.workers` at a time.
+    `make_cluster(coord)` builds a cluster (CTAs, warps) when it starts; clusters are built lazily."""
+    from .scheduler import QUANTUM, run_cluster, run_warp
+    from .tcgen05 import complete_async
+
+    rng = random.Random(schedule.seed) if schedule.seed is not None else None
+    order = list(coords)
+    if rng:
+        rng.shuffle(order)
+    schedule._pending = order
+    launch.grid_schedule = schedule
+    active: list = []  # (worker, cluster)
+    free = list(range(schedule.workers))
+    total = 0
+    while schedule._pending or active:
+        while free and schedule._pending:
+            coord = schedule._pending.pop(0)
+            worker = free.pop(0)
+            schedule._worker_of[coord] = worker
+            schedule.ran_by[coord] = worker
+            schedule.started.append(coord)
+            active.append((worker, make_cluster(coord)))
+        if rng:
+            rng.shuffle(active)
+        still = []
+        for worker, cluster in active:
+            progressed = False
+            for w in [w for cta in cluster.ctas for w in cta.warps if not w.done]:
+                before = launch.progress
+                n, blocked = run_warp(w, QUANTUM)
+                total += n
+                progressed |= bool(n) or launch.progress != before
+                if blocked and complete_async(cluster):
+                    progressed = True
+            done = all(w.done for cta in cluster.ctas for w in cta.warps)
+            if done or not (progressed or complete_async(cluster)):
+                # finished (run_cluster does the exit checks) or stuck (run_cluster reports the deadlock)
+                run_cluster(cluster, max_instructions)
+                free.append(worker)
+            else:
+                still.append((worker, cluster))
+        active = still
+        free.sort()
+        if total > max_instructions:
+            raise EmulationError(f"more than {max_instructions} warp-instructions without finishing: an infinite "
+                                 "loop? (raise max_instructions if the kernel is just big)")
+    launch.instructions += total
+
+
+# --- instruction semantics ---------------------------------------------------------------------------------------
+def _response(victim: Optional[tuple], nctas: int) -> np.ndarray:
+    words = np.zeros(4, dtype=_U32)
+    if victim is not None:
+        x, y, z = victim
+        words[0], words[1], words[2] = x * nctas, (y & 0xFFFF) | ((z & 0xFFFF) << 16), 1
+    return words.view(np.uint8)
+
+
+def _try_cancel(ins: Instruction, prog) -> Callable:
+    from .memops import address_reader
+    from .memory import split_cluster_address
+    from .tcgen05 import AsyncOp, _queue
+    if "mbarrier::complete_tx::bytes" not in ins.modifiers or len(ins.operands) != 2:
+        raise UnsupportedInstructionError("clusterlaunchcontrol.try_cancel needs the "
+                                          ".mbarrier::complete_tx::bytes form with [addr], [mbar]", line=ins.line)
+    multicast = "multicast::cluster::all" in ins.modifiers
+    rd_addr = address_reader(ins.operands[0], prog, ins)
+    rd_bar = address_reader(ins.operands[1], prog, ins)
+    line = ins.line
+
+    def try_cancel(w):
+        sched = getattr(w.launch, "grid_schedule", None)
+        if sched is None:
+            raise EmulationError("clusterlaunchcontrol.try_cancel needs the lazy grid scheduler "
+                                 "(bwtriton.emu.clc.run_grid); this launch path has none", where=w.where())
+        cluster = w.cta.cluster
+        addrs, bars = np.broadcast_to(rd_addr(w), (32,)), np.broadcast_to(rd_bar(w), (32,))
+        lanes = np.flatnonzero(w.mask if w.mask is not None else w.live)
+        for lane in lanes:  # every active thread issues its own request (the verifier flags more than one)
+            _, addr = split_cluster_address(int(addrs[lane]), w.cta.rank)
+            _, bar = split_cluster_address(int(bars[lane]), w.cta.rank)
+            if addr % 16:
+                raise EmulationError(f"try_cancel response address 0x{addr:x} is not 16-byte aligned",
+                                     where=w.where())
+            victim = sched.cancel(cluster.cluster_id)
+            data = _response(victim, len(cluster.ctas))
+            targets = cluster.ctas if multicast else [w.cta]
+
+            def deliver(targets=targets, addr=addr, bar=bar, data=data):
+                for cta in targets:
+                    mb = cta.mbarriers.get(bar)
+                    if mb is None:
+                        raise EmulationError(f"try_cancel completes on an uninitialised mbarrier 0x{bar:x} of CTA "
+                                             f"rank {cta.rank} (initialise it before the request)", line=line)
+                    cta.smem.write(np.array([addr], dtype=np.uint64), data[None, :])
+                    mb.complete_tx(RESPONSE_BYTES)
+            _queue(w, AsyncOp(run=deliver, issuer_rank=w.cta.rank, line=line))
+    return try_cancel
+
+
+def _mov_b128(ins: Instruction, prog) -> Callable:
+    dst, src = ins.operands
+    d = prog.slot(dst.name, ins)
+    if src.kind == "vec" and len(src.items) == 2:
+        lo, hi = (prog.src(it, np.dtype(np.uint64), ins) for it in src.items)
+
+        def pack(w):
+            v = np.stack([np.broadcast_to(lo(w), (32,)), np.broadcast_to(hi(w), (32,))], axis=1)
+            w.R[d] = v if w.mask is None else np.where(w.mask[:, None], v, w.R[d])
+        return pack
+    if src.kind == "reg":
+        s = prog.slot(src.name, ins)
+
+        def copy(w):
+            w.R[d] = w.R[s].copy() if w.mask is None else np.where(w.mask[:, None], w.R[s], w.R[d])
+        return copy
+    raise UnsupportedInstructionError("mov.b128 from something other than {lo64, hi64} or a .b128 register",
+                                      line=ins.line, text=ins.text)
+
+
+def _query_cancel(ins: Instruction, prog) -> Callable:
+    what = ins.modifiers[0] if ins.modifiers else ""
+    dst, src = ins.operands
+    if src.kind != "reg":
+        raise UnsupportedInstructionError("query_cancel needs a .b128 register response", line=ins.line)
+    s = prog.slot(src.name, ins)
+    words = {"get_first_ctaid::x": lambda lo, hi: lo & 0xFFFFFFFF,
+             "get_first_ctaid::y": lambda lo, hi: (lo >> 32) & 0xFFFF,
+             "get_first_ctaid::z": lambda lo, hi: (lo >> 48) & 0xFFFF,
+             "is_canceled": lambda lo, hi: hi & 1}
+    if what not in words:
+        raise UnsupportedInstructionError(f"clusterlaunchcontrol.query_cancel.{what} is not emulated "
+                                          "(is_canceled, get_first_ctaid::x/y/z are)", line=ins.line)
+    decode = words[what]
+    out = prog.dst(dst, ins)
+
+    def query(w):
+        r = w.R[s]
+        if r.ndim != 2:
+            raise EmulationError(f"{src.name} holds no try_cancel response (not written as .b128)", where=w.where())
+        v = decode(r[:, 0], r[:, 1])
+        out(w, (v != 0) if what == "is_canceled" else v.astype(_U32))
+    return query
+
+
+#: opcode -> instruction compiler; `compile_instruction` is what the emulator's dispatch calls.
+ISA: dict[str, Callable] = {
+    "clusterlaunchcontrol.try_cancel": _try_cancel,
+    "clusterlaunchcontrol.query_cancel": _query_cancel,
+}
+
+
+def compile_instruction(ins: Instruction, prog) -> Optional[Callable]:
+    """The closure for a CLC instruction or a 128-bit `mov`, None for anything else."""
+    if ins.opcode in ISA:
+        return ISA[ins.opcode](ins, prog)
+    if ins.opcode == "mov" and ins.types == ("b128",):
+        return _mov_b128(ins, prog)
+    return None
