@@ -14,9 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..language import clc
-from ._tiles import grouped_tile_coords
-from ._validate import InputChecker
+from bwtriton.language import clc
+from bwtriton.kernels._tiles import grouped_tile_coords
+from bwtriton.kernels._validate import InputChecker
 
 _DTYPES = (torch.float16, torch.bfloat16)
 #: Kernel constexprs of the default configuration (also what the lit tests and the emulator compile).
@@ -98,3 +98,9 @@ def clc_matmul(a: torch.Tensor, b: torch.Tensor, *, num_sms: Optional[int] = Non
     clc_matmul_kernel[(grid,)](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), **DEFAULT_BLOCKS,
                                USE_CLC=use_clc, NUM_CTAS=1, num_warps=4)
     return c
+
+
+#: `bwtriton compile clc_matmul.py:clc_matmul_kernel` defaults (CLC on; pass --constexpr USE_CLC=false for
+#: targets without it).
+BWTRITON_SPECS = {"clc_matmul_kernel": {"signature": signature("bf16"), "constexprs": constexprs("sm_100a"),
+                                        "num_warps": 4}}

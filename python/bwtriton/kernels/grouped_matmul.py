@@ -15,9 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..errors import InputError
-from ..language import clc
-from .clc_matmul import _gemm_tile
+from bwtriton.errors import InputError
+from bwtriton.language import clc
+from bwtriton.kernels.clc_matmul import _gemm_tile
 
 DEFAULT_BLOCKS = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}
 
@@ -101,3 +101,9 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_rows: Sequence[int], 
                                    b.stride(1), c.stride(0), **DEFAULT_BLOCKS, USE_CLC=use_clc, NUM_CTAS=1,
                                    num_warps=4)
     return c
+
+
+#: `bwtriton compile grouped_matmul.py:grouped_matmul_kernel` defaults (CLC on; pass --constexpr USE_CLC=false
+#: for targets without it).
+BWTRITON_SPECS = {"grouped_matmul_kernel": {"signature": signature("bf16"), "constexprs": constexprs("sm_100a"),
+                                            "num_warps": 4}}
