@@ -1,0 +1,129 @@
+"""CLC kernels in the emulator under several grid schedules: numerics against torch, every tile processed
+exactly once, and the kernel's own record of who processed what agrees with the emulated scheduler's."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import bwtriton
+import bwtriton.emu as emu
+from bwtriton.emu.clc import GridSchedule
+from bwtriton.kernels import clc_matmul as cm
+from bwtriton.kernels import grouped_matmul as gm
+from bwtriton.kernels.clc_schedule import SIGNATURE, clc_schedule_kernel
+
+pytestmark = pytest.mark.emu
+# (workers, seed): one SM (everything is stolen by the first program), 3 SMs in launch order and shuffled,
+# a full B200 (148 SMs: every cluster starts, every cancel fails)
+SCHEDULES = [(1, None), (3, None), (3, 11), (148, None)]
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(num_ctas: int):
+    return bwtriton.compile(clc_schedule_kernel, signature=SIGNATURE, target="sm_100a", num_ctas=num_ctas,
+                            constexprs={"USE_CLC": True, "NUM_CTAS": num_ctas})
+
+
+@pytest.mark.parametrize("num_ctas", [1, 2])
+@pytest.mark.parametrize("workers,seed", SCHEDULES)
+def test_every_tile_once_and_owner_matches_scheduler(num_ctas, workers, seed):
+    tiles = 12
+    owner = torch.zeros(tiles, dtype=torch.int32)
+    visits = torch.zeros(tiles, dtype=torch.int32)
+    sched = GridSchedule(workers=workers, seed=seed)
+    emu.run(_probe(num_ctas), tiles, owner, visits, tiles, schedule=sched)
+    # Triton predicates scalar atomics on CTA rank 0's thread 0 (`(tid & 127 | %cluster_ctarank) == 0` in the
+    # PTX), so a cluster counts one visit per tile; a tile processed twice would count 2
+    assert visits.tolist() == [1] * tiles
+    started_by_worker = {sched.ran_by[c]: c[0] for c in sched.started}
+    for t in range(tiles):
+        assert owner[t].item() - 1 == started_by_worker[sched.ran_by[(t, 0, 0)]]
+    stolen = len(sched.stolen)
+    assert len(sched.started) + stolen == tiles
+    assert stolen == (0 if workers >= tiles else tiles - len(sched.started))
+    assert sched.failed_requests == len(sched.started)  # each program ends on exactly one failed cancel
+
+
+def test_one_worker_steals_everything_in_launch_order():
+    tiles = 5
+    owner, visits = torch.zeros(tiles, dtype=torch.int32), torch.zeros(tiles, dtype=torch.int32)
+    sched = GridSchedule(workers=1)
+    emu.run(_probe(1), tiles, owner, visits, tiles, schedule=sched)
+    assert sched.started == [(0, 0, 0)]
+    assert [v for _, _, v in sched.stolen] == [(t, 0, 0) for t in range(1, tiles)]
+    assert owner.tolist() == [1] * tiles
+
+
+def test_seed_changes_the_schedule_not_the_result():
+    tiles = 9
+    runs = []
+    for seed in (1, 2):
+        owner, visits = torch.zeros(tiles, dtype=torch.int32), torch.zeros(tiles, dtype=torch.int32)
+        sched = GridSchedule(workers=2, seed=seed)
+        emu.run(_probe(1), tiles, owner, visits, tiles, schedule=sched)
+        assert visits.tolist() == [1] * tiles
+        runs.append(sched.started)
+    assert runs[0] != runs[1]
+
+
+def test_bad_worker_count_is_a_clear_error():
+    with pytest.raises(bwtriton.errors.InputError, match="positive int"):
+        GridSchedule(workers=0)
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm():
+    return bwtriton.compile(cm.clc_matmul_kernel, signature=cm.signature("bf16"), target="sm_100a",
+                            constexprs=cm.constexprs("sm_100a"))
+
+
+def _assert_bf16_close(got: torch.Tensor, ref: torch.Tensor) -> None:
+    # fp32 accumulation, one rounding to bf16 at the store: within one bf16 ulp (2^-7 relative) of the float64
+    # product; atol covers results that round near zero
+    torch.testing.assert_close(got.double(), ref, rtol=2 ** -7, atol=1e-2)
+
+
+@pytest.mark.parametrize("workers,seed", SCHEDULES)
+def test_clc_matmul_matches_torch(workers, seed):
+    M, N, K = 256, 192, 64  # 2 x 3 = 6 tiles of 128 x 64
+    g = torch.Generator().manual_seed(workers)
+    a = torch.randn(M, K, generator=g).bfloat16()
+    b = torch.randn(K, N, generator=g).bfloat16()
+    c = torch.zeros(M, N, dtype=torch.bfloat16)
+    sched = GridSchedule(workers=workers, seed=seed)
+    emu.run(_gemm(), cm.num_tiles(M, N), a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), schedule=sched)
+    _assert_bf16_close(c, a.double() @ b.double())
+    assert len(sched.stolen) == max(0, cm.num_tiles(M, N) - workers)
+
+
+@functools.lru_cache(maxsize=None)
+def _grouped():
+    return bwtriton.compile(gm.grouped_matmul_kernel, signature=gm.signature("bf16"), target="sm_100a",
+                            constexprs=gm.constexprs("sm_100a"))
+
+
+@pytest.mark.parametrize("workers,seed", SCHEDULES)
+def test_ragged_grouped_matmul_matches_torch(workers, seed):
+    group_rows = [200, 40, 0, 130]  # ragged, with an empty expert and partial M tiles
+    N, K = 128, 64
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(sum(group_rows), K, generator=g).bfloat16()
+    b = torch.randn(len(group_rows), K, N, generator=g).bfloat16()
+    c = torch.zeros(sum(group_rows), N, dtype=torch.bfloat16)
+    rows, tiles = gm.group_offsets(group_rows, N)
+    emu.run(_grouped(), int(tiles[-1]), a, b, c, rows, tiles, len(group_rows), N, K, a.stride(0), b.stride(0),
+            b.stride(1), c.stride(0), schedule=GridSchedule(workers=workers, seed=seed))
+    _assert_bf16_close(c, gm.reference(a, b, group_rows))
+
+
+def test_group_offsets_count_tiles_per_group():
+    rows, tiles = gm.group_offsets([200, 40, 0, 130], 128)
+    assert rows.tolist() == [0, 200, 240, 240, 370]
+    assert tiles.tolist() == [0, 4, 6, 6, 10]  # cdiv(M_g, 128) * cdiv(128, 64)
+
+
+def test_group_offsets_reject_negative_rows():
+    with pytest.raises(bwtriton.errors.InputError, match="row counts >= 0"):
+        gm.group_offsets([3, -1], 64)
