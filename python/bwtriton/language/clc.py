@@ -80,20 +80,20 @@ def try_cancel_asm(num_ctas: int = 1) -> str:
         "{",
         ".shared .align 16 .b8 bwclc_resp[16];",
         ".shared .align 8 .b64 bwclc_bar;",
-        ".reg .pred %bwclc_lead, %bwclc_issuer, %bwclc_done, %bwclc_ok;",
-        ".reg .b32 %bwclc_t, %bwclc_n;",
+        ".reg .pred %bwclc_lead, %bwclc_rank0, %bwclc_issuer, %bwclc_done, %bwclc_ok;",
+        ".reg .b32 %bwclc_tid, %bwclc_t, %bwclc_n;",
         ".reg .b64 %bwclc_lo, %bwclc_hi;",
         ".reg .b128 %bwclc_r;",
-        "mov.u32 %bwclc_t, %tid.x;",
-        "setp.eq.u32 %bwclc_lead, %bwclc_t, 0;",
+        "mov.u32 %bwclc_tid, %tid.x;",
+        "setp.eq.u32 %bwclc_lead, %bwclc_tid, 0;",
         "@%bwclc_lead mbarrier.init.shared::cta.b64 [bwclc_bar], 1;",
         "fence.mbarrier_init.release.cluster;",
     ]
     if multicast:
         # every CTA's mbarrier must exist before rank 0's multicast response can complete on it
         lines += ["mov.u32 %bwclc_n, %cluster_ctarank;",
-                  "setp.eq.u32 %bwclc_issuer, %bwclc_n, 0;",
-                  "and.pred %bwclc_issuer, %bwclc_issuer, %bwclc_lead;",
+                  "setp.eq.u32 %bwclc_rank0, %bwclc_n, 0;",
+                  "and.pred %bwclc_issuer, %bwclc_rank0, %bwclc_lead;",
                   "barrier.cluster.arrive.release.aligned;",
                   "barrier.cluster.wait.acquire.aligned;"]
     else:
