@@ -69,9 +69,10 @@ def launch_grid(num_tiles: int, target: "str | Target", num_sms: Optional[int] =
     return min(num_tiles, num_sms), False
 
 
-def try_cancel_asm(num_ctas: int = 1) -> str:
-    """The PTX of one CLC round trip (see the module docstring). Operand ``$1`` is the value returned when the
-    cancel fails; ``$0`` receives the stolen cluster's index (first CTA id / cluster size) or ``$1``."""
+def try_cancel_asm(num_ctas: int = 1, with_y: bool = False) -> str:
+    """The PTX of one CLC round trip (see the module docstring). The last operand (``$1``, or ``$2`` with
+    `with_y`) is the value returned when the cancel fails; ``$0`` receives the stolen cluster's x index (first
+    CTA id x / cluster size) and, `with_y`, ``$1`` its y index (2-D grids)."""
     if num_ctas < 1:
         raise InputError(f"NUM_CTAS must be >= 1, got {num_ctas}")
     multicast = num_ctas > 1
@@ -112,7 +113,12 @@ def try_cancel_asm(num_ctas: int = 1) -> str:
         "clusterlaunchcontrol.query_cancel.get_first_ctaid::x.b32.b128 %bwclc_t, %bwclc_r;",
         "mov.u32 %bwclc_n, %cluster_nctaid.x;",
         "div.u32 %bwclc_t, %bwclc_t, %bwclc_n;",
-        "selp.b32 $0, %bwclc_t, $1, %bwclc_ok;",
+        "selp.b32 $0, %bwclc_t, $2, %bwclc_ok;" if with_y else "selp.b32 $0, %bwclc_t, $1, %bwclc_ok;",
+    ]
+    if with_y:
+        lines += ["clusterlaunchcontrol.query_cancel.get_first_ctaid::y.b32.b128 %bwclc_t, %bwclc_r;",
+                  "selp.b32 $1, %bwclc_t, $2, %bwclc_ok;"]
+    lines += [
         # all threads have read the response before the mbarrier is retired and a later call re-arms it
         "bar.sync 0;",
         "@%bwclc_lead mbarrier.inval.shared::cta.b64 [bwclc_bar];",
@@ -125,6 +131,8 @@ def try_cancel_asm(num_ctas: int = 1) -> str:
 # %cluster_nctaid.x at run time), so two module-level constexprs serve every kernel.
 _ASM_ONE_CTA = tl.constexpr(try_cancel_asm(1))
 _ASM_CLUSTER = tl.constexpr(try_cancel_asm(2))
+_ASM_ONE_CTA_XY = tl.constexpr(try_cancel_asm(1, with_y=True))
+_ASM_CLUSTER_XY = tl.constexpr(try_cancel_asm(2, with_y=True))
 
 
 @triton.jit
@@ -141,6 +149,18 @@ def steal(if_none, NUM_CTAS: tl.constexpr = 1):
 
 
 @triton.jit
+def steal_xy(if_none, NUM_CTAS: tl.constexpr = 1):
+    """`steal` for 2-D grids: (x, y) program ids of the stolen cluster, (if_none, if_none) when none."""
+    if NUM_CTAS == 1:
+        x, y = tl.inline_asm_elementwise(_ASM_ONE_CTA_XY, "=r,=r,r", [if_none.to(tl.int32)],
+                                         dtype=(tl.int32, tl.int32), is_pure=False, pack=1)
+    else:
+        x, y = tl.inline_asm_elementwise(_ASM_CLUSTER_XY, "=r,=r,r", [if_none.to(tl.int32)],
+                                         dtype=(tl.int32, tl.int32), is_pure=False, pack=1)
+    return x, y
+
+
+@triton.jit
 def next_tile(tile, num_tiles, USE_CLC: tl.constexpr, NUM_CTAS: tl.constexpr = 1):
     """The next tile of a persistent loop ``while tile < num_tiles``: a stolen tile (``num_tiles`` when none is
     left) with CLC, else ``tile + tl.num_programs(0)`` (the static persistent schedule)."""
@@ -149,3 +169,118 @@ def next_tile(tile, num_tiles, USE_CLC: tl.constexpr, NUM_CTAS: tl.constexpr = 1
     else:
         nxt = tile + tl.num_programs(0)
     return nxt
+
+
+# --- clc=True: a one-tile-per-program kernel rewritten into a CLC persistent loop -------------------------------
+# Triton 3.6's Python bindings cannot restructure TTIR regions, so the rewrite is done on the kernel's source
+# (Python AST) before Triton sees it: `tl.program_id(0/1)` become loop variables, the body runs in
+# ``while x >= 0`` and ends with `steal_xy` (x = -1 once nothing is left). The grid the host launches is unchanged
+# (one program per tile), which is exactly what CLC wants.
+_TILE_NAMES = ("_bwclc_x", "_bwclc_y")
+
+
+def _refuse(fn_name: str, why: str) -> InputError:
+    return InputError(f"clc=True cannot make {fn_name} persistent: {why}. Write the persistent loop yourself "
+                      "with bwtriton.language.clc.next_tile (docs/clc.md), or compile without clc=True")
+
+
+class _ProgramIdRewriter:
+    """Finds and replaces `<anything>.program_id(axis)` calls; refuses what the loop would change."""
+
+    def __init__(self, fn_name: str):
+        import ast
+        self.ast = ast
+        self.fn_name = fn_name
+        self.axes: set[int] = set()
+
+    def _axis(self, call) -> int:
+        ast = self.ast
+        args = list(call.args) + [k.value for k in call.keywords if k.arg == "axis"]
+        if len(args) != 1 or not isinstance(args[0], ast.Constant) or args[0].value not in (0, 1, 2):
+            raise _refuse(self.fn_name, f"tl.program_id at line {call.lineno} has a non-literal axis")
+        if args[0].value == 2:
+            raise _refuse(self.fn_name, "it uses tl.program_id(2); CLC persistence supports 1-D and 2-D grids")
+        return args[0].value
+
+    def check(self, tree) -> None:
+        ast = self.ast
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "num_programs":
+                raise _refuse(self.fn_name, f"it calls tl.num_programs (line {node.lineno}); in a persistent "
+                                            "kernel the number of programs running is not the grid any more")
+            if isinstance(node, ast.Return):
+                raise _refuse(self.fn_name, f"it returns early (line {node.lineno}); a return would end the "
+                                            "persistent loop, not just this tile")
+
+    def rewrite(self, tree):
+        ast = self.ast
+        outer = self
+
+        class T(ast.NodeTransformer):
+            def visit_Call(self, node):
+                self.generic_visit(node)
+                if isinstance(node.func, ast.Attribute) and node.func.attr == "program_id":
+                    axis = outer._axis(node)
+                    outer.axes.add(axis)
+                    return ast.copy_location(ast.Name(_TILE_NAMES[axis], ast.Load()), node)
+                return node
+        return T().visit(tree)
+
+
+def _helpers_using_program_ids(fn) -> list[str]:
+    """Names of @jit functions the kernel references whose source calls program_id / num_programs."""
+    from triton.runtime.jit import JITFunction
+    out = []
+    for name, val in fn.fn.__globals__.items():
+        if isinstance(val, JITFunction) and val is not fn and name in fn.src and val.__module__ != __name__:
+            if "program_id" in val.src or "num_programs" in val.src:
+                out.append(name)
+    return out
+
+
+def make_persistent(fn, num_ctas: int = 1):
+    """A new @triton.jit kernel: `fn` (one tile per program, 1-D or 2-D grid) as a CLC persistent loop.
+
+    Same arguments and grid; on sm_100a/sm_103a each program, after its tile, steals the tile of a program that
+    has not started. Raises `InputError` naming the reason when the rewrite would change the kernel's meaning:
+    `tl.num_programs`, an early `return`, `tl.program_id(2)` or a non-literal axis, or a @jit helper that reads
+    program ids itself."""
+    import ast
+    import linecache
+    import sys
+    import textwrap
+
+    from triton.runtime.jit import JITFunction
+    if not isinstance(fn, JITFunction):
+        raise InputError(f"clc=True needs a @triton.jit kernel, got {fn!r}")
+    name = fn.fn.__name__
+    helpers = _helpers_using_program_ids(fn)
+    if helpers:
+        raise _refuse(name, f"the @jit helper(s) {', '.join(helpers)} read program ids themselves")
+    tree = ast.parse(textwrap.dedent(fn.src))
+    fdef = tree.body[0]
+    rw = _ProgramIdRewriter(name)
+    rw.check(fdef)
+    fdef.decorator_list = []
+    body = fdef.body
+    doc = body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
+    rest = [rw.rewrite(stmt) for stmt in body[len(doc):]]
+    if not rw.axes:
+        raise _refuse(name, "it never reads tl.program_id, so every program would compute the same tile")
+    fdef.name = f"{name}__clc"
+    x, y = _TILE_NAMES
+    prologue = (f"{x} = _bwclc_tl.program_id(0)\n{y} = _bwclc_tl.program_id(1)\n")
+    steal = f"{x}, {y} = _bwclc.steal_xy({x} * 0 - 1, {int(num_ctas)})\n"
+    loop = ast.parse(f"while {x} >= 0:\n    pass\n").body[0]
+    loop.body = rest + ast.parse(steal).body
+    fdef.body = doc + ast.parse(prologue).body + [loop]
+    src = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    filename = f"<bwtriton clc=True: {name}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # inspect.getsource reads it
+    scope = dict(fn.fn.__globals__)
+    scope.update(_bwclc_tl=tl, _bwclc=sys.modules[__name__])
+    exec(compile(src, filename, "exec"), scope)  # noqa: S102 - the user's own kernel, rewritten
+    new = scope[fdef.name]
+    new.__module__ = fn.fn.__module__
+    return triton.jit(new)
