@@ -127,3 +127,23 @@ def test_group_offsets_count_tiles_per_group():
 def test_group_offsets_reject_negative_rows():
     with pytest.raises(bwtriton.errors.InputError, match="row counts >= 0"):
         gm.group_offsets([3, -1], 64)
+
+
+def _hand_written(replace: tuple[str, str] | None = None) -> str:
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "test_lit" / "clc" / "verify_clean.ptx").read_text()
+    return text.replace(*replace) if replace else text
+
+
+def test_hand_written_round_trip_runs():
+    out = torch.zeros(1, dtype=torch.int64)
+    sched = GridSchedule(workers=1)
+    emu.run(_hand_written(), 4, out, 4, num_warps=4, shared=0, schedule=sched)
+    assert [v for _, _, v in sched.stolen] == [(1, 0, 0), (2, 0, 0), (3, 0, 0)]
+
+
+def test_request_after_observed_failure_is_flagged():
+    # the loop restarts at tile 0 instead of ending when the cancel failed: PTX leaves the next request undefined
+    ptx = _hand_written(("selp.b32 %r2, %t, %r1, %ok;", "selp.b32 %r2, %t, 0, %ok;"))
+    with pytest.raises(emu.EmulationError, match="after this CTA observed a failed one"):
+        emu.run(ptx, 2, torch.zeros(1, dtype=torch.int64), 2, num_warps=4, shared=0, schedule=GridSchedule())

@@ -179,6 +179,10 @@ def _try_cancel(ins: Instruction, prog) -> Callable:
         if sched is None:
             raise EmulationError("clusterlaunchcontrol.try_cancel needs the lazy grid scheduler "
                                  "(bwtriton.emu.clc.run_grid); this launch path has none", where=w.where())
+        if getattr(w.cta, "clc_saw_failure", False):
+            raise EmulationError("clusterlaunchcontrol.try_cancel after this CTA observed a failed one (query_cancel"
+                                 ".is_canceled false): undefined behaviour in PTX; end the persistent loop when a "
+                                 "cancel fails", where=w.where())
         cluster = w.cta.cluster
         addrs, bars = np.broadcast_to(rd_addr(w), (32,)), np.broadcast_to(rd_bar(w), (32,))
         lanes = np.flatnonzero(w.mask if w.mask is not None else w.live)
@@ -245,7 +249,13 @@ def _query_cancel(ins: Instruction, prog) -> Callable:
         if r.ndim != 2:
             raise EmulationError(f"{src.name} holds no try_cancel response (not written as .b128)", where=w.where())
         v = decode(r[:, 0], r[:, 1])
-        out(w, (v != 0) if what == "is_canceled" else v.astype(_U32))
+        if what == "is_canceled":
+            act = w.mask if w.mask is not None else w.live
+            if (act & (v == 0)).any():
+                w.cta.clc_saw_failure = True  # a later try_cancel of this CTA is undefined behaviour
+            out(w, v != 0)
+        else:
+            out(w, v.astype(_U32))
     return query
 
 
