@@ -51,6 +51,13 @@ def _no_pid(x_ptr):
     tl.store(x_ptr, 1)
 
 
+def test_already_persistent_kernel_is_refused():
+    from bwtriton.kernels.clc_schedule import SIGNATURE, clc_schedule_kernel
+    with pytest.raises(InputError, match="already a CLC persistent kernel \\(clc.next_tile"):
+        bwtriton.compile(clc_schedule_kernel, signature=SIGNATURE, target="sm_100a", clc=True,
+                         constexprs={"USE_CLC": True, "NUM_CTAS": 1})
+
+
 @pytest.mark.parametrize("kernel,reason", [
     (_uses_num_programs, "calls tl.num_programs"), (_returns_early, "returns early"),
     (_three_d, "tl.program_id\\(2\\)"), (_calls_helper, "helper\\(s\\) _pid_helper read program ids"),

@@ -68,6 +68,15 @@ def test_seed_changes_the_schedule_not_the_result():
     assert runs[0] != runs[1]
 
 
+def test_schedule_object_is_reset_per_run():
+    tiles = 4
+    sched = GridSchedule(workers=2)
+    for _ in range(2):
+        owner, visits = torch.zeros(tiles, dtype=torch.int32), torch.zeros(tiles, dtype=torch.int32)
+        emu.run(_probe(1), tiles, owner, visits, tiles, schedule=sched)
+    assert len(sched.started) == 2 and len(sched.stolen) == 2 and sched.failed_requests == 2
+
+
 def test_bad_worker_count_is_a_clear_error():
     with pytest.raises(bwtriton.errors.InputError, match="positive int"):
         GridSchedule(workers=0)

@@ -83,6 +83,11 @@ class GridSchedule:
             raise InputError(f"GridSchedule(workers=...) must be a positive int (emulated SMs free for the launch), "
                              f"got {self.workers!r}")
 
+    def reset(self) -> None:
+        """Forget a previous run's record (a schedule object may be reused for another launch)."""
+        self.ran_by, self.stolen, self.started, self.failed_requests = {}, [], [], 0
+        self._pending, self._worker_of = [], {}
+
     def cancel(self, requester) -> Optional[tuple]:
         """try_cancel: the next not-yet-started cluster (now owned by `requester`'s worker), or None."""
         if not self._pending:
@@ -110,6 +115,7 @@ def run_grid(launch, coords: list, make_cluster: Callable, schedule: GridSchedul
     from .tcgen05 import complete_async
 
     rng = random.Random(schedule.seed) if schedule.seed is not None else None
+    schedule.reset()
     order = list(coords)
     if rng:
         rng.shuffle(order)

@@ -209,6 +209,10 @@ class _ProgramIdRewriter:
                     and node.func.attr == "num_programs":
                 raise _refuse(self.fn_name, f"it calls tl.num_programs (line {node.lineno}); in a persistent "
                                             "kernel the number of programs running is not the grid any more")
+            called = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
+            if called in ("next_tile", "steal", "steal_xy"):
+                raise _refuse(self.fn_name, f"it is already a CLC persistent kernel (clc.{called} at line "
+                                            f"{node.lineno})")
             if isinstance(node, ast.Return):
                 raise _refuse(self.fn_name, f"it returns early (line {node.lineno}); a return would end the "
                                             "persistent loop, not just this tile")
