@@ -156,3 +156,32 @@ def test_request_after_observed_failure_is_flagged():
     ptx = _hand_written(("selp.b32 %r2, %t, %r1, %ok;", "selp.b32 %r2, %t, 0, %ok;"))
     with pytest.raises(emu.EmulationError, match="after this CTA observed a failed one"):
         emu.run(ptx, 2, torch.zeros(1, dtype=torch.int64), 2, num_warps=4, shared=0, schedule=GridSchedule())
+
+
+def _gluon_probe():
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    from bwtriton.language.clc import gluon_next_tile
+
+    @gluon.jit
+    def gluon_probe(owner_ptr, num_tiles, USE_CLC: gl.constexpr):
+        tile = gl.program_id(0)
+        while tile < num_tiles:
+            gl.store(owner_ptr + tile, gl.program_id(0) + 1)
+            tile = gluon_next_tile(tile, num_tiles, USE_CLC)
+    return gluon_probe
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_gluon_kernel_steals(workers):
+    res = bwtriton.compile(_gluon_probe(), signature={"owner_ptr": "*i32", "num_tiles": "i32"},
+                           constexprs={"USE_CLC": True}, target="sm_100a")
+    assert "clusterlaunchcontrol.try_cancel" in res.asm["ptx"]
+    tiles = 7
+    owner = torch.zeros(tiles, dtype=torch.int32)
+    sched = GridSchedule(workers=workers)
+    emu.run(res, tiles, owner, tiles, schedule=sched)
+    started = {sched.ran_by[c]: c[0] for c in sched.started}
+    assert [o - 1 for o in owner.tolist()] == [started[sched.ran_by[(t, 0, 0)]] for t in range(tiles)]
+    assert len(sched.stolen) == tiles - workers

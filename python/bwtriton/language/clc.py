@@ -288,3 +288,27 @@ def make_persistent(fn, num_ctas: int = 1):
     new = scope[fdef.name]
     new.__module__ = fn.fn.__module__
     return triton.jit(new)
+
+
+# --- Gluon ------------------------------------------------------------------------------------------------------
+# Gluon kernels cannot call @triton.jit functions; the same asm serves them through gl.inline_asm_elementwise.
+try:
+    from triton.experimental import gluon as _gluon
+    from triton.experimental.gluon import language as _gl
+except ImportError:  # pragma: no cover - a Triton without Gluon
+    _gluon = None
+
+if _gluon is not None:
+    @_gluon.jit
+    def gluon_next_tile(tile, num_tiles, USE_CLC: _gl.constexpr, NUM_CTAS: _gl.constexpr = 1):
+        """`next_tile` for @gluon.jit kernels (same protocol, same static fallback)."""
+        if USE_CLC:
+            if NUM_CTAS == 1:
+                nxt = _gl.inline_asm_elementwise(_ASM_ONE_CTA, "=r,r", [num_tiles], dtype=_gl.int32,
+                                                 is_pure=False, pack=1)
+            else:
+                nxt = _gl.inline_asm_elementwise(_ASM_CLUSTER, "=r,r", [num_tiles], dtype=_gl.int32,
+                                                 is_pure=False, pack=1)
+        else:
+            nxt = tile + _gl.num_programs(0)
+        return nxt
