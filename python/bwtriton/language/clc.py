@@ -20,6 +20,9 @@ steal) `next_tile` returns ``num_tiles`` and the loop ends. Without CLC (Hopper,
 source is the static persistent schedule: the host launches ``min(num_tiles, NUM_SMS)`` programs and
 `next_tile` strides by ``tl.num_programs(0)``.
 
+`make_persistent` (what ``bwtriton.compile(..., clc=True)`` uses) writes that loop into a one-tile-per-program
+kernel; `gluon_next_tile` is `next_tile` for `@gluon.jit` kernels.
+
 Why inline PTX (`tl.inline_asm_elementwise`) and not a marker op lowered by a pass: Triton 3.6 has no user
 shared-memory allocation in `tl`, and no op whose lowering we could hook for an mbarrier + a 16-byte response
 buffer. PTX lets a `{ }` scope declare `.shared` variables, so one asm block owns its buffer and mbarrier and runs
