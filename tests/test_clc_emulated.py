@@ -185,3 +185,30 @@ def test_gluon_kernel_steals(workers):
     started = {sched.ran_by[c]: c[0] for c in sched.started}
     assert [o - 1 for o in owner.tolist()] == [started[sched.ran_by[(t, 0, 0)]] for t in range(tiles)]
     assert len(sched.stolen) == tiles - workers
+
+
+def test_static_shared_layout_aligns_dedupes_and_reserves_1k():
+    from bwtriton.emu.clc import static_shared_layout
+    from bwtriton.ptx import parse_ptx
+    fn = parse_ptx(""".version 8.7
+.target sm_100a
+.address_size 64
+.visible .entry k()
+{
+  { .shared .align 8 .b64 bar; .shared .align 16 .b8 resp[16]; }
+  { .shared .align 8 .b64 bar; }
+  ret;
+}""").entries[0]
+    offsets, reserved = static_shared_layout(fn)
+    assert offsets == {"bar": 0, "resp": 16}  # resp aligned up to 16; the second `bar` shares the first's slot
+    assert reserved == 1024                   # dynamic shared memory (global_smem) stays 1 KiB aligned
+
+
+def test_unsupported_shared_declaration_is_named():
+    from bwtriton.emu.clc import static_shared_layout
+    from bwtriton.emu.errors import UnsupportedInstructionError
+    from bwtriton.ptx import parse_ptx
+    fn = parse_ptx(".version 8.7\n.target sm_100a\n.address_size 64\n.visible .entry k()\n{\n"
+                   "  { .shared .align 8 .v2 .b32 pair; }\n  ret;\n}").entries[0]
+    with pytest.raises(UnsupportedInstructionError, match="function-scope .shared declaration"):
+        static_shared_layout(fn)
