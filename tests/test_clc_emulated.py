@@ -212,3 +212,21 @@ def test_unsupported_shared_declaration_is_named():
                    "  { .shared .align 8 .v2 .b32 pair; }\n  ret;\n}").entries[0]
     with pytest.raises(UnsupportedInstructionError, match="function-scope .shared declaration"):
         static_shared_layout(fn)
+
+
+def test_slow_worker_gets_fewer_tiles_and_static_waits_for_it():
+    tiles = 12
+    owner, visits = torch.zeros(tiles, dtype=torch.int32), torch.zeros(tiles, dtype=torch.int32)
+    sched = GridSchedule(workers=3, speeds=(1.0, 1.0, 0.2), quantum=50)
+    emu.run(_probe(1), tiles, owner, visits, tiles, schedule=sched)
+    per_worker = {w: len(c) for w, c in sched.tiles_of_worker().items()}
+    assert visits.tolist() == [1] * tiles
+    assert per_worker[2] < per_worker[0] and per_worker[2] < per_worker[1]
+
+
+@pytest.mark.parametrize("kw,match", [({"speeds": (1.0, 0.5)}, "one speed in \\(0, 1\\] per worker"),
+                                      ({"speeds": (1.0, 0.0, 1.0)}, "one speed in"),
+                                      ({"quantum": 0}, "quantum=...\\) must be a positive int")])
+def test_bad_schedule_options_are_clear_errors(kw, match):
+    with pytest.raises(bwtriton.errors.InputError, match=match):
+        GridSchedule(workers=3, **kw)

@@ -9,8 +9,10 @@ and takes its tile (`clusterlaunchcontrol.try_cancel`), so tiles flow to whichev
 
 What it shows:
 1. One kernel source, two targets: the CLC round trip in the sm_100a PTX and SASS (UGETNEXTWORKID), none on sm_90a.
-2. The ragged grouped GEMM in the emulator with 3 free SMs: the static schedule vs CLC, as a picture of which
-   worker ran which tile, and both results against torch.
+2. The ragged grouped GEMM in the emulator with 3 free SMs, all fast and with one slowed to a quarter: the
+   static schedule vs CLC as a picture of which worker ran which tile, the emulated time (scheduling rounds), and
+   the results against torch. With equal SMs CLC only adds its round trips; with a slow SM the static schedule
+   waits for it while CLC gives it fewer tiles.
 3. The verifier's CLC protocol check on the emitted PTX.
 """
 from __future__ import annotations
@@ -29,6 +31,8 @@ from bwtriton.verify import verify_ptx
 GROUP_ROWS = [300, 20, 0, 140, 60]   # tokens per expert: ragged, one expert empty
 N, K = 128, 64
 WORKERS = 3                          # SMs free for this launch (the rest busy elsewhere)
+SLOW = (1.0, 1.0, 0.25)              # ... and one of them time-shared with another kernel
+QUANTUM = 200                        # warp-instructions per emulated scheduling round
 
 
 def compile_for(target: str):
@@ -83,23 +87,25 @@ def compare(sm100_static, sm100_clc) -> None:
     ref = gm.reference(a, b, GROUP_ROWS)
     labels = tile_labels()
     num_tiles = len(labels)
-    print(f"\n2. {num_tiles} tiles of 128x64 over experts of {GROUP_ROWS} rows, {WORKERS} free SMs (emulated)")
-    # static: WORKERS programs, program p takes tiles p, p + WORKERS, ...
-    c_static = emulate(sm100_static, WORKERS, a, b, GridSchedule(workers=WORKERS))
-    picture("static persistent (fixed: tile t -> program t % 3)",
-            {w: list(range(w, num_tiles, WORKERS)) for w in range(WORKERS)}, labels)
-    # CLC: one program per tile; the 3 workers start 3 of them and steal the rest as they finish
-    sched = GridSchedule(workers=WORKERS, seed=5)
-    c_clc = emulate(sm100_clc, num_tiles, a, b, sched)
-    picture("CLC (launch order shuffled, seed 5; each worker's first tile is the program it started)",
-            {w: [c[0] for c in cs] for w, cs in sched.tiles_of_worker().items()}, labels)
-    print(f"   CLC: {len(sched.started)} programs started, {len(sched.stolen)} tiles stolen, "
-          f"{sched.failed_requests} failed cancels (one per worker's last request)")
+    print(f"\n2. {num_tiles} tiles of 128x64 over experts of {GROUP_ROWS} rows, {WORKERS} free SMs (emulated; "
+          f"time = scheduling rounds of {QUANTUM} warp-instructions)")
+    results = []
+    for speeds, what in ((None, "all SMs free"), (SLOW, f"worker 2 shared with another kernel (speed {SLOW[2]})")):
+        print(f"   -- {what}")
+        # static: WORKERS programs, program p takes tiles p, p + WORKERS, ... whatever its SM's speed
+        static = GridSchedule(workers=WORKERS, quantum=QUANTUM, speeds=speeds)
+        results.append(("static", emulate(sm100_static, WORKERS, a, b, static)))
+        picture(f"static persistent: {static.rounds} rounds", {w: list(range(w, num_tiles, WORKERS))
+                                                               for w in range(WORKERS)}, labels)
+        # CLC: one program per tile; the workers start some of them and steal the rest as they finish
+        clc = GridSchedule(workers=WORKERS, quantum=QUANTUM, speeds=speeds, seed=5)
+        results.append(("CLC", emulate(sm100_clc, num_tiles, a, b, clc)))
+        picture(f"CLC (launch order shuffled, seed 5): {clc.rounds} rounds, {len(clc.stolen)} tiles stolen",
+                {w: [c[0] for c in cs] for w, cs in clc.tiles_of_worker().items()}, labels)
     top = ref.abs().max().item()
     ulp = 2.0 ** (math.floor(math.log2(top)) - 7)  # bf16 spacing at the largest |C|
-    for name, c in (("static", c_static), ("CLC", c_clc)):
-        err = (c.double() - ref).abs().max().item()
-        print(f"   {name:6s} max |C - torch| = {err:.3g} (the bf16 output's ulp at max |C| = {top:.1f} is {ulp:.3g})")
+    worst = max((c.double() - ref).abs().max().item() for _, c in results)
+    print(f"   all 4 runs: max |C - torch| = {worst:.3g} (the bf16 output's ulp at max |C| = {top:.1f} is {ulp:.3g})")
 
 
 def check(sm100) -> None:

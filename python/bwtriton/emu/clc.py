@@ -67,14 +67,25 @@ class GridSchedule:
     """How the emulated launch starts clusters (see the module docstring) and, after `run`, what happened.
 
     `ran_by[cluster]` is the worker slot that processed that cluster's work (started it, or stole it);
-    `stolen` lists (worker, requesting cluster, stolen cluster) in order; `started` the clusters that ran."""
+    `stolen` lists (worker, requesting cluster, stolen cluster) in order; `started` the clusters that ran;
+    `instructions[worker]` the warp-instructions the worker executed; `rounds` how many scheduling rounds the
+    launch took and `finished_at[worker]` the last round the worker ran in (rounds are the emulator's time: each
+    running cluster's warps get `quantum` instructions per round it runs in; a slow worker skips rounds)."""
 
     workers: int = 1
     seed: Optional[int] = None
+    #: warp-instructions per warp per round at speed 1 (the round is the emulator's unit of time)
+    quantum: int = 4000
+    #: per-worker speed in (0, 1]: the worker runs in that fraction of the rounds (0.25: every 4th), modelling an
+    #: SM time-shared with another kernel
+    speeds: Optional[tuple] = None
+    rounds: int = 0
+    finished_at: dict = field(default_factory=dict)  # worker -> round in which it last ran anything
     ran_by: dict = field(default_factory=dict)
     stolen: list = field(default_factory=list)
     started: list = field(default_factory=list)
     failed_requests: int = 0
+    instructions: dict = field(default_factory=dict)  # worker -> warp-instructions it executed (a load proxy)
     _pending: list = field(default_factory=list, repr=False)
     _worker_of: dict = field(default_factory=dict, repr=False)
 
@@ -82,10 +93,17 @@ class GridSchedule:
         if not isinstance(self.workers, int) or self.workers < 1:
             raise InputError(f"GridSchedule(workers=...) must be a positive int (emulated SMs free for the launch), "
                              f"got {self.workers!r}")
+        if self.speeds is not None and (len(self.speeds) != self.workers or min(self.speeds) <= 0
+                                        or max(self.speeds) > 1):
+            raise InputError(f"GridSchedule(speeds=...) needs one speed in (0, 1] per worker ({self.workers}), "
+                             f"got {self.speeds!r}")
+        if not isinstance(self.quantum, int) or self.quantum < 1:
+            raise InputError(f"GridSchedule(quantum=...) must be a positive int, got {self.quantum!r}")
 
     def reset(self) -> None:
         """Forget a previous run's record (a schedule object may be reused for another launch)."""
-        self.ran_by, self.stolen, self.started, self.failed_requests = {}, [], [], 0
+        self.ran_by, self.stolen, self.started, self.failed_requests, self.instructions = {}, [], [], 0, {}
+        self.rounds, self.finished_at = 0, {}
         self._pending, self._worker_of = [], {}
 
     def cancel(self, requester) -> Optional[tuple]:
@@ -107,11 +125,19 @@ class GridSchedule:
         return out
 
 
+def _runs_in_round(schedule: GridSchedule, worker: int) -> bool:
+    """A worker of speed s runs in round r when floor(r * s) advances (speed 1: every round)."""
+    if not schedule.speeds:
+        return True
+    s, r = schedule.speeds[worker], schedule.rounds
+    return int(r * s) > int((r - 1) * s)
+
+
 def run_grid(launch, coords: list, make_cluster: Callable, schedule: GridSchedule,
              max_instructions: int = 200_000_000) -> None:
     """Run every cluster of `coords` (launch order) that is not cancelled, `schedule.workers` at a time.
     `make_cluster(coord)` builds a cluster (CTAs, warps) when it starts; clusters are built lazily."""
-    from .scheduler import QUANTUM, run_cluster, run_warp
+    from .scheduler import run_cluster, run_warp
     from .tcgen05 import complete_async
 
     rng = random.Random(schedule.seed) if schedule.seed is not None else None
@@ -134,13 +160,20 @@ def run_grid(launch, coords: list, make_cluster: Callable, schedule: GridSchedul
             active.append((worker, make_cluster(coord)))
         if rng:
             rng.shuffle(active)
+        schedule.rounds += 1
         still = []
         for worker, cluster in active:
+            if not _runs_in_round(schedule, worker):
+                still.append((worker, cluster))
+                continue
             progressed = False
+            budget = schedule.quantum
+            schedule.finished_at[worker] = schedule.rounds
             for w in [w for cta in cluster.ctas for w in cta.warps if not w.done]:
                 before = launch.progress
-                n, blocked = run_warp(w, QUANTUM)
+                n, blocked = run_warp(w, budget)
                 total += n
+                schedule.instructions[worker] = schedule.instructions.get(worker, 0) + n
                 progressed |= bool(n) or launch.progress != before
                 if blocked and complete_async(cluster):
                     progressed = True
