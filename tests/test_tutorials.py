@@ -18,6 +18,7 @@ EXPECT = {
                                  "wgmma.mma_async"],
     "04_two_cta.py": ["Failed to find a valid layout", "twoCTAs = true", "tcgen05.alloc.cta_group::2"],
     "05_regression_testing.py": ["| shared_bytes | 65552 | 98320 | +32768 |", "exit code 1", "PASS: tutorial-05"],
+    "06_clc_persistent.py": ["UGETNEXTWORKID.SELFCAST", "clusterlaunchcontrol present: False", "0 CLC finding(s)"],
 }
 
 

@@ -199,7 +199,7 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
             num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
             passes: "str | Iterable[str] | None" = None, divisible_by_16: Iterable[str] | None = None,
             two_cta: "bool | str" = False, problem_shape: "tuple[int, int, int] | None" = None,
-            **options: Any) -> CompileResult:
+            clc: bool = False, **options: Any) -> CompileResult:
     """Compile a kernel for `target` without a GPU, with bwtriton's passes in Triton's pipeline.
 
     `fn_or_path` is a `@triton.jit`/`@gluon.jit` function (then `signature` maps argument names to Triton types,
@@ -210,7 +210,9 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
     it compiles with ``num_ctas=2`` and adds the ``pair-ctas`` pass (elsewhere it changes nothing, so one kernel
     source serves every target). ``two_cta="auto"`` pairs only when `bwtriton.pairing.should_pair` says the problem
     (`problem_shape=(M, N, K)`, tile from the BLOCK_M/BLOCK_N constexprs) is large and tail-light enough.
-    Extra keyword options go to Triton (e.g. ``maxnreg=168``).
+    ``clc=True`` rewrites a one-tile-per-program kernel into a Cluster Launch Control persistent loop on
+    sm_100a/sm_103a (same arguments and grid; `bwtriton.language.clc.make_persistent`, docs/clc.md) and leaves it
+    as it is elsewhere. Extra keyword options go to Triton (e.g. ``maxnreg=168``).
     """
     import triton
 
@@ -223,6 +225,9 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
         if num_ctas not in (1, 2):
             raise InputError(f"two_cta=True pairs 2 CTAs per cluster; num_ctas={num_ctas} conflicts with it")
         num_ctas = 2
+    if clc:
+        from .language.clc import make_persistent, supported
+        fn_or_path = make_persistent(fn_or_path, num_ctas) if supported(tgt) else fn_or_path
     selection = resolve_passes(passes, tgt)
     if two_cta and tgt.has_tcgen05:
         selection = selection.with_pass("pair-ctas")

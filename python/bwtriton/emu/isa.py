@@ -45,8 +45,17 @@ PREFIXES: dict[str, object] = {
 }
 
 
-def family_of(opcode: str):
-    """The family module (or optional module name) that owns `opcode`, or None."""
+#: (opcode, type) -> family, for the few forms that a family other than the opcode's owns
+TYPED_FORMS: dict[tuple[str, str], object] = {
+    ("mov", "b128"): "bwtriton.emu.clc",  # 128-bit registers exist only for CLC responses
+}
+
+
+def family_of(opcode: str, types: tuple = ()):
+    """The family module (or optional module name) that owns `opcode` (of operand `types`), or None."""
+    for t in types:
+        if (opcode, t) in TYPED_FORMS:
+            return TYPED_FORMS[(opcode, t)]
     fam = OPCODES.get(opcode)
     if fam is not None:
         return fam
@@ -70,7 +79,7 @@ def _load(fam, ins: Instruction) -> ModuleType:
 
 def dispatch(ins: Instruction, prog: Program) -> Callable:
     """The closure executing `ins` (see program.Program); UnsupportedInstructionError when nothing emulates it."""
-    fam = family_of(ins.opcode)
+    fam = family_of(ins.opcode, tuple(ins.types))
     f = _load(fam, ins).compile_instruction(ins, prog) if fam is not None else None
     if f is None:
         raise UnsupportedInstructionError(f"the emulator has no semantics for `{ins.full_opcode}`", line=ins.line,

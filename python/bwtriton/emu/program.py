@@ -35,10 +35,12 @@ NP_TYPES = {
     "b64": np.dtype(np.uint64), "u64": np.dtype(np.uint64), "s64": np.dtype(np.int64), "f64": np.dtype(np.float64),
     "e4m3x2": np.dtype(np.uint16), "e5m2x2": np.dtype(np.uint16), "e2m1x2": np.dtype(np.uint8),
     "ue8m0x2": np.dtype(np.uint16), "e2m3x2": np.dtype(np.uint16), "e3m2x2": np.dtype(np.uint16),
-    "f32x2": np.dtype(np.uint64), "b128": np.dtype(np.uint64),
+    "f32x2": np.dtype(np.uint64),
+    "b128": np.dtype((np.uint64, 2)),  # CLC try_cancel responses: a (32, 2) uint64 lane array (emu/clc.py)
 }
 # Register containers: raw bits of the declared width (floats live as bits).
-_CONTAINER = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+_CONTAINER = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64),
+              16: NP_TYPES["b128"]}
 
 
 def container_of(decl_type: str) -> np.dtype:

@@ -16,7 +16,8 @@ from .errors import MemoryFaultError
 from .launcher import Raw, TmaArg
 from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
 from .program import NP_TYPES, CompileEnv, Program
-from .scheduler import ProgressMeter, check_schedule, run_cluster
+from .clc import GridSchedule, run_grid, static_shared_layout
+from .scheduler import ProgressMeter, check_schedule
 from .tma import SWIZZLE_CODES, TensorMap
 from .warp import Warp
 
@@ -98,7 +99,9 @@ def _image(text_hash: str, text: str, name: Optional[str]) -> KernelImage:
         fn = cands[0]
     params, nbytes = _param_layout(fn)
     symbols = {p.name: PARAM_BASE + p.offset for p in params}
-    symbols["global_smem"] = SMEM_BASE
+    static, reserved = static_shared_layout(fn)  # inline-asm `.shared` variables (CLC), below global_smem
+    symbols.update({n: SMEM_BASE + off for n, off in static.items()})
+    symbols["global_smem"] = SMEM_BASE + reserved
     prog = _program(fn, CompileEnv(symbols))
     return KernelImage(fn, prog, params, nbytes)
 
@@ -123,6 +126,7 @@ class Cluster:
     def __init__(self, launch: Launch, cluster_id, nctas: int):
         self.launch = launch
         self.cluster_id = cluster_id
+        self.nctas = nctas  # the warps' %cluster_nctaid / %cluster_nctarank (ctas is filled after they exist)
         self.ctas: list[CTA] = []
         self.async_queue: list = []
         self.seq = 0
@@ -329,7 +333,8 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         tensordesc_meta: Optional[list] = None, max_instructions: int = 200_000_000,
         global_scratch: Any = None, profile_scratch: Any = None,
         triton_abi: Optional[bool] = None, schedule: str = "latest",
-        progress: Optional[bool] = None, read_slack: int = 0) -> EmulationStats:
+        progress: Optional[bool] = None, read_slack: int = 0,
+        grid_schedule: Optional[GridSchedule] = None) -> EmulationStats:
     """Emulate `compiled` (a bwtriton/triton compile result, or PTX text) on `grid` programs with `args`
     (CPU torch tensors, ints, floats, None, TensorDescriptors) in the kernel's non-constexpr argument order.
     Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations.
@@ -343,7 +348,9 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     races (docs/emulator_async.md); "eager" completes it at issue (optimistic, for speed comparisons).
     `progress`: show clusters done / instructions per second on stderr (default: when stderr is a terminal).
     `read_slack`: bytes after each tensor argument that read as 0xFF instead of faulting, as on a GPU (the
-    Triton driver passes 64 KiB; 0, the default, faults on any access outside a tensor). Stores there fault."""
+    Triton driver passes 64 KiB; 0, the default, faults on any access outside a tensor). Stores there fault.
+    `grid_schedule` (`bwtriton.emu.clc.GridSchedule`): how many clusters run at once and in which order
+    (default: one after the other); it records which worker ran which cluster (CLC work stealing)."""
     t0 = time.perf_counter()
     ptx, md, md_name = _unpack_compiled(compiled)
     if tensordesc_meta is not None:
@@ -382,17 +389,19 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     launch = Launch(gmem, params, grid_ctas, grid3)
     launch.schedule = check_schedule(schedule)  # asyncops.py / docs/emulator_async.md
     meter = ProgressMeter(grid3[0] * grid3[1] * grid3[2], enabled=progress)
+    smem_bytes = max(int(smem_bytes), 16) + static_shared_layout(fn)[1]
+
+    def make_cluster(coord):
+        cx, cy, cz = coord
+        cluster = Cluster(launch, coord, nctas)
+        for r in range(nctas):
+            cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes))
+        cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
+        return cluster
+    coords = [(cx, cy, cz) for cz in range(grid3[2]) for cy in range(grid3[1]) for cx in range(grid3[0])]
     try:
-        for cz in range(grid3[2]):
-            for cy in range(grid3[1]):
-                for cx in range(grid3[0]):
-                    cluster = Cluster(launch, (cx, cy, cz), nctas)
-                    for r in range(nctas):
-                        cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid,
-                                                max(int(smem_bytes), 16)))
-                    cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
-                    run_cluster(cluster, max_instructions)
-                    meter.tick(launch)
+        run_grid(launch, coords, make_cluster, grid_schedule or GridSchedule(), max_instructions,
+                 on_cluster_done=lambda: meter.tick(launch))
     finally:
         packer.write_back()
     return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)

@@ -90,36 +90,58 @@ def run_warp(w, budget: int) -> tuple[int, bool]:
     return n, False
 
 
-def run_cluster(cluster, max_instructions: int = 200_000_000) -> None:
+def start_cluster(cluster) -> None:
+    """Give a new cluster its asynchronous engine (one per cluster: its CTAs share TMA/tcgen05 completion)."""
+    cluster.engine = AsyncEngine(getattr(cluster.launch, "schedule", "latest"))
+
+
+def step_cluster(cluster, budget: int = QUANTUM) -> int:
+    """One round: every live warp runs up to `budget` instructions. Returns the instructions retired; raises
+    DeadlockError when no warp can move and no asynchronous work is pending."""
     warps = [w for cta in cluster.ctas for w in cta.warps]
     launch = cluster.launch
-    engine = cluster.engine = AsyncEngine(getattr(launch, "schedule", "latest"))
-    total = 0
-    while True:
-        alive = [w for w in warps if not w.done]
-        if not alive:
-            break
-        progressed = False
-        for w in alive:
-            before = launch.progress
-            n, blocked = run_warp(w, QUANTUM)
-            total += n
-            if n or launch.progress != before:
-                progressed = True
-        if total > max_instructions:
-            raise EmulationError(f"more than {max_instructions} warp-instructions without finishing: an infinite "
-                                 "loop? (raise max_instructions if the kernel is just big)")
-        if not progressed and not engine.complete_all():
-            blocked = "; ".join(f"{w.where()} at PTX line {_line(w)}: {w.blocked_on or 'running'}"
-                                for w in warps if not w.done)
-            raise DeadlockError(f"deadlock: no warp can make progress and no asynchronous work is pending -- {blocked}")
-    engine.complete_all()
-    launch.instructions += total
+    total, progressed = 0, False
+    for w in [w for w in warps if not w.done]:
+        before = launch.progress
+        n, _ = run_warp(w, budget)
+        total += n
+        progressed |= bool(n) or launch.progress != before
+    if not progressed and not cluster.engine.complete_all() and any(not w.done for w in warps):
+        blocked = "; ".join(f"{w.where()} at PTX line {_line(w)}: {w.blocked_on or 'running'}"
+                            for w in warps if not w.done)
+        raise DeadlockError(f"deadlock: no warp can make progress and no asynchronous work is pending -- {blocked}")
+    return total
+
+
+def cluster_done(cluster) -> bool:
+    return all(w.done for cta in cluster.ctas for w in cta.warps)
+
+
+def finish_cluster(cluster) -> None:
+    """After every warp exited: complete what is still pending, then check that no TMEM is left allocated."""
+    cluster.engine.complete_all()
     for cta in cluster.ctas:
         if cta.tmem.allocations:
             col, (n, line) = next(iter(cta.tmem.allocations.items()))
             raise TmemLeakError(f"CTA {cta.ctaid} exited with TMEM columns {col}..{col + n - 1} still allocated "
                                 "(add tcgen05.dealloc before exit)", line=line)
+
+
+def check_budget(total: int, max_instructions: int) -> None:
+    if total > max_instructions:
+        raise EmulationError(f"more than {max_instructions} warp-instructions without finishing: an infinite "
+                             "loop? (raise max_instructions if the kernel is just big)")
+
+
+def run_cluster(cluster, max_instructions: int = 200_000_000) -> None:
+    """Run one cluster to completion (warps round-robin, QUANTUM instructions a turn)."""
+    start_cluster(cluster)
+    total = 0
+    while not cluster_done(cluster):
+        total += step_cluster(cluster)
+        check_budget(total, max_instructions)
+    finish_cluster(cluster)
+    cluster.launch.instructions += total
 
 
 def _line(w) -> int:

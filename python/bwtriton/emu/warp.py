@@ -52,7 +52,7 @@ class Warp:
             "%smid": u32(cta.rank), "%nsmid": u32(148), "%gridid": np.uint64(0),
             "%clock": u32(0), "%clock64": np.uint64(0), "%globaltimer": np.uint64(0),
             "%dynamic_smem_size": u32(cta.smem.size), "%total_smem_size": u32(cta.smem.size),
-            "%is_explicit_cluster": u32(1 if len(cta.cluster.ctas) > 1 else 0),
+            "%is_explicit_cluster": u32(1 if cta.cluster.nctas > 1 else 0),
         }
         for axis, i in (("x", 0), ("y", 1), ("z", 2)):
             self._sregs[f"%ntid.{axis}"] = u32(ntid[i])
@@ -61,9 +61,9 @@ class Warp:
             self._sregs[f"%clusterid.{axis}"] = u32(cta.cluster.cluster_id[i])
             self._sregs[f"%nclusterid.{axis}"] = u32(launch.grid_clusters[i])
             self._sregs[f"%cluster_ctaid.{axis}"] = u32(cta.rank if i == 0 else 0)
-            self._sregs[f"%cluster_nctaid.{axis}"] = u32(len(cta.cluster.ctas) if i == 0 else 1)
+            self._sregs[f"%cluster_nctaid.{axis}"] = u32(cta.cluster.nctas if i == 0 else 1)
         self._sregs["%cluster_ctarank"] = u32(cta.rank)
-        self._sregs["%cluster_nctarank"] = u32(len(cta.cluster.ctas))
+        self._sregs["%cluster_nctarank"] = u32(cta.cluster.nctas)
 
     def sreg(self, name: str):
         try:

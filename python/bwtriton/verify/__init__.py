@@ -55,6 +55,7 @@ from bwtriton.ptx import Module, parse_ptx
 from bwtriton.ptx.values import ValueResolver
 
 from .checks import ALL_CHECKS, Ctx, LdHazard, check_trap_only, discover_tmem, ld_wait_hazards
+from .checks.clc import check_clc
 from .findings import Finding
 
 
@@ -125,6 +126,7 @@ def verify_module(mod: Module, target: str = "sm_100a") -> VerifyReport:
     for ctx in function_contexts(mod, target):
         report.functions.append(ctx.func.name)
         check_trap_only(ctx)
+        check_clc(ctx)  # CLC (rules C1-C5) needs no tcgen05 in the function
         if any(i.is_tcgen05 for i in ctx.func.instructions):
             for check in ALL_CHECKS:
                 check(ctx)
