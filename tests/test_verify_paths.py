@@ -82,7 +82,7 @@ def test_equal_trip_count_predicates_make_the_unsynced_path_infeasible():
     ("setp.lt.s32 \t%p5, %r21, 1;", "setp.lt.s32 \t%p5, %r21, 2;", "K-64 < 2 holds for K-64 == 1"),
     ("ld.param.b32 \t%r8, [trip_param_0];", "ld.param.b32 \t%r8, [trip_param_1];", "another parameter"),
     ("add.u32 \t%r21, -64, %r8;", "add.u32 \t%r21, -32, %r8;", "another offset"),
-    ("setp.lt.s32 \t%p5, %r21, 1;", "setp.lt.u32 \t%p5, %r21, 1;", "unsigned: not the same relation"),
+    ("setp.lt.s32 \t%p5, %r21, 1;", "setp.lt.u32 \t%p5, %r21, 2;", "unsigned K-64 < 2 holds for K-64 == 1"),
     ("ld.param.b32 \t%r8, [trip_param_0];", "ld.shared.b32 \t%r8, [%r3+32];", "a value loaded from memory"),
     ("@%p5 bra", "@!%p5 bra", "wait skipped exactly when the MMA ran"),
 ])
@@ -92,6 +92,18 @@ def test_unequal_predicates_keep_the_error(old, new, why):
     assert findings and findings[0].severity == "error", why
     ld_line = next(n for n, t in enumerate(TRIP.splitlines(), 1) if "tcgen05.ld." in t)
     assert findings[0].line == ld_line
+
+
+@pytest.mark.parametrize("old,new,why", [
+    ("setp.lt.s32 \t%p5, %r21, 1;", "setp.lt.u32 \t%p5, %r21, 1;", "x > 0 (signed) and x <u 1 (x == 0) contradict"),
+    ("add.u32 \t%r21, -64, %r8;", "add.u32 \t%r22, -63, %r8;\n\tadd.s32 \t%r21, %r22, -1;",
+     "the same value computed in two steps: only arithmetic relates the keys"),
+])
+def test_arithmetic_contradictions_are_infeasible(old, new, why):
+    """Keys differ, so only the solver (z3 over the def chains) sees that the two branches cannot disagree."""
+    looped = TRIP.replace(old, new)
+    assert looped != TRIP
+    assert [f.format() for f in _unsynced(looped)] == [], why
 
 
 def test_redefined_operand_is_not_the_same_value():

@@ -454,7 +454,12 @@ class ValueNumbering:
             return None if canon is None else (canon[0], canon[1] ^ flip)
         return None
 
-    def _comparison(self, d: Instruction) -> Optional[tuple[ValueKey, bool]]:
+    def comparison(self, d: Instruction, key_of=None) -> Optional[tuple[ValueKey, bool]]:
+        """Canonical (key, flip) of the integer comparison `setp` instruction `d`. `key_of(operand, width)`
+        overrides how operands are keyed (the path analysis passes the values it knows on one path)."""
+        return self._comparison(d, key_of)
+
+    def _comparison(self, d: Instruction, key_of=None) -> Optional[tuple[ValueKey, bool]]:
         if d.opcode != "setp" or len(d.operands) != 3 or len(d.types) != 1:
             return None
         rel = next((_CMP[m] for m in d.modifiers if m in _CMP), None)
@@ -463,7 +468,7 @@ class ValueNumbering:
         if rel is None or w is None or len(d.modifiers) != 1:
             return None  # float compares (NaN) and setp.*.and/or combinations are left alone
         unsigned = ty[0] != "s" or d.modifiers[0] in ("lo", "ls", "hi", "hs")
-        a, b = (self.key(o, w) for o in d.operands[1:])
+        a, b = ((key_of or self.key)(o, w) for o in d.operands[1:])
         if a is None or b is None:
             return None
         if rel in ("eq", "ne"):

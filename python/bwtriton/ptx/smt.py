@@ -1,0 +1,187 @@
+"""Satisfiability of branch facts over value-numbered PTX values (z3 bit-vectors).
+
+The path checks learn facts on branch edges, e.g. "K + 63 < 64" (the guard that skips the pipeline prologue) and
+"max(cdiv(K, 64), 1) - 1 != 0" (the loop ran at least once). Each fact is a canonical comparison of two
+`ValueKey`s (`bwtriton.ptx.values.ValueNumbering`). Two facts over differently computed values can contradict
+each other only through arithmetic, which key equality cannot see; `Facts.feasible` asks z3 whether the
+conjunction has a model, so a path whose facts contradict is dropped.
+
+The translation over-approximates: an operation it does not model (bfe, prmt, popc, ...) becomes a fresh
+variable named by its key, so the same value is still the same variable, and a model of the translated
+constraints may not be a real execution, but an unsat answer is always right. Without z3 installed every
+conjunction is reported as feasible (no pruning beyond equal keys).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+try:  # z3-solver is a dependency; the verifier still runs (less precisely) without it
+    import z3
+except ImportError:  # pragma: no cover - exercised only where z3-solver is missing
+    z3 = None
+
+ValueKey = tuple
+Fact = tuple  # (predicate key, bool)
+
+_TIMEOUT_MS = 200
+
+
+def _width_of(types: tuple, index: int = 0) -> Optional[int]:
+    if len(types) <= index:
+        return None
+    t = types[index]
+    digits = t.lstrip("bsuf")
+    return int(digits) if digits.isdigit() and t[:1] in "bsu" else None
+
+
+def _fit(e, w: int):
+    """Resize bit-vector `e` to `w` bits (zero-extend or truncate)."""
+    have = e.size()
+    if have == w:
+        return e
+    return z3.ZeroExt(w - have, e) if have < w else z3.Extract(w - 1, 0, e)
+
+
+class _Translator:
+    """ValueKey -> z3 term. Unmodelled operations are fresh variables named by their key."""
+
+    def __init__(self) -> None:
+        self.names: dict[tuple, object] = {}
+
+    def fresh(self, key: ValueKey, w: int):
+        name = (repr(key), w)
+        if name not in self.names:
+            self.names[name] = z3.BitVec(f"v{len(self.names)}", w)
+        return self.names[name]
+
+    def bool_of(self, key: ValueKey):
+        """A z3 Bool for a predicate-valued key (setp, or a fresh Bool)."""
+        if key and key[0] == "setp" and len(key) == 5:
+            return self.compare(key[1], key[2], key[3], key[4])
+        name = (repr(key), "bool")
+        if name not in self.names:
+            self.names[name] = z3.Bool(f"b{len(self.names)}")
+        return self.names[name]
+
+    def compare(self, mods: tuple, types: tuple, ka: ValueKey, kb: ValueKey):
+        w = _width_of(types) or 32
+        a, b = self.term(ka, w), self.term(kb, w)
+        unsigned = types[0][:1] != "s" or bool(set(mods) & {"lo", "ls", "hi", "hs"})
+        rel = mods[0] if mods else "eq"
+        rel = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}.get(rel, rel)
+        if rel == "eq":
+            return a == b
+        if rel == "ne":
+            return a != b
+        ops = {"lt": (z3.ULT, lambda x, y: x < y), "le": (z3.ULE, lambda x, y: x <= y),
+               "gt": (z3.UGT, lambda x, y: x > y), "ge": (z3.UGE, lambda x, y: x >= y)}
+        if rel not in ops:
+            return self.bool_of(("setp", mods, types, ka, kb, "opaque"))
+        return ops[rel][0 if unsigned else 1](a, b)
+
+    def term(self, key: ValueKey, w: int):
+        """The value of `key` as a `w`-bit vector."""
+        kind = key[0]
+        if kind == "imm":
+            return z3.BitVecVal(key[1] & ((1 << w) - 1), w) if isinstance(key[1], int) else self.fresh(key, w)
+        if kind in ("sreg", "sym", "ld.param") or len(key) < 3 or not isinstance(key[2], tuple):
+            return self.fresh(key, w)
+        op, mods, types, args = key[0], key[1], key[2], key[3:]
+        nat = _width_of(types)
+        if nat is None:
+            return self.fresh(key, w)
+        e = self._op(op, mods, types, args, nat, key)
+        return _fit(e, w)
+
+    def _op(self, op: str, mods: tuple, types: tuple, args: tuple, w: int, key: ValueKey):
+        signed = types[0][:1] == "s"
+        if op == "cvt" and len(types) == 2 and len(args) == 1:
+            sw = _width_of(types, 1)
+            if sw is None:
+                return self.fresh(key, w)
+            src = self.term(args[0], sw)
+            if sw >= w:
+                return z3.Extract(w - 1, 0, src)
+            return (z3.SignExt if types[1][:1] == "s" else z3.ZeroExt)(w - sw, src)
+        if op == "selp" and len(args) == 3:
+            return z3.If(self.bool_of(args[2]), self.term(args[0], w), self.term(args[1], w))
+        if "wide" in mods and op in ("mul", "mad"):
+            half = w  # the type names the source width; the result is twice as wide
+            a, b = (self.term(k, half) for k in args[:2])
+            ext = z3.SignExt if signed else z3.ZeroExt
+            prod = ext(half, a) * ext(half, b)
+            if op == "mad" and len(args) == 3:
+                prod = prod + self.term(args[2], 2 * half)
+            return prod
+        if op in ("mul", "mad") and "hi" in mods:
+            return self.fresh(key, w)
+        xs = [self.term(k, w) for k in args]
+        simple = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+                  "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
+                  "shl": lambda a, b: a << b}
+        if op in simple and len(xs) == 2:
+            return simple[op](*xs)
+        if op == "mad" and len(xs) == 3:
+            return xs[0] * xs[1] + xs[2]
+        if op == "shr" and len(xs) == 2:
+            return xs[0] >> xs[1] if signed else z3.LShR(xs[0], xs[1])
+        if op in ("min", "max") and len(xs) == 2:
+            a, b = xs
+            lt = (a < b) if signed else z3.ULT(a, b)
+            return z3.If(lt, a, b) if op == "min" else z3.If(lt, b, a)
+        if op == "not" and len(xs) == 1:
+            return ~xs[0]
+        if op == "neg" and len(xs) == 1:
+            return -xs[0]
+        return self.fresh(key, w)  # div/rem (undefined on 0), bfe, prmt, popc, ...: unmodelled
+
+    def fact(self, key: ValueKey, value: bool):
+        """z3 Bool of a canonical fact ("eq", w, a, b) / ("ge", sign, w, a, b) having truth `value`; None if the
+        key is not a value comparison (register-keyed facts are left to equality)."""
+        if key[0] == "eq" and len(key) == 4:
+            w = key[1]
+            e = self.term(key[2], w) == self.term(key[3], w)
+        elif key[0] == "ge" and len(key) == 5:
+            w = key[2]
+            a, b = self.term(key[3], w), self.term(key[4], w)
+            e = z3.UGE(a, b) if key[1] == "u" else a >= b
+        else:
+            return None
+        return e if value else z3.Not(e)
+
+
+class Facts:
+    """Feasibility oracle for conjunctions of canonical branch facts, cached per conjunction."""
+
+    def __init__(self) -> None:
+        self._cache: dict[frozenset, Optional[bool]] = {}
+        self._tr = _Translator() if z3 is not None else None
+        self.calls = 0
+
+    def feasible(self, facts: Iterable[Fact]) -> Optional[bool]:
+        """False when the value facts provably contradict each other (z3 unsat), True when z3 finds a model of
+        the translation (or there is nothing to relate), None when the solver gave up (timeout)."""
+        value_facts = frozenset(f for f in facts if isinstance(f[0], tuple) and f[0][:1] in (("eq",), ("ge",)))
+        if len(value_facts) < 2 or self._tr is None:
+            return True
+        if value_facts in self._cache:
+            return self._cache[value_facts]
+        self.calls += 1
+        solver = z3.Solver()
+        solver.set("timeout", _TIMEOUT_MS)
+        try:
+            for key, val in value_facts:
+                e = self._tr.fact(key, val)
+                if e is not None:
+                    solver.add(e)
+            answer = solver.check()
+            verdict = False if answer == z3.unsat else True if answer == z3.sat else None
+        except z3.Z3Exception:
+            verdict = None  # a translation the solver rejects proves nothing
+        self._cache[value_facts] = verdict
+        return verdict
+
+
+def solver_available() -> bool:
+    """Whether z3 is importable (path pruning through arithmetic needs it)."""
+    return z3 is not None
