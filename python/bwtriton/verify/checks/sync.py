@@ -55,10 +55,11 @@ def _until_wait(ctx: Ctx, issue: str, wait: str, on_issue: Callable, on_pending:
 
 
 def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, Instruction]]]:
-    """P9 analysis: (register reads before tcgen05.wait::ld, (tcgen05.mma, ld) pairs where an MMA follows an
-    un-waited ld). Shared by the check and by the `insert-tcgen05-wait-ld` pass, which repairs the reads."""
+    """P9 analysis: (register reads before tcgen05.wait::ld, (TMEM writer, ld) pairs where tcgen05.mma/st/cp or
+    dealloc follows an un-waited ld). Shared by the check and by the `insert-tcgen05-wait-ld` pass, which adds
+    waits before the reads."""
     reads: list[LdHazard] = []
-    mmas: list[tuple[Instruction, Instruction]] = []
+    writes: list[tuple[Instruction, Instruction]] = []
     seen: set = set()
 
     # state: frozenset of (register, index of the tcgen05.ld that wrote it), not yet waited for
@@ -72,28 +73,66 @@ def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, I
                 if (ins.index, reg, ld) not in seen:
                     seen.add((ins.index, reg, ld))
                     reads.append(LdHazard(ins, reg, ctx.func.instructions[ld]))
-            if ins.opcode == "tcgen05.mma" and (ins.index, None) not in seen:
-                seen.add((ins.index, None))
-                mmas.append((ins, ctx.func.instructions[min(ld for _, ld in pending)]))
+            if ins.opcode in _TMEM_WRITERS:
+                for ld in sorted({ld for _, ld in pending}):
+                    if (ins.index, ld) not in seen:
+                        seen.add((ins.index, ld))
+                        writes.append((ins, ctx.func.instructions[ld]))
         return frozenset(p for p in pending if p[0] not in ins.defs) if ins.defs else pending
 
     _until_wait(ctx, "tcgen05.ld", "ld", on_ld, on_pending)
     reads.sort(key=lambda h: (h.read.index, h.reg))
-    return reads, mmas
+    return reads, writes
+
+
+_TMEM_WRITERS = ("tcgen05.mma", "tcgen05.st", "tcgen05.cp", "tcgen05.dealloc")
+
+
+def tmem_columns(ctx: Ctx, ins: Instruction) -> Optional[tuple[str, int, int]]:
+    """(allocation symbol, first column, column count) that a tcgen05 ld/st/mma/cp/dealloc touches, when the
+    address is alloc base + constant and the extent is known; None otherwise."""
+    if ins.opcode == "tcgen05.dealloc":
+        ref = tmem_ref(ctx, ins.operands[0]) if ins.operands else None
+        return None if ref is None else (ref[0], 0, 1 << 16)  # the whole allocation
+    addr = next((o for o in ins.operands if o.kind == "addr"), None) if ins.opcode != "tcgen05.mma" \
+        else ins.operands[0]
+    ref = tmem_ref(ctx, addr) if addr is not None else None
+    if ref is None:
+        return None
+    if ins.opcode in ("tcgen05.ld", "tcgen05.st"):
+        shape, num = ld_shape_num(ins)
+        if shape is None or num is None:
+            return None
+        return ref[0], ref[2], LD_SHAPE_COLS[shape][1] * num
+    if ins.opcode == "tcgen05.mma":
+        dd = decode_mma(ctx, ins)
+        if dd is None or not dd.m or not dd.n:
+            return None
+        return ref[0], ref[2], d_tile_columns(dd.m, dd.n, cta_group_of(ins) or 1, ins.has("ws"))
+    return None  # tcgen05.cp: the extent depends on the shape; treated as unknown
 
 
 def check_ld_wait(ctx: Ctx) -> None:
-    """P9: registers written by tcgen05.ld are used only after tcgen05.wait::ld."""
-    reads, mmas = ld_wait_hazards(ctx)
+    """P9: a TMEM write or dealloc that can overwrite columns a pending tcgen05.ld reads (error when the columns
+    overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note, since the
+    ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
+    reads, writes = ld_wait_hazards(ctx)
     for h in reads:
-        ctx.add("ld-without-wait", "P9", "error", h.read,
-                f"{h.reg} is read before tcgen05.wait::ld: tcgen05.ld is asynchronous and its destination "
-                "registers are only valid after tcgen05.wait::ld.sync.aligned (the insert-tcgen05-wait-ld pass "
-                "repairs this in bwtriton.compile)", related=h.ld.line)
-    for mma, _ in mmas:
-        ctx.add("ld-without-wait", "P9", "warning", mma,
-                "tcgen05.mma may race ahead of an earlier tcgen05.ld that was not waited for "
-                "(tcgen05.wait::ld missing)")
+        ctx.add("ld-without-wait", "P9", "note", h.read,
+                f"{h.reg} is read before tcgen05.wait::ld; the hardware honours this register dependency, so it "
+                "is legal (the optional insert-tcgen05-wait-ld pass adds the wait anyway)", related=h.ld.line)
+    for w, ld in writes:
+        a, b = tmem_columns(ctx, ld), tmem_columns(ctx, w)
+        if a is not None and b is not None and a[0] != b[0]:
+            continue  # different allocations
+        if a is not None and b is not None and not (a[1] < b[1] + b[2] and b[1] < a[1] + a[2]):
+            continue  # disjoint columns: no anti-dependency
+        sure = a is not None and b is not None
+        what = "deallocates the TMEM" if w.opcode == "tcgen05.dealloc" else "writes TMEM columns"
+        ctx.add("ld-overwritten", "P9", "error" if sure else "warning", w,
+                f"{w.opcode} {what} that the tcgen05.ld at line {ld.line} may still be reading "
+                f"({'columns overlap' if sure else 'columns could not be compared'}): issue "
+                "tcgen05.wait::ld.sync.aligned before it", related=ld.line)
 
 
 def check_st_wait(ctx: Ctx) -> None:
