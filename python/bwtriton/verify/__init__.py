@@ -54,7 +54,10 @@ from typing import Iterator, Optional, Union
 from bwtriton.ptx import Module, parse_ptx
 from bwtriton.ptx.values import ValueResolver
 
+from bwtriton.errors import InputError
+
 from .checks import ALL_CHECKS, Ctx, LdHazard, check_trap_only, discover_tmem, ld_wait_hazards
+from .checks.resources import check_resources, check_target_isa
 from .findings import Finding
 
 
@@ -119,9 +122,13 @@ def function_contexts(mod: Module, target: str = "sm_100a") -> Iterator[Ctx]:
         yield ctx
 
 
-def verify_module(mod: Module, target: str = "sm_100a") -> VerifyReport:
-    """Run every check on every function of a parsed module."""
+def verify_module(mod: Module, target: str = "sm_100a", *, shared_bytes: Optional[int] = None,
+                  tmem_columns: Optional[int] = None) -> VerifyReport:
+    """Run every check on every function of a parsed module. `shared_bytes` (dynamic shared memory) and
+    `tmem_columns` come from the compile metadata (Triton's `shared` / `tmem_size`) when known."""
     report = VerifyReport()
+    report.findings.extend(check_target_isa(mod, target))
+    report.findings.extend(check_resources(mod, target, shared_bytes, tmem_columns))
     for ctx in function_contexts(mod, target):
         report.functions.append(ctx.func.name)
         check_trap_only(ctx)
@@ -137,10 +144,19 @@ def find_ld_wait_hazards(mod: Module, target: Optional[str] = None) -> dict[str,
     return {ctx.func.name: ld_wait_hazards(ctx)[0] for ctx in function_contexts(mod, target or mod.target or "")}
 
 
-def verify_ptx(ptx: Union[str, Module], target: Optional[str] = None) -> VerifyReport:
-    """Parse (if needed) and verify PTX text. `target` defaults to the module's `.target`."""
+def verify_ptx(ptx: Union[str, Module], target: Optional[str] = None, *, shared_bytes: Optional[int] = None,
+               tmem_columns: Optional[int] = None) -> VerifyReport:
+    """Parse (if needed) and verify PTX text. `target` defaults to the module's `.target`; `shared_bytes`
+    (dynamic shared memory) and `tmem_columns` are the compile metadata's figures, checked against the target."""
+    if isinstance(ptx, (bytes, bytearray)):
+        raise InputError("verify_ptx takes PTX text (str) or a parsed bwtriton.ptx.Module, not bytes: decode it "
+                         "first, e.g. verify_ptx(data.decode('utf-8'))")
+    if not isinstance(ptx, (str, Module)):
+        raise InputError(f"verify_ptx takes PTX text (str) or a parsed bwtriton.ptx.Module, not "
+                         f"{type(ptx).__name__}: pass compiled.asm['ptx'] or the text of a .ptx file")
     mod = parse_ptx(ptx) if isinstance(ptx, str) else ptx
-    return verify_module(mod, target or mod.target or "sm_100a")
+    return verify_module(mod, target or mod.target or "sm_100a", shared_bytes=shared_bytes,
+                         tmem_columns=tmem_columns)
 
 
 __all__ = ["verify_ptx", "verify_module", "find_ld_wait_hazards", "function_contexts", "LdHazard",
