@@ -88,10 +88,12 @@ class PathValues:
         func, num = ctx.func, ctx.numbering
         self.num = num
         tracked: set[str] = set()
-        for setp in self._branch_setps(ctx):
+        setps, self.fact_regs = self._branch_setps(ctx)
+        for setp in setps:
             for o in setp.operands[1:]:
                 if o.kind == "reg" and len(func.definitions(o.name)) > 1:
                     tracked.add(o.name)
+        self.fact_regs |= tracked
         self.def_key: dict[int, tuple[str, Optional[tuple]]] = {}   # ins index -> (reg, invariant key | None)
         self.setps: dict[int, Instruction] = {}                    # setp reading a tracked register
         for ins in func.instructions:
@@ -103,7 +105,8 @@ class PathValues:
                 self.setps[ins.index] = ins
 
     @staticmethod
-    def _branch_setps(ctx: Ctx) -> list[Instruction]:
+    def _branch_setps(ctx: Ctx) -> tuple[list[Instruction], set[str]]:
+        """The setp instructions branch guards derive from, and every predicate register a fact can be keyed by."""
         func, out, seen = ctx.func, [], set()
         work = [i.guard.reg for i in func.instructions if i.opcode == "bra" and i.guard is not None]
         while work:
@@ -119,12 +122,12 @@ class PathValues:
                 out.append(d)
             elif d.opcode in ("and", "or", "not", "mov"):
                 work.extend(o.name for o in d.operands[1:] if o.kind == "reg")
-        return out
+        return out, seen
 
     def step(self, facts: frozenset, ins: Instruction) -> frozenset:
         """Facts after `ins` on this path: kill what it redefines, add the per-path values it computes."""
-        if not ins.defs or not facts and ins.index not in self.def_key:
-            return facts
+        if not ins.defs or ins.index not in self.def_key and (not facts or not self.fact_regs.intersection(ins.defs)):
+            return facts  # nothing on this path is keyed by what `ins` writes
         killed = set()
         for r in ins.defs:
             killed.update((("reg", r), ("val", r), ("pval", r)))

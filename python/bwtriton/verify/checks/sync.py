@@ -10,6 +10,7 @@ from bwtriton.ptx.descriptors import d_tile_columns, decode_smem_desc
 from bwtriton.ptx.ir import Instruction
 from bwtriton.ptx.values import AbsVal
 
+from .async_copy import barrier_operand, same_address
 from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
 from .dataflow import run_dataflow, union_states
 
@@ -173,19 +174,28 @@ def check_accumulator_sync(ctx: Ctx) -> None:
             if dd is not None and dd.m and dd.n else None
     saw_fence = bool(ctx.func.find("tcgen05.fence"))
 
-    # state: frozenset of (mma index, "U" uncommitted | "C" committed, not yet waited)
+    covers: dict = {}
+
+    def waits_for(wait: Instruction, commit: int) -> bool:
+        """Whether `wait` may be on the barrier the commit arrives on (False only when provably another)."""
+        if (wait.index, commit) not in covers:
+            covers[(wait.index, commit)] = same_address(
+                ctx, barrier_operand(wait), barrier_operand(ctx.func.instructions[commit])) is not False
+        return covers[(wait.index, commit)]
+
+    # state: frozenset of (mma index, "U" uncommitted | "C" committed not yet waited, commit index | -1)
     def step(st, ins, emit):
         if ins.opcode == "tcgen05.mma":
-            return frozenset(x for x in st if x[0] != ins.index) | {(ins.index, "U")}
+            return frozenset(x for x in st if x[0] != ins.index) | {(ins.index, "U", -1)}
         if ins.opcode == "tcgen05.commit":
-            return frozenset((i, "C") for i, _ in st)
+            return frozenset((x[0], "C", ins.index) if x[1] == "U" else x for x in st)
         if _is_mbarrier_wait(ins):
-            return frozenset(x for x in st if x[1] == "U")
+            return frozenset(x for x in st if x[1] == "U" or not waits_for(ins, x[2]))
         if ins.opcode == "tcgen05.ld" and st and emit:
             addr = next((o for o in ins.operands if o.kind == "addr"), None)
             ref = tmem_ref(ctx, addr) if addr is not None else None
             shape, num = ld_shape_num(ins)
-            for mi, status in sorted(st):
+            for mi, status, commit in sorted(st):
                 mref, overlap = d_ref.get(mi), None
                 if ref is not None and mref is not None and ref[0] == mref[0]:
                     ld_cols = LD_SHAPE_COLS.get(shape or "", (0, 1))[1] * (num or 1)
@@ -194,6 +204,10 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
                 what = "committed but not waited for" if status == "C" else "not committed"
+                if status == "C" and any(_is_mbarrier_wait(i) and not waits_for(i, commit)
+                                         for i in ctx.func.instructions):
+                    what += (f" (its tcgen05.commit at line {ctx.func.instructions[commit].line} arrives on "
+                             "another mbarrier than the one waited on)")
                 mline = next(m.line for m in mmas if m.index == mi)
                 if overlap:
                     ctx.add("acc-read-unsynced", "P11", "error", ins,
@@ -207,7 +221,7 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         return st
 
     def on_exit(st, block):
-        for mi, status in sorted(st):
+        for mi, status, _ in sorted(st):
             if status == "U":
                 m = next(x for x in mmas if x.index == mi)
                 ctx.add("mma-uncommitted", "P12", "warning", m,
