@@ -79,9 +79,18 @@ class _Translator:
             return self.bool_of(("setp", mods, types, ka, kb, "opaque"))
         return ops[rel][0 if unsigned else 1](a, b)
 
+    def tid(self):
+        """The thread index %tid.x (the variable facts about %tid.x use as well)."""
+        return self.fresh(("sreg", "%tid.x"), 32)
+
     def term(self, key: ValueKey, w: int):
         """The value of `key` as a `w`-bit vector."""
         kind = key[0]
+        if kind == "warp.of.tid":      # %warpid, modelled as %tid.x / 32 (1-D CTAs)
+            return _fit(z3.LShR(self.tid(), 5), w)
+        if kind == "shfl.lane0" and len(key) == 2:  # shfl.sync.idx(x, 0): lane 0's value of x in this warp
+            t = self.tid()
+            return z3.substitute(self.term(key[1], w), (t, t & ~z3.BitVecVal(31, 32)))
         if kind == "imm":
             return z3.BitVecVal(key[1] & ((1 << w) - 1), w) if isinstance(key[1], int) else self.fresh(key, w)
         if kind in ("sreg", "sym", "ld.param") or len(key) < 3 or not isinstance(key[2], tuple):
@@ -151,12 +160,36 @@ class _Translator:
 
 
 class Facts:
-    """Feasibility oracle for conjunctions of canonical branch facts, cached per conjunction."""
+    """Feasibility oracle for conjunctions of canonical branch facts, cached per conjunction. `translator` is
+    shared with checks that add their own constraints (`solve`)."""
 
     def __init__(self) -> None:
         self._cache: dict[frozenset, Optional[bool]] = {}
         self._tr = _Translator() if z3 is not None else None
         self.calls = 0
+
+    @property
+    def translator(self) -> Optional[_Translator]:
+        return self._tr
+
+    def solve(self, facts: Iterable[Fact], extra: list) -> Optional[dict]:
+        """A model (as {name: value}) of the value facts plus z3 constraints `extra`, or None when unsat or
+        undecided. The caller builds `extra` with `translator`."""
+        if self._tr is None:
+            return None
+        solver = z3.Solver()
+        solver.set("timeout", _TIMEOUT_MS)
+        for key, val in facts:
+            if isinstance(key, tuple) and key[:1] in (("eq",), ("ge",)):
+                e = self._tr.fact(key, val)
+                if e is not None:
+                    solver.add(e)
+        for e in extra:
+            solver.add(e)
+        if solver.check() != z3.sat:
+            return None
+        m = solver.model()
+        return {str(d): m[d].as_long() for d in m.decls() if z3.is_bv_value(m[d])}
 
     def feasible(self, facts: Iterable[Fact]) -> Optional[bool]:
         """False when the value facts provably contradict each other (z3 unsat), True when z3 finds a model of

@@ -421,6 +421,13 @@ class ValueNumbering:
                 and ops[0].base is not None and ops[0].base.kind == "sym":
             # kernel parameters are read-only for the whole launch
             return ("ld.param", ins.types, ops[0].base.name, ops[0].offset)
+        if ins.opcode == "shfl" and ins.has("idx") and len(ops) == 4 and ins.defs == (ins.operands[0].name,):
+            # shfl.sync.idx x, 0, 31, -1: every lane gets lane 0's x (Triton's warp-uniform warp index)
+            lane, clamp, mask = (self.key(o, 32, depth) for o in ops[1:])
+            if lane == ("imm", 0) and clamp == ("imm", 31) and mask == ("imm", 0xFFFFFFFF):
+                src = self.key(ops[0], 32, depth)
+                return None if src is None else ("shfl.lane0", src)
+            return None
         if ins.opcode not in _PURE_OPS or any(o.kind not in ("reg", "imm", "sreg", "sym") for o in ops):
             return None
         if ins.opcode == "mov" and len(ops) == 1:

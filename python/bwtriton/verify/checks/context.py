@@ -27,6 +27,7 @@ class Ctx:
     numbering: ValueNumbering = field(init=False)
     edge_facts: dict = field(default_factory=dict)   # (u, v) -> predicate facts of that CFG edge (cached)
     facts_oracle: Facts = field(default_factory=Facts)   # z3 feasibility of branch facts (cached per function)
+    current_facts: frozenset = frozenset()   # branch facts of the path being replayed (run_dataflow)
     exact: bool = True   # False while a path check reports from a path not known to be feasible
 
     def __post_init__(self) -> None:

@@ -191,6 +191,8 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
             if emit:
                 ctx.exact = IMPRECISE not in facts
             for ins in block.instructions:
+                if emit:
+                    ctx.current_facts = facts
                 payload = step(payload, ins, emit)
                 facts = pv.step(facts, ins)
             out.append((facts, payload))
