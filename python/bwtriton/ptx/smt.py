@@ -191,12 +191,15 @@ class Facts:
         m = solver.model()
         return {str(d): m[d].as_long() for d in m.decls() if z3.is_bv_value(m[d])}
 
-    def feasible(self, facts: Iterable[Fact]) -> Optional[bool]:
+    def feasible(self, facts: Iterable[Fact], new: Optional[Iterable[Fact]] = None) -> Optional[bool]:
         """False when the value facts provably contradict each other (z3 unsat), True when z3 finds a model of
-        the translation (or there is nothing to relate), None when the solver gave up (timeout)."""
+        the translation (or there is nothing to relate), None when the solver gave up (timeout). With `new`
+        (the facts just added to an already feasible set) only the facts sharing leaves with them are sent."""
         value_facts = frozenset(f for f in facts if isinstance(f[0], tuple) and f[0][:1] in (("eq",), ("ge",)))
-        if len(value_facts) < 2 or self._tr is None:
+        if not value_facts or self._tr is None:
             return True
+        if new is not None:
+            value_facts = _connected(value_facts, new)
         if value_facts in self._cache:
             return self._cache[value_facts]
         self.calls += 1
@@ -213,6 +216,33 @@ class Facts:
             verdict = None  # a translation the solver rejects proves nothing
         self._cache[value_facts] = verdict
         return verdict
+
+
+def _leaves(key, out: set) -> set:
+    """Leaf values (parameters, special registers, symbols) a key depends on."""
+    if isinstance(key, tuple) and key:
+        if key[0] in ("ld.param", "sreg", "sym", "tmem.base", "warp.of.tid"):
+            out.add(key)
+        else:
+            for k in key:
+                _leaves(k, out)
+    return out
+
+
+def _connected(facts: frozenset, new: Iterable[Fact]) -> frozenset:
+    """The facts linked to `new` through shared leaves (the rest was satisfiable before and is independent)."""
+    leaves = {f: _leaves(f[0], set()) for f in facts}
+    picked = {f for f in new if f in leaves}
+    reach = set().union(*(leaves[f] for f in picked)) if picked else set()
+    changed = True
+    while changed:
+        changed = False
+        for f, ls in leaves.items():
+            if f not in picked and ls & reach:
+                picked.add(f)
+                reach |= ls
+                changed = True
+    return frozenset(picked)
 
 
 def solver_available() -> bool:

@@ -215,7 +215,7 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
                     continue  # infeasible for this bundle
                 if new:
                     facts = facts | frozenset(new)
-                    verdict = oracle.feasible(facts) if any(f[0][0] in ("eq", "ge") for f in new) else True
+                    verdict = oracle.feasible(facts, new) if any(f[0][0] in ("eq", "ge") for f in new) else True
                     if verdict is False:
                         continue  # the facts contradict through arithmetic
                     if verdict is None:
