@@ -183,14 +183,17 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 ctx, barrier_operand(wait), barrier_operand(ctx.func.instructions[commit])) is not False
         return covers[(wait.index, commit)]
 
-    # state: frozenset of (mma index, "U" uncommitted | "C" committed not yet waited, commit index | -1)
+    # state: frozenset of (mma index, "U" uncommitted | "C" committed not yet waited | "X" committed and a wait on
+    # another barrier passed, commit index | -1)
     def step(st, ins, emit):
         if ins.opcode == "tcgen05.mma":
             return frozenset(x for x in st if x[0] != ins.index) | {(ins.index, "U", -1)}
         if ins.opcode == "tcgen05.commit":
             return frozenset((x[0], "C", ins.index) if x[1] == "U" else x for x in st)
         if _is_mbarrier_wait(ins):
-            return frozenset(x for x in st if x[1] == "U" or not waits_for(ins, x[2]))
+            # a wait on another barrier leaves the MMA pending, marked "X" (waited, but elsewhere)
+            return frozenset(x if x[1] == "U" else (x[0], "X", x[2]) for x in st
+                             if x[1] == "U" or not waits_for(ins, x[2]))
         if ins.opcode == "tcgen05.ld" and st and emit:
             addr = next((o for o in ins.operands if o.kind == "addr"), None)
             ref = tmem_ref(ctx, addr) if addr is not None else None
@@ -203,11 +206,9 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                     overlap = dc is None or (ref[2] < mref[2] + dc and mref[2] < ref[2] + ld_cols)
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
-                what = "committed but not waited for" if status == "C" else "not committed"
-                if status == "C" and any(_is_mbarrier_wait(i) and not waits_for(i, commit)
-                                         for i in ctx.func.instructions):
-                    what += (f" (its tcgen05.commit at line {ctx.func.instructions[commit].line} arrives on "
-                             "another mbarrier than the one waited on)")
+                what = {"C": "committed but not waited for", "U": "not committed",
+                        "X": f"committed, but the mbarrier waited on is not the one its tcgen05.commit (line "
+                             f"{ctx.func.instructions[commit].line}) arrives on,"}[status]
                 mline = next(m.line for m in mmas if m.index == mi)
                 if overlap:
                     ctx.add("acc-read-unsynced", "P11", "error", ins,
@@ -251,6 +252,9 @@ def _desc_smem_address(ctx: Ctx, op) -> Optional[AbsVal]:
         if len(defs) != 1:
             return None
         d = defs[0]
+        if d.opcode == "mov" and len(d.operands) == 2 and d.operands[1].kind == "vec" and d.operands[1].items:
+            cur = d.operands[1].items[0]  # mov.b64 %rd, {lo, hi}: the start address is in the low word
+            continue
         srcs = [o for o in d.operands[1:] if o.kind in ("reg", "sym")]
         if d.opcode in ("or", "add", "cvt", "bfe", "shr", "and", "mov", "cvta") and srcs:
             nonconst = [o for o in srcs if (r.operand(o) or AbsVal(None, 0, 1)).exact is None]
