@@ -7,7 +7,7 @@ import pytest
 
 from bwtriton.cli import main
 from bwtriton.errors import CompileError
-from ptx_corpus import bad_kernels, corpus_ptx
+from fixtures.kernels import bad_kernels, corpus_ptx
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from bwtriton.ptx import parse_ptx
 from bwtriton.ptx.descriptors import decode_idesc
 from bwtriton.verify import verify_ptx
-from ptx_corpus import bad_kernels, corpus_kernels, corpus_ptx
+from fixtures.kernels import bad_kernels, corpus_kernels, corpus_ptx
 
 GOOD = sorted(corpus_kernels())
 

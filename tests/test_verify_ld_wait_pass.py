@@ -21,7 +21,7 @@ from bwtriton.ptx import parse_ptx
 from bwtriton.targets import get_target
 from bwtriton.tmem.examples import MULTI_ACC_SIGNATURE, multi_acc_kernel
 from bwtriton.verify import verify_ptx
-from ptx_corpus import corpus_kernels, corpus_ptx
+from fixtures.kernels import corpus_kernels, corpus_ptx
 
 
 def _run_pass(text: str):

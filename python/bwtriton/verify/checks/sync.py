@@ -290,6 +290,8 @@ def _smem_reads(ctx: Ctx, ins: Instruction) -> Optional[list[tuple[AbsVal, int, 
         rows = None
         if d is not None:
             rows = d.m if i == 1 else d.n
+            if rows and cta_group_of(ins) == 2:
+                rows //= 2  # each CTA of the pair supplies half of A's rows and half of B's columns
         sbo, lbo = (sd.sbo, sd.lbo) if sd is not None else (None, None)
         major = d.fields.get("transpose_a" if i == 1 else "transpose_b") if d is not None else None
         if rows and sbo and major == 0 and sd.swizzle not in (None, "none"):
