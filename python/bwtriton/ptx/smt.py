@@ -159,6 +159,122 @@ class _Translator:
         return e if value else z3.Not(e)
 
 
+_SAMPLES = (0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 191, 192, 193, 255, 256,
+            257, 511, 512, 1000, 1024, 4096, 8192, 65536, -1, -2, -64, -1000)
+
+
+class _Sampler:
+    """Concrete evaluation of keys under random leaf values, with the translator's semantics (an unmodelled op
+    is a free value). A satisfying sample proves the translated conjunction satisfiable without calling z3."""
+
+    def __init__(self, rng) -> None:
+        self.rng = rng
+        self.env: dict = {}
+
+    def free(self, key, w: int) -> int:
+        name = (repr(key), w)
+        if name not in self.env:
+            self.env[name] = self.rng.choice(_SAMPLES) & ((1 << w) - 1)
+        return self.env[name]
+
+    @staticmethod
+    def _signed(x: int, w: int) -> int:
+        return x - (1 << w) if x >> (w - 1) & 1 else x
+
+    def boolean(self, key) -> bool:
+        if key and key[0] == "setp" and len(key) == 5:
+            mods, types, ka, kb = key[1], key[2], key[3], key[4]
+            w = _width_of(types) or 32
+            a, b = self.value(ka, w), self.value(kb, w)
+            rel = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}.get(mods[0] if mods else "eq", mods[0] if mods else "eq")
+            if types[0][:1] == "s" and not set(mods) & {"lo", "ls", "hi", "hs"}:
+                a, b = self._signed(a, w), self._signed(b, w)
+            ops = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}
+            if rel in ops:
+                return ops[rel]
+        return bool(self.free(("bool", key), 1))
+
+    def value(self, key, w: int) -> int:
+        mask = (1 << w) - 1
+        kind = key[0]
+        if kind == "imm":
+            return key[1] & mask if isinstance(key[1], int) else self.free(key, w)
+        if kind == "warp.of.tid":
+            return (self.value(("sreg", "%tid.x"), 32) >> 5) & mask
+        if kind in ("sreg", "sym", "ld.param", "once", "shfl.lane0", "tmem.base") or len(key) < 3 \
+                or not isinstance(key[2], tuple):
+            return self.free(key, w)
+        op, mods, types, args = key[0], key[1], key[2], key[3:]
+        nat = _width_of(types)
+        if nat is None:
+            return self.free(key, w)
+        return self._op(op, mods, types, args, nat, key) & mask
+
+    def _op(self, op, mods, types, args, w, key) -> int:
+        m = (1 << w) - 1
+        signed = types[0][:1] == "s"
+        if op == "cvt" and len(types) == 2 and len(args) == 1:
+            sw = _width_of(types, 1)
+            if sw is None:
+                return self.free(key, w)
+            v = self.value(args[0], sw)
+            return (self._signed(v, sw) if types[1][:1] == "s" else v) & m
+        if op == "selp" and len(args) == 3:
+            return self.value(args[0], w) if self.boolean(args[2]) else self.value(args[1], w)
+        if "wide" in mods and op in ("mul", "mad"):
+            a, b = (self.value(k, w) for k in args[:2])
+            if signed:
+                a, b = self._signed(a, w), self._signed(b, w)
+            r = a * b + (self.value(args[2], 2 * w) if op == "mad" and len(args) == 3 else 0)
+            return r & ((1 << (2 * w)) - 1)
+        if op in ("mul", "mad") and "hi" in mods:
+            return self.free(key, w)
+        xs = [self.value(k, w) for k in args]
+        if op in ("add", "sub", "mul", "and", "or", "xor", "shl") and len(xs) == 2:
+            a, b = xs
+            return {"add": a + b, "sub": a - b, "mul": a * b, "and": a & b, "or": a | b, "xor": a ^ b,
+                    "shl": a << b if b < w else 0}[op] & m
+        if op == "mad" and len(xs) == 3:
+            return (xs[0] * xs[1] + xs[2]) & m
+        if op == "shr" and len(xs) == 2:
+            a, b = xs
+            if signed:
+                return (self._signed(a, w) >> min(b, w - 1)) & m
+            return a >> b if b < w else 0
+        if op in ("min", "max") and len(xs) == 2:
+            a, b = (self._signed(x, w) for x in xs) if signed else xs
+            r = min(a, b) if op == "min" else max(a, b)
+            return r & m
+        if op == "not" and len(xs) == 1:
+            return ~xs[0] & m
+        if op == "neg" and len(xs) == 1:
+            return -xs[0] & m
+        return self.free(key, w)
+
+    def fact(self, key, value: bool) -> Optional[bool]:
+        if key[0] == "eq" and len(key) == 4:
+            w = key[1]
+            return (self.value(key[2], w) == self.value(key[3], w)) == value
+        if key[0] == "ge" and len(key) == 5:
+            w = key[2]
+            a, b = self.value(key[3], w), self.value(key[4], w)
+            if key[1] == "s":
+                a, b = self._signed(a, w), self._signed(b, w)
+            return (a >= b) == value
+        return None
+
+
+def _sampled_model(facts: frozenset, tries: int = 48) -> bool:
+    """Whether random leaf values satisfy every fact (then the conjunction is satisfiable)."""
+    import random
+    rng = random.Random(len(facts))
+    for _ in range(tries):
+        smp = _Sampler(rng)
+        if all(smp.fact(k, v) is not False for k, v in facts):
+            return True
+    return False
+
+
 class Facts:
     """Feasibility oracle for conjunctions of canonical branch facts, cached per conjunction. `translator` is
     shared with checks that add their own constraints (`solve`)."""
@@ -202,6 +318,9 @@ class Facts:
             value_facts = _connected(value_facts, new)
         if value_facts in self._cache:
             return self._cache[value_facts]
+        if _sampled_model(value_facts):
+            self._cache[value_facts] = True
+            return True
         self.calls += 1
         solver = z3.Solver()
         solver.set("timeout", _TIMEOUT_MS)
@@ -229,9 +348,18 @@ def _leaves(key, out: set) -> set:
     return out
 
 
+_LEAVES: dict = {}
+
+
+def _leaves_of(key) -> frozenset:
+    if key not in _LEAVES:
+        _LEAVES[key] = frozenset(_leaves(key, set()))
+    return _LEAVES[key]
+
+
 def _connected(facts: frozenset, new: Iterable[Fact]) -> frozenset:
     """The facts linked to `new` through shared leaves (the rest was satisfiable before and is independent)."""
-    leaves = {f: _leaves(f[0], set()) for f in facts}
+    leaves = {f: _leaves_of(f[0]) for f in facts}
     picked = {f for f in new if f in leaves}
     reach = set().union(*(leaves[f] for f in picked)) if picked else set()
     changed = True

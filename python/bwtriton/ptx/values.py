@@ -383,6 +383,7 @@ class ValueNumbering:
         self.func = func
         self._cache: dict[str, Optional[ValueKey]] = {}
         self._active: set[str] = set()
+        self._cyclic_blocks: Optional[set] = None
 
     # -- keys of values ------------------------------------------------------------------------------
     def key(self, op: Operand, width: Optional[int] = None, depth: int = 0) -> Optional[ValueKey]:
@@ -411,8 +412,18 @@ class ValueNumbering:
             result = self._expr(defs[0], depth + 1)
         finally:
             self._active.discard(name)
+        if result is None and defs[0].block not in self._cyclic():
+            # Not computable from invariants (e.g. a load), but written once per thread outside every loop:
+            # every read after the write sees that one value, so the register itself names it.
+            result = ("once", name)
         self._cache[name] = result
         return result
+
+    def _cyclic(self) -> set:
+        if self._cyclic_blocks is None:
+            from .cfg import cyclic_blocks
+            self._cyclic_blocks = cyclic_blocks(self.func) if self.func.blocks else set()
+        return self._cyclic_blocks
 
     def _expr(self, ins: Instruction, depth: int) -> Optional[ValueKey]:
         ops = ins.operands[1:]

@@ -103,6 +103,9 @@ class PathValues:
             if ins.opcode == "setp" and len(ins.defs) == 1 and any(
                     o.kind == "reg" and o.name in tracked for o in ins.operands[1:]):
                 self.setps[ins.index] = ins
+        #: instructions whose effect on the facts must be replayed (the others leave every path's facts alone)
+        self.relevant = frozenset(i.index for i in func.instructions
+                                  if i.index in self.def_key or self.fact_regs.intersection(i.defs))
 
     @staticmethod
     def _branch_setps(ctx: Ctx) -> tuple[list[Instruction], set[str]]:
@@ -190,11 +193,13 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
         for facts, payload in bundles:
             if emit:
                 ctx.exact = IMPRECISE not in facts
+            relevant = pv.relevant
             for ins in block.instructions:
                 if emit:
                     ctx.current_facts = facts
                 payload = step(payload, ins, emit)
-                facts = pv.step(facts, ins)
+                if ins.index in relevant:
+                    facts = pv.step(facts, ins)
             out.append((facts, payload))
         ctx.exact = True
         return out
