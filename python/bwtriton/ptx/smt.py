@@ -24,6 +24,12 @@ ValueKey = tuple
 Fact = tuple  # (predicate key, bool)
 
 _TIMEOUT_MS = 200
+#: Assumption: 32-bit kernel arguments, loaded sizes and special registers lie in [-2^30, 2^30), so index
+#: arithmetic such as `K - 64` does not wrap. Triton's own index computations assume the same (LLVM `nsw`);
+#: without it, "K < 1 and K - 64 >= 1" would be satisfiable by K = INT_MIN and every peeled loop would look
+#: unsafe. Documented in docs/verifier.md ("Assumptions").
+_SIZE_BOUND = 1 << 30
+_SIZE_LEAVES = ("ld.param", "var", "sreg")
 
 
 def _width_of(types: tuple, index: int = 0) -> Optional[int]:
@@ -47,12 +53,19 @@ class _Translator:
 
     def __init__(self) -> None:
         self.names: dict[tuple, object] = {}
+        self.sizes: list = []   # 32-bit parameter / loaded / special-register leaves
 
     def fresh(self, key: ValueKey, w: int):
         name = (repr(key), w)
         if name not in self.names:
             self.names[name] = z3.BitVec(f"v{len(self.names)}", w)
+            if w == 32 and key[0] in _SIZE_LEAVES:
+                self.sizes.append(self.names[name])
         return self.names[name]
+
+    def size_bounds(self) -> list:
+        """The no-overflow assumption on 32-bit integer leaves (see `_SIZE_BOUND`)."""
+        return [z3.And(v >= -_SIZE_BOUND, v < _SIZE_BOUND) for v in self.sizes]
 
     def bool_of(self, key: ValueKey):
         """A z3 Bool for a predicate-valued key (setp, or a fresh Bool)."""
@@ -201,7 +214,7 @@ class _Sampler:
             return key[1] & mask if isinstance(key[1], int) else self.free(key, w)
         if kind == "warp.of.tid":
             return (self.value(("sreg", "%tid.x"), 32) >> 5) & mask
-        if kind in ("sreg", "sym", "ld.param", "once", "shfl.lane0", "tmem.base") or len(key) < 3 \
+        if kind in ("sreg", "sym", "ld.param", "var", "shfl.lane0", "tmem.base") or len(key) < 3 \
                 or not isinstance(key[2], tuple):
             return self.free(key, w)
         op, mods, types, args = key[0], key[1], key[2], key[3:]
@@ -302,6 +315,7 @@ class Facts:
                     solver.add(e)
         for e in extra:
             solver.add(e)
+        solver.add(*self._tr.size_bounds())
         if solver.check() != z3.sat:
             return None
         m = solver.model()
@@ -329,6 +343,7 @@ class Facts:
                 e = self._tr.fact(key, val)
                 if e is not None:
                     solver.add(e)
+            solver.add(*self._tr.size_bounds())
             answer = solver.check()
             verdict = False if answer == z3.unsat else True if answer == z3.sat else None
         except z3.Z3Exception:
@@ -340,7 +355,7 @@ class Facts:
 def _leaves(key, out: set) -> set:
     """Leaf values (parameters, special registers, symbols) a key depends on."""
     if isinstance(key, tuple) and key:
-        if key[0] in ("ld.param", "sreg", "sym", "tmem.base", "warp.of.tid"):
+        if key[0] in ("ld.param", "sreg", "sym", "tmem.base", "warp.of.tid", "var"):
             out.add(key)
         else:
             for k in key:

@@ -383,7 +383,6 @@ class ValueNumbering:
         self.func = func
         self._cache: dict[str, Optional[ValueKey]] = {}
         self._active: set[str] = set()
-        self._cyclic_blocks: Optional[set] = None
 
     # -- keys of values ------------------------------------------------------------------------------
     def key(self, op: Operand, width: Optional[int] = None, depth: int = 0) -> Optional[ValueKey]:
@@ -404,6 +403,11 @@ class ValueNumbering:
         if name in self._active or depth > _MAX_DEPTH:
             return None
         defs = self.func.definitions(name)
+        if len(defs) > 1 and self._one_group(name, defs):
+            # Triton's masked load `mov %r, 0; @%p ld.global {%r}, [...]`: the writes run together, and no read
+            # sits between them, so the register holds one value between runs of that block
+            self._cache[name] = ("var", name)
+            return self._cache[name]
         if len(defs) != 1 or defs[0].guard is not None or defs[0].defs != (name,):
             self._cache[name] = None  # several (loop) definitions, a conditional one, or a multi-result op
             return None
@@ -412,18 +416,23 @@ class ValueNumbering:
             result = self._expr(defs[0], depth + 1)
         finally:
             self._active.discard(name)
-        if result is None and defs[0].block not in self._cyclic():
-            # Not computable from invariants (e.g. a load), but written once per thread outside every loop:
-            # every read after the write sees that one value, so the register itself names it.
-            result = ("once", name)
+        if result is None:
+            # Not computable from invariants (e.g. a load), but written by one instruction: until that
+            # instruction runs again, every read sees the same value, so the register names it. Path facts about
+            # such a value die when its definition executes (bwtriton.verify.checks.dataflow.PathValues).
+            result = ("var", name)
         self._cache[name] = result
         return result
 
-    def _cyclic(self) -> set:
-        if self._cyclic_blocks is None:
-            from .cfg import cyclic_blocks
-            self._cyclic_blocks = cyclic_blocks(self.func) if self.func.blocks else set()
-        return self._cyclic_blocks
+    def _one_group(self, name: str, defs: list[Instruction]) -> bool:
+        """All writes of `name` in one basic block, each writing only it, with no read between the first and the
+        last write."""
+        block = defs[0].block
+        if any(d.block != block or d.defs != (name,) for d in defs):
+            return False
+        first, last = defs[0].index, defs[-1].index
+        return not any(name in i.uses for i in self.func.instructions[first + 1:last + 1] if i not in defs) \
+            and not any(name in d.uses for d in defs)
 
     def _expr(self, ins: Instruction, depth: int) -> Optional[ValueKey]:
         ops = ins.operands[1:]

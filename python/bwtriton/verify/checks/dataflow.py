@@ -6,6 +6,7 @@ from typing import Callable, Iterable, Optional
 
 from bwtriton.ptx.cfg import forward_dataflow
 from bwtriton.ptx.ir import Instruction
+from bwtriton.ptx.smt import _leaves_of
 
 from .context import Ctx
 
@@ -74,6 +75,14 @@ _MAX_BUNDLES = 64
 IMPRECISE = (("imprecise",), True)
 
 
+def _fact_leaves(fact) -> frozenset:
+    """Leaf values a path fact depends on (its comparison key, or the value a per-path register holds)."""
+    key, val = fact
+    if key[0] in ("val", "pval"):
+        return _leaves_of(val[0] if key[0] == "pval" else val)
+    return _leaves_of(key) if key[0] in ("eq", "ge") else frozenset()
+
+
 class PathValues:
     """Per-path values of loop-carried registers that branch conditions compare.
 
@@ -103,9 +112,21 @@ class PathValues:
             if ins.opcode == "setp" and len(ins.defs) == 1 and any(
                     o.kind == "reg" and o.name in tracked for o in ins.operands[1:]):
                 self.setps[ins.index] = ins
+        # registers that name values in facts ("var" leaves): facts about them die when they are redefined
+        self.var_regs: set[str] = set()
+        for setp in setps:
+            canon = num.predicate(setp.defs[0]) if len(setp.defs) == 1 else None
+            if canon is not None:
+                self.var_regs.update(k[1] for k in _leaves_of(canon[0]) if k[0] == "var")
+        for _, key in self.def_key.values():
+            if key is not None:
+                self.var_regs.update(k[1] for k in _leaves_of(key) if k[0] == "var")
+        for setp in self.setps.values():
+            self.var_regs.update(o.name for o in setp.operands[1:] if o.kind == "reg")
         #: instructions whose effect on the facts must be replayed (the others leave every path's facts alone)
         self.relevant = frozenset(i.index for i in func.instructions
-                                  if i.index in self.def_key or self.fact_regs.intersection(i.defs))
+                                  if i.index in self.def_key or self.fact_regs.intersection(i.defs)
+                                  or self.var_regs.intersection(i.defs))
 
     @staticmethod
     def _branch_setps(ctx: Ctx) -> tuple[list[Instruction], set[str]]:
@@ -135,6 +156,9 @@ class PathValues:
         for r in ins.defs:
             killed.update((("reg", r), ("val", r), ("pval", r)))
         out = frozenset(f for f in facts if f[0] not in killed) if facts else facts
+        dead_vars = {("var", r) for r in ins.defs if r in self.var_regs}
+        if dead_vars and out:
+            out = frozenset(f for f in out if not (_fact_leaves(f) & dead_vars))
         dk = self.def_key.get(ins.index)
         if dk is not None and dk[1] is not None:
             out = out | {(("val", dk[0]), dk[1])}
