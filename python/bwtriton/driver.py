@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import CompileError, InputError
-from .pipeline import PassSelection, resolve_passes, split_pass_spec, stages_hook
+from .pipeline import PassSelection, resolve_passes, stages_hook
 from .targets import Target, get_target
 
 #: Signature types that `@triton.jit` specialises for 16-byte divisibility at launch.
@@ -223,9 +223,9 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
         if num_ctas not in (1, 2):
             raise InputError(f"two_cta=True pairs 2 CTAs per cluster; num_ctas={num_ctas} conflicts with it")
         num_ctas = 2
-        passes = [*split_pass_spec(passes), "+pair-ctas"] if passes is None or all(
-            e.startswith(("+", "-")) for e in split_pass_spec(passes)) else [*split_pass_spec(passes), "pair-ctas"]
     selection = resolve_passes(passes, tgt)
+    if two_cta and tgt.has_tcgen05:
+        selection = selection.with_pass("pair-ctas")
     opts = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, **options)
     if isinstance(fn_or_path, (str, os.PathLike)):
         path = Path(fn_or_path)
