@@ -1,11 +1,11 @@
-"""The `insert-tcgen05-wait-ld` PTX pass: repairs the P9 hazard upstream Triton 3.6 emits, leaves good PTX alone.
+"""The `insert-tcgen05-wait-ld` PTX pass: adds waits before early tcgen05.ld reads (P9 notes), leaves good PTX alone.
 
 `multi_acc_kernel` with two 128x256 accumulators (num_warps=4, num_stages=2) is the measured case: LLVM hoists
 the 64-bit packing of tcgen05.ld results above the `tcgen05.wait::ld` inline asm. The verifier reports such
 register reads as notes (a true register dependency is honoured, PTX ISA tcgen05.wait), so the pass is optional
-hardening; num_stages=3 would need 245792 bytes of shared memory, over sm_100a's 232448. Triton's PTX (asm["ptx"]) is
-what the verifier would see without the pass; asm["bwptx"] is the PTX after bwtriton's PTX passes, which ptxas
-assembles into the cubin.
+hardening; num_stages=3 would need 245792 bytes of shared memory, over sm_100a's 232448. Triton's PTX
+(asm["ptx_triton"]) is what the verifier would see without the pass; asm["ptx"] is the PTX after bwtriton's PTX
+passes, which ptxas assembles into the cubin.
 """
 from __future__ import annotations
 
@@ -42,10 +42,10 @@ def _early_reads(text: str) -> list:
 
 
 def test_upstream_ptx_reads_ld_registers_before_the_wait(two_acc):
-    report = verify_ptx(two_acc.asm["ptx"])
-    reads = _early_reads(two_acc.asm["ptx"])
+    report = verify_ptx(two_acc.asm["ptx_triton"])
+    reads = _early_reads(two_acc.asm["ptx_triton"])
     assert report.errors == [] and reads and {f.severity for f in reads} == {"note"}
-    lines = two_acc.asm["ptx"].splitlines()
+    lines = two_acc.asm["ptx_triton"].splitlines()
     assert re.match(r"\s*(cvt\.u64\.u32|shl\.b64|or\.b64)", lines[reads[0].line - 1])  # the hoisted packing
 
 
@@ -69,14 +69,14 @@ def test_default_pipeline_inserts_waits_and_verifies_clean(two_acc):
     rep = two_acc.reports["insert-tcgen05-wait-ld"]
     assert rep["count"] == len(rep["inserted"]) >= 1
     assert two_acc.reports["verify-tcgen05"]["counts"]["error"] == 0
-    assert verify_ptx(two_acc.asm["bwptx"]).errors == []
+    assert verify_ptx(two_acc.asm["ptx"]).errors == []
     assert two_acc.asm["cubin"][:4] == b"\x7fELF"  # ptxas accepted the edited PTX
 
 
 def test_each_wait_sits_right_before_the_first_read(two_acc):
-    before, after = two_acc.asm["ptx"].splitlines(), two_acc.asm["bwptx"].splitlines()
+    before, after = two_acc.asm["ptx_triton"].splitlines(), two_acc.asm["ptx"].splitlines()
     rep = two_acc.reports["insert-tcgen05-wait-ld"]
-    fn = parse_ptx(two_acc.asm["ptx"]).entries[0]
+    fn = parse_ptx(two_acc.asm["ptx_triton"]).entries[0]
     by_line = {i.line: i for i in fn.instructions}
     for entry in rep["inserted"]:
         assert after[entry["line"] - 1].strip() == WAIT_LD

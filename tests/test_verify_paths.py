@@ -81,7 +81,7 @@ def test_equal_trip_count_predicates_make_the_unsynced_path_infeasible():
 @pytest.mark.parametrize("old,new,why", [
     ("setp.lt.s32 \t%p5, %r21, 1;", "setp.lt.s32 \t%p5, %r21, 2;", "K-64 < 2 holds for K-64 == 1"),
     ("ld.param.b32 \t%r8, [trip_param_0];", "ld.param.b32 \t%r8, [trip_param_1];", "another parameter"),
-    ("add.u32 \t%r21, -64, %r8;", "add.u32 \t%r21, -32, %r8;", "another offset"),
+    ("add.u32 \t%r21, -64, %r8;", "add.u32 \t%r21, -96, %r8;", "another offset: K in [65, 96] runs the MMA and skips the wait"),
     ("setp.lt.s32 \t%p5, %r21, 1;", "setp.lt.u32 \t%p5, %r21, 2;", "unsigned K-64 < 2 holds for K-64 == 1"),
     ("ld.param.b32 \t%r8, [trip_param_0];", "ld.shared.b32 \t%r8, [%r3+32];", "a value loaded from memory"),
     ("@%p5 bra", "@!%p5 bra", "wait skipped exactly when the MMA ran"),

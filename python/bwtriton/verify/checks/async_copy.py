@@ -13,7 +13,7 @@ from typing import Optional
 from bwtriton.ptx.ir import Instruction, Operand
 
 from .context import Ctx
-from .dataflow import run_dataflow, union_states
+from .dataflow import may_have_run, run_dataflow, union_states
 
 _WAITS = ("mbarrier.try_wait", "mbarrier.test_wait", "mbarrier.wait")
 
@@ -81,7 +81,8 @@ def check_async_copies(ctx: Ctx) -> None:
         if is_tma_load(ins):
             if emit:
                 for item in st:
-                    if item[0] == "mma" and _tma_dst_in_operand(ctx, ins, reads.get(item[1])):
+                    if item[0] == "mma" and _tma_dst_in_operand(ctx, ins, reads.get(item[1])) \
+                            and may_have_run(ctx, ins_at[item[1]]):
                         mma = ins_at[item[1]]
                         ctx.add("stage-reuse", "P16", "error", ins,
                                 f"this TMA overwrites shared memory that the {mma.opcode} at line {mma.line} is "
@@ -91,7 +92,8 @@ def check_async_copies(ctx: Ctx) -> None:
         if ins.opcode in ("tcgen05.mma", "tcgen05.cp"):
             if emit:
                 for item in sorted(st):
-                    if item[0] == "tma" and _tma_dst_in_operand(ctx, ins_at[item[1]], reads.get(ins.index)):
+                    if item[0] == "tma" and _tma_dst_in_operand(ctx, ins_at[item[1]], reads.get(ins.index)) \
+                            and may_have_run(ctx, ins_at[item[1]]):
                         tma = ins_at[item[1]]
                         ctx.add("async-copy-unwaited", "T4", "error", ins,
                                 f"{ins.opcode} reads the tile the TMA at line {tma.line} is still writing: no "

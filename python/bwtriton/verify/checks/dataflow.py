@@ -40,9 +40,26 @@ def _derive_branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[tuple
         return None
     if len(ctx.func.definitions(last.guard.reg)) != 1:
         return None  # loop-carried or scoped (e.g. try_wait's `complete`): facts would only split paths
-    value = (v == taken) != last.guard.negated
-    facts = [(last.guard.reg, value)]
-    work = [(last.guard.reg, value)]
+    return _predicate_facts(ctx, last.guard.reg, (v == taken) != last.guard.negated)
+
+
+def _guard_facts(ctx: Ctx, ins: Instruction) -> tuple:
+    """Facts that hold whenever the guarded `ins` executes (its predicate is true), cached; () if unguarded."""
+    cache = ctx.edge_facts
+    key = ("guard", ins.index)
+    if key not in cache:
+        g = ins.guard
+        facts = None
+        if g is not None and len(ctx.func.definitions(g.reg)) == 1:
+            facts = _predicate_facts(ctx, g.reg, not g.negated)
+        cache[key] = facts or ()
+    return cache[key]
+
+
+def _predicate_facts(ctx: Ctx, reg0: str, value: bool) -> Optional[tuple[tuple[tuple, bool], ...]]:
+    """Canonical facts implied by predicate register `reg0` having truth `value` (through and/or/not.pred)."""
+    facts = [(reg0, value)]
+    work = [(reg0, value)]
     while work and len(facts) < 16:
         reg, val = work.pop()
         defs = ctx.func.definitions(reg)
@@ -189,6 +206,19 @@ class PathValues:
         return out
 
 
+def _guard_contradicts(ctx: Ctx, ins: Instruction, known: dict) -> bool:
+    """Whether the path's facts say the guard of `ins` is false (so `ins` does not execute on this path)."""
+    return any(known.get(k, v) != v for k, v in _guard_facts(ctx, ins))
+
+
+def may_have_run(ctx: Ctx, ins: Instruction) -> bool:
+    """During a replay: whether guarded `ins`, issued earlier on this path, can have executed, given the path's
+    facts now (a guard implied false by a fact learned after the issue means it did nothing)."""
+    if ins.guard is None or not ctx.current_facts:
+        return True
+    return not _guard_contradicts(ctx, ins, dict(f for f in ctx.current_facts if f[0][0] in ("eq", "ge", "reg")))
+
+
 def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iterable], frozenset],
                  on_exit: Optional[Callable] = None, edge: Optional[Callable] = None) -> None:
     """Path-sensitive (on branch predicates) set dataflow; replays the fixpoint once with `emit` enabled.
@@ -218,12 +248,15 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
             if emit:
                 ctx.exact = IMPRECISE not in facts
             relevant = pv.relevant
+            known = dict(f for f in facts if f[0][0] in ("eq", "ge", "reg")) if facts else {}
             for ins in block.instructions:
                 if emit:
                     ctx.current_facts = facts
-                payload = step(payload, ins, emit)
+                if ins.guard is None or not known or not _guard_contradicts(ctx, ins, known):
+                    payload = step(payload, ins, emit)   # skipped: the guard is false on this path
                 if ins.index in relevant:
                     facts = pv.step(facts, ins)
+                    known = dict(f for f in facts if f[0][0] in ("eq", "ge", "reg")) if facts else {}
             out.append((facts, payload))
         ctx.exact = True
         return out

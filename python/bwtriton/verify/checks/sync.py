@@ -12,7 +12,7 @@ from bwtriton.ptx.values import AbsVal
 
 from .async_copy import barrier_operand, same_address
 from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
-from .dataflow import run_dataflow, union_states
+from .dataflow import may_have_run, run_dataflow, union_states
 
 
 def _is_mbarrier_wait(ins: Instruction) -> bool:
@@ -199,6 +199,8 @@ def check_accumulator_sync(ctx: Ctx) -> None:
             ref = tmem_ref(ctx, addr) if addr is not None else None
             shape, num = ld_shape_num(ins)
             for mi, status, commit in sorted(st):
+                if not may_have_run(ctx, ctx.func.instructions[mi]):
+                    continue  # the MMA's own guard is false on this path
                 mref, overlap = d_ref.get(mi), None
                 if ref is not None and mref is not None and ref[0] == mref[0]:
                     ld_cols = LD_SHAPE_COLS.get(shape or "", (0, 1))[1] * (num or 1)
