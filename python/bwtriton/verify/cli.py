@@ -30,6 +30,10 @@ def register(subparsers) -> None:
 def run_check(args: argparse.Namespace) -> int:
     from bwtriton.ptx import parse_ptx
     name = args.file
+    if args.target is not None and args.target not in known_targets():
+        print(f"bwtriton check: unknown --target {args.target!r}; valid targets: {', '.join(known_targets())}",
+              file=sys.stderr)
+        return 2
     try:
         text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8", errors="replace").read()
     except OSError as exc:
@@ -43,6 +47,14 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"bwtriton check: {name}: {exc}", file=sys.stderr)
         return 2
     return _check_one(args, name, mod)
+
+
+def known_targets() -> list[str]:
+    """Targets `check --target` accepts: bwtriton's compile targets plus every PTX target with tcgen05."""
+    from bwtriton.targets import TARGETS
+
+    from .checks.resources import TCGEN05_TARGETS
+    return sorted(set(TARGETS) | TCGEN05_TARGETS)
 
 
 _SPLIT_RE = re.compile(r"^[ \t]*// -----[^\n]*$", re.M)
