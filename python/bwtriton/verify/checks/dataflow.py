@@ -167,7 +167,8 @@ class PathValues:
 
     def step(self, facts: frozenset, ins: Instruction) -> frozenset:
         """Facts after `ins` on this path: kill what it redefines, add the per-path values it computes."""
-        if not ins.defs or ins.index not in self.def_key and (not facts or not self.fact_regs.intersection(ins.defs)):
+        if not ins.defs or ins.index not in self.def_key and (
+                not facts or not (self.fact_regs.intersection(ins.defs) or self.var_regs.intersection(ins.defs))):
             return facts  # nothing on this path is keyed by what `ins` writes
         killed = set()
         for r in ins.defs:
