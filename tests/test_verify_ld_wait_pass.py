@@ -19,9 +19,9 @@ from bwtriton.passes.base import PassContext
 from bwtriton.passes.insert_ld_wait import WAIT_LD, InsertTcgen05WaitLd
 from bwtriton.ptx import parse_ptx
 from bwtriton.targets import get_target
-from bwtriton.tmem.examples import MULTI_ACC_SIGNATURE, multi_acc_kernel
 from bwtriton.verify import verify_ptx
 from fixtures.kernels import corpus_kernels, corpus_ptx
+from fixtures.tmem_kernels import MULTI_ACC_SIGNATURE, multi_acc_kernel
 
 
 def _run_pass(text: str):

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from .errors import BwTritonError, InputError
 
 # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
-_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli")
+_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli", "bwtriton.regress.cli")
 
 
 def _parse_kv(items: Sequence[str], what: str) -> dict[str, str]:
