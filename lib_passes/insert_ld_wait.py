@@ -2,9 +2,11 @@
 
 Why: Triton 3.6 emits `tcgen05.ld` and `tcgen05.wait::ld` as separate inline-asm statements, and LLVM is free to
 schedule ordinary instructions between them. With several accumulators it hoists the 64-bit packing of the
-loaded registers (`cvt.u64.u32`, `shl.b64`, `or.b64`) above the wait: per PTX those registers are undefined
-until the wait completes, so the kernel reads garbage on hardware that has not finished the load. The verifier
-(rule P9) reports it; this pass repairs it.
+loaded registers (`cvt.u64.u32`, `shl.b64`, `or.b64`) above the wait. The PTX ISA says "an intra-thread
+ordering through true register dependency will be respected regardless of the presence or absence of other forms
+of synchronization", and upstream's B200-tested kernels read early, so the verifier (rule P9) reports such reads
+as notes, not errors. This pass is optional hardening (on by default, `-insert-tcgen05-wait-ld` turns it off):
+it makes the PTX follow CUTLASS's always-wait convention. See docs/verifier.md, rule P9.
 
 How: the verifier's P9 dataflow (`bwtriton.verify.find_ld_wait_hazards`) lists every read that can happen
 before a wait. For each tcgen05.ld with such a read, a `tcgen05.wait::ld.sync.aligned;` goes

@@ -22,7 +22,9 @@ class VerifyTcgen05(Pass):
 
     def run(self, ir, ctx: PassContext):
         from bwtriton.verify import verify_ptx
-        report = verify_ptx(ir, target=ctx.target.name)
+        meta = ctx.metadata or {}
+        report = verify_ptx(ir, target=ctx.target.name, shared_bytes=meta.get("shared"),
+                            tmem_columns=meta.get("tmem_size"))
         keep_notes = ctx.options.get("notes", False)
         findings = [f for f in report.findings if keep_notes or f.severity != "note"]
         ctx.report["findings"] = [f.to_dict() for f in findings]

@@ -2,7 +2,7 @@
 
 Each `case_*` compiles once per process (functools.cache) and returns an `EmuCase`: the compiled kernel, the
 grid, a function making fresh inputs, the outputs to compare and the reference. The kernels are Triton 3.6's
-own sm_100a lowering of the corpus kernels in `ptx_corpus.py` and the project's examples.
+own sm_100a lowering of the corpus kernels in `fixtures/kernels.py` and the project's examples.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
-import ptx_corpus as pc
+from fixtures import kernels as pc
 import torch
 import triton
 import triton.language as tl

@@ -118,7 +118,7 @@ def test_write_stages(fp16_sm100, tmp_path):
 
 def test_gluon_kernels_compile_through_the_same_driver():
     """Gluon starts at ttgir (no ttir stage); our bw stages are inserted the same way."""
-    from ptx_corpus import _gluon_kernels
+    from fixtures.kernels import _gluon_kernels
     _, one_mma, _, _ = _gluon_kernels()
     res = bwtriton.compile(one_mma, signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"},
                            constexprs={"M": 128, "N": 128, "K": 64, "num_warps": 4}, num_warps=4)

@@ -255,7 +255,7 @@ def test_env_var_activates_on_import_and_bad_values_are_clear():
 
 
 def test_gluon_launch_runs_tcgen05_on_the_emulated_gpu():
-    import ptx_corpus  # the corpus' Gluon one-MMA kernel (tests/ptx_corpus.py)
+    from fixtures import kernels as ptx_corpus  # the corpus' Gluon one-MMA kernel (tests/fixtures/kernels.py)
     _gl, one_mma, _, _ = ptx_corpus._gluon_kernels()
     a = torch.randn(128, 64, dtype=torch.float16)
     b = torch.randn(128, 64, dtype=torch.float16)  # B^T stored [N, K]

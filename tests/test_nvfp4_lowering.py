@@ -19,30 +19,7 @@ from bwtriton.formats import e2m1_decode, unpack_e2m1
 from bwtriton.mlir.dot_scaled import parse_dot_scaled
 from bwtriton.passes.lower_nvfp4_portable import lower_dot_scaled, natively_supported
 from bwtriton.targets import get_target
-
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def nvfp4_dot_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                     LHS_BF16: tl.constexpr):
-    """One-tile user kernel: C = dot_scaled(A, B^T) with NVFP4 B [BN, BK/2] and NVFP4 or bf16 A."""
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    rkh = tl.arange(0, BK // 2)
-    rks = tl.arange(0, BK // 16)
-    b = tl.load(b_ptr + rn[:, None] * (BK // 2) + rkh[None, :])
-    sb = tl.load(bs_ptr + rn[:, None] * (BK // 16) + rks[None, :])
-    if LHS_BF16:
-        rk = tl.arange(0, BK)
-        a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
-        acc = tl.dot_scaled(a, None, "bf16", b.T, sb, "e2m1")
-    else:
-        a = tl.load(a_ptr + rm[:, None] * (BK // 2) + rkh[None, :])
-        sa = tl.load(as_ptr + rm[:, None] * (BK // 16) + rks[None, :])
-        acc = tl.dot_scaled(a, sa, "e2m1", b.T, sb, "e2m1")
-    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+from fixtures.kernels import nvfp4_dot_kernel
 
 
 def _sig(lhs_bf16: bool) -> dict:

@@ -13,8 +13,6 @@ import sys
 import textwrap
 
 import pytest
-import triton
-import triton.language as tl
 
 import bwtriton
 from bwtriton.errors import CompileError, InputError
@@ -25,24 +23,7 @@ from bwtriton.pairing import should_pair, tail_waste
 from bwtriton.passes.pair_ctas.eligibility import MmaSummary, eligibility_problems
 from bwtriton.passes.pair_ctas.layouts import add_unit_attr, with_two_ctas
 from bwtriton.ptx.descriptors import decode_idesc
-
-
-@triton.jit
-def scaled_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr):
-    """NVFP4 tl.dot_scaled (e2m1 packed 2 per byte, ue4m3 scales per 16)."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K // 2)
-    rs = tl.arange(0, BLOCK_K // 16)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + rm[:, None] * (K // 2) + (k // 2 + rk)[None, :])
-        b = tl.load(b_ptr + rn[:, None] * (K // 2) + (k // 2 + rk)[None, :])
-        sa = tl.load(as_ptr + rm[:, None] * (K // 16) + (k // 16 + rs)[None, :])
-        sb = tl.load(bs_ptr + rn[:, None] * (K // 16) + (k // 16 + rs)[None, :])
-        acc = tl.dot_scaled(a, sa, "e2m1", b.T, sb, "e2m1", acc)
-    tl.store(c_ptr + rm[:, None] * 4096 + rn[None, :], acc)
+from fixtures.kernels import scaled_kernel
 
 
 def tma_signature(dtype: str, block_m: int, block_n: int, block_k: int) -> dict:

@@ -1,5 +1,6 @@
-"""Instruction and shared-memory descriptors against the worked examples of tcgen05_reference.md §1d/§2a
-(values computed there independently of this code), plus round trips and legality rules."""
+"""Instruction and shared-memory descriptors against worked examples (layouts: docs/tcgen05_facts.md, from PTX ISA
+#tcgen05-instruction-descriptor and #tcgen05-shared-memory-descriptor; values computed independently of this
+code), plus round trips and legality rules."""
 from __future__ import annotations
 
 import pytest

@@ -7,7 +7,7 @@ import pytest
 
 from bwtriton.cli import main
 from bwtriton.errors import CompileError
-from ptx_corpus import bad_kernels, corpus_ptx
+from fixtures.kernels import bad_kernels, corpus_ptx
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +85,22 @@ def test_pass_runs_by_default_in_compile():
     res = bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs())
     rep = res.reports["verify-tcgen05"]
     assert rep["counts"]["error"] == 0 and rep["counts"]["warning"] == 0
+
+
+def test_unknown_target_is_an_error_listing_the_valid_ones(tmp_path, capsys):
+    f = tmp_path / "k.ptx"
+    f.write_text(corpus_ptx("gluon_one_mma"))
+    assert main(["check", "--target", "sm_99z", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown --target 'sm_99z'" in err and "sm_100a" in err and "Traceback" not in err
+
+
+def test_split_input_file_keeps_file_line_numbers(tmp_path, capsys):
+    body = ".version 8.8\n.target sm_100a\n.visible .entry {n}()\n{{\n\ttrap;\n}}\n"
+    f = tmp_path / "two.ptx"
+    f.write_text(body.format(n="a") + "// -----\n" + body.format(n="b"))
+    assert main(["check", "--split-input-file", str(f)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "// ----- case 1: a" and any(l.startswith("// ----- case 2: b") for l in out)
+    lines = [int(l.split(":")[1]) for l in out if "trap-only-body" in l]
+    assert lines == [5, 12]   # the trap lines of each chunk, counted in the whole file

@@ -85,6 +85,50 @@ def reachable_blocks(func: Function, start: int = 0) -> set[int]:
     return seen
 
 
+def cyclic_blocks(func: Function) -> set[int]:
+    """Blocks on some CFG cycle (in a strongly connected component with a cycle): code that can run twice."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: set[int] = set()
+    counter = 0
+    for root in range(len(func.blocks)):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            succs = func.blocks[node].succs
+            if i < len(succs):
+                work.append((node, i + 1))
+                nxt = succs[i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                if len(comp) > 1 or node in func.blocks[node].succs:
+                    out.update(comp)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return out
+
+
 def back_edges(func: Function) -> set[tuple[int, int]]:
     """Edges (u, v) where v is on the DFS stack when u -> v is explored: the loop back edges."""
     result: set[tuple[int, int]] = set()

@@ -1,4 +1,5 @@
-"""tcgen05 descriptors, bit-exact per /work/shared/reference/tcgen05_reference.md §1-2 and §4.
+"""tcgen05 descriptors, bit-exact per docs/tcgen05_facts.md (PTX ISA #tcgen05-instruction-descriptor,
+#tcgen05-shared-memory-descriptor, #tcgen05-kind-shapes; CUTLASS cute/arch/mma_sm100_desc.hpp).
 
 * 32-bit instruction descriptor (idesc) for every `.kind`: `decode_idesc(value, kind)` / `encode_idesc(...)`.
 * 64-bit shared-memory matrix descriptor: `decode_smem_desc(value)` / `encode_smem_desc(...)`.
@@ -297,7 +298,7 @@ def mma_k(kind: str, sparse: bool = False) -> int:
 
 
 def legal_m(kind: str, cta_group: int, ws: bool = False, sparse: bool = False) -> frozenset[int]:
-    """Legal M per PTX §tcgen05-kind-shapes (reference §4); M is the whole pair's for cta_group::2."""
+    """Legal M per PTX #tcgen05-kind-shapes (docs/tcgen05_facts.md "Shapes"); M is the whole pair's for cta_group::2."""
     if ws:
         if cta_group != 1 or kind in BLOCK_SCALED:
             return frozenset()
@@ -311,7 +312,7 @@ def legal_m(kind: str, cta_group: int, ws: bool = False, sparse: bool = False) -
 
 def legal_n(kind: str, cta_group: int, ws: bool = False, sparse: bool = False,
             transpose_b_8bit: bool = False) -> frozenset[int]:
-    """Legal N per reference §4 (incl. the 8-bit transpose-B restriction)."""
+    """Legal N per PTX #tcgen05-kind-shapes (incl. the 8-bit transpose-B restriction)."""
     if ws:
         return frozenset((64, 128)) if sparse else frozenset((64, 128, 256))
     if cta_group == 1:
@@ -329,7 +330,7 @@ def legal_n(kind: str, cta_group: int, ws: bool = False, sparse: bool = False,
 
 
 def d_tile_columns(m: int, n: int, cta_group: int, ws: bool = False) -> int:
-    """32-bit TMEM columns the D tile occupies per CTA (reference §5: layouts A-G)."""
+    """32-bit TMEM columns the D tile occupies per CTA (PTX #tcgen05-data-path-layout-organization, layouts A-G)."""
     if ws:
         return {32: n // 4, 64: n // 2}.get(m, n)
     if cta_group == 2 and m == 128:

@@ -403,6 +403,11 @@ class ValueNumbering:
         if name in self._active or depth > _MAX_DEPTH:
             return None
         defs = self.func.definitions(name)
+        if len(defs) > 1 and self._one_group(name, defs):
+            # Triton's masked load `mov %r, 0; @%p ld.global {%r}, [...]`: the writes run together, and no read
+            # sits between them, so the register holds one value between runs of that block
+            self._cache[name] = ("var", name)
+            return self._cache[name]
         if len(defs) != 1 or defs[0].guard is not None or defs[0].defs != (name,):
             self._cache[name] = None  # several (loop) definitions, a conditional one, or a multi-result op
             return None
@@ -411,8 +416,23 @@ class ValueNumbering:
             result = self._expr(defs[0], depth + 1)
         finally:
             self._active.discard(name)
+        if result is None:
+            # Not computable from invariants (e.g. a load), but written by one instruction: until that
+            # instruction runs again, every read sees the same value, so the register names it. Path facts about
+            # such a value die when its definition executes (bwtriton.verify.checks.dataflow.PathValues).
+            result = ("var", name)
         self._cache[name] = result
         return result
+
+    def _one_group(self, name: str, defs: list[Instruction]) -> bool:
+        """All writes of `name` in one basic block, each writing only it, with no read between the first and the
+        last write."""
+        block = defs[0].block
+        if any(d.block != block or d.defs != (name,) for d in defs):
+            return False
+        first, last = defs[0].index, defs[-1].index
+        return not any(name in i.uses for i in self.func.instructions[first + 1:last + 1] if i not in defs) \
+            and not any(name in d.uses for d in defs)
 
     def _expr(self, ins: Instruction, depth: int) -> Optional[ValueKey]:
         ops = ins.operands[1:]
@@ -421,6 +441,13 @@ class ValueNumbering:
                 and ops[0].base is not None and ops[0].base.kind == "sym":
             # kernel parameters are read-only for the whole launch
             return ("ld.param", ins.types, ops[0].base.name, ops[0].offset)
+        if ins.opcode == "shfl" and ins.has("idx") and len(ops) == 4 and ins.defs == (ins.operands[0].name,):
+            # shfl.sync.idx x, 0, 31, -1: every lane gets lane 0's x (Triton's warp-uniform warp index)
+            lane, clamp, mask = (self.key(o, 32, depth) for o in ops[1:])
+            if lane == ("imm", 0) and clamp == ("imm", 31) and mask == ("imm", 0xFFFFFFFF):
+                src = self.key(ops[0], 32, depth)
+                return None if src is None else ("shfl.lane0", src)
+            return None
         if ins.opcode not in _PURE_OPS or any(o.kind not in ("reg", "imm", "sreg", "sym") for o in ops):
             return None
         if ins.opcode == "mov" and len(ops) == 1:
@@ -454,7 +481,12 @@ class ValueNumbering:
             return None if canon is None else (canon[0], canon[1] ^ flip)
         return None
 
-    def _comparison(self, d: Instruction) -> Optional[tuple[ValueKey, bool]]:
+    def comparison(self, d: Instruction, key_of=None) -> Optional[tuple[ValueKey, bool]]:
+        """Canonical (key, flip) of the integer comparison `setp` instruction `d`. `key_of(operand, width)`
+        overrides how operands are keyed (the path analysis passes the values it knows on one path)."""
+        return self._comparison(d, key_of)
+
+    def _comparison(self, d: Instruction, key_of=None) -> Optional[tuple[ValueKey, bool]]:
         if d.opcode != "setp" or len(d.operands) != 3 or len(d.types) != 1:
             return None
         rel = next((_CMP[m] for m in d.modifiers if m in _CMP), None)
@@ -463,7 +495,7 @@ class ValueNumbering:
         if rel is None or w is None or len(d.modifiers) != 1:
             return None  # float compares (NaN) and setp.*.and/or combinations are left alone
         unsigned = ty[0] != "s" or d.modifiers[0] in ("lo", "ls", "hi", "hs")
-        a, b = (self.key(o, w) for o in d.operands[1:])
+        a, b = ((key_of or self.key)(o, w) for o in d.operands[1:])
         if a is None or b is None:
             return None
         if rel in ("eq", "ne"):

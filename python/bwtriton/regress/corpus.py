@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 #: Kernel sources of the corpus, relative to the repository root (BWTRITON_SPECS files and PTX corpus modules).
-CORPUS_INPUTS = ("python/bwtriton/examples", "tests/ptx_corpus.py")
+CORPUS_INPUTS = ("python/bwtriton/examples", "tests/fixtures/kernels.py")
 CORPUS_TARGETS = ("sm_100a", "sm_90a")
 SNAPSHOT = Path("tests/snapshots/corpus.json")
 

@@ -1,4 +1,4 @@
-"""`bwtriton check FILE.ptx [--json] [--explain] [--target T]`.
+"""`bwtriton check FILE.ptx [--json] [--explain] [--target T] [--split-input-file]`.
 
 Exit status: 0 no error finding, 1 at least one error finding, 2 unreadable or non-PTX input.
 Findings go to stdout as `FILE:LINE: severity: [check/rule] message` (with --json: one JSON document).
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from bwtriton.errors import InputError
@@ -20,24 +21,77 @@ def register(subparsers) -> None:
                    help="print every tcgen05.mma with decoded M/N/K, types, majorness, swizzle, scales, TMEM D")
     p.add_argument("--target", default=None, help="target name (default: the file's .target)")
     p.add_argument("--no-notes", action="store_true", help="hide note-severity findings")
+    p.add_argument("--split-input-file", action="store_true",
+                   help="verify each '// -----'-separated chunk as its own module (lit tests); each chunk's "
+                        "output starts with '// ----- case N: ENTRY' and line numbers stay those of the file")
     p.set_defaults(func=run_check)
 
 
 def run_check(args: argparse.Namespace) -> int:
     from bwtriton.ptx import parse_ptx
-
-    from . import verify_module
-    from .explain import explain_mmas, format_explain
     name = args.file
+    if args.target is not None and args.target not in known_targets():
+        print(f"bwtriton check: unknown --target {args.target!r}; valid targets: {', '.join(known_targets())}",
+              file=sys.stderr)
+        return 2
     try:
         text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8", errors="replace").read()
-        mod = parse_ptx(text)
     except OSError as exc:
         print(f"bwtriton check: cannot read {name}: {exc.strerror}", file=sys.stderr)
         return 2
+    if args.split_input_file:
+        return _run_split(args, name, text)
+    try:
+        mod = parse_ptx(text)
     except InputError as exc:
         print(f"bwtriton check: {name}: {exc}", file=sys.stderr)
         return 2
+    return _check_one(args, name, mod)
+
+
+def known_targets() -> list[str]:
+    """Targets `check --target` accepts: bwtriton's compile targets plus every PTX target with tcgen05."""
+    from bwtriton.targets import TARGETS
+
+    from .checks.resources import TCGEN05_TARGETS
+    return sorted(set(TARGETS) | TCGEN05_TARGETS)
+
+
+_SPLIT_RE = re.compile(r"^[ \t]*// -----[^\n]*$", re.M)
+
+
+def split_chunks(text: str) -> list[str]:
+    """The `// -----` chunks of `text`, each padded with blank lines so its line numbers are the file's."""
+    chunks, start, line = [], 0, 0
+    for m in list(_SPLIT_RE.finditer(text)) + [None]:
+        end = m.start() if m else len(text)
+        chunks.append("\n" * line + text[start:end])
+        if m:
+            line = text.count("\n", 0, m.end()) + 1
+            start = m.end() + 1
+    return chunks
+
+
+def _run_split(args: argparse.Namespace, name: str, text: str) -> int:
+    from bwtriton.ptx import parse_ptx
+    worst = 0
+    for n, chunk in enumerate(split_chunks(text), 1):
+        try:
+            mod = parse_ptx(chunk)
+        except InputError as exc:
+            print(f"// ----- case {n}")
+            print(f"{name}: case {n}: {exc}")
+            worst = max(worst, 2)
+            continue
+        entry = mod.functions[0].name if mod.functions else "?"
+        print(f"// ----- case {n}: {entry}")
+        worst = max(worst, _check_one(args, name, mod))
+    return worst
+
+
+def _check_one(args: argparse.Namespace, name: str, mod) -> int:
+    from . import verify_module
+    from .explain import explain_mmas, format_explain
     target = args.target or mod.target or "sm_100a"
     report = verify_module(mod, target)
     findings = [f for f in report.findings if not (args.no_notes and f.severity == "note")]

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-SEVERITIES = ("error", "warning", "note")
-
 
 @dataclass(frozen=True)
 class Finding:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .async_copy import check_async_copies, check_barrier_arrivals
 from .context import Ctx, cta_group_of, discover_tmem
 from .descriptors import check_mma
-from .launch import check_cluster, check_cta_group, check_single_thread_issue, check_sync_aligned, check_trap_only
+from .lanes import check_lane_quarter_by_warp
+from .launch import check_cluster, check_leader_issue, check_cta_group, check_single_thread_issue, check_sync_aligned, check_trap_only
 from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier, check_ld_wait, check_proxy_fence,
                    check_st_wait, ld_wait_hazards)
 from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_st_shapes
@@ -19,7 +21,8 @@ from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_s
 ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_cta_group, check_cluster, check_sync_aligned, check_single_thread_issue, check_alloc_columns,
     check_alloc_lifetime, check_ld_st_shapes, check_mma, check_ld_wait, check_st_wait, check_accumulator_sync,
-    check_proxy_fence, check_alloc_result_barrier,
+    check_proxy_fence, check_alloc_result_barrier, check_async_copies, check_barrier_arrivals,
+    check_lane_quarter_by_warp, check_leader_issue,
 )
 
 

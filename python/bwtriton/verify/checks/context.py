@@ -7,6 +7,7 @@ from typing import Optional
 
 from bwtriton.ptx.descriptors import InstrDesc, decode_idesc
 from bwtriton.ptx.ir import Function, Instruction, Module
+from bwtriton.ptx.smt import Facts
 from bwtriton.ptx.values import ValueNumbering, ValueResolver
 
 from ..findings import Finding
@@ -25,6 +26,9 @@ class Ctx:
     _seen: set = field(default_factory=set)
     numbering: ValueNumbering = field(init=False)
     edge_facts: dict = field(default_factory=dict)   # (u, v) -> predicate facts of that CFG edge (cached)
+    facts_oracle: Facts = field(default_factory=Facts)   # z3 feasibility of branch facts (cached per function)
+    current_facts: frozenset = frozenset()   # branch facts of the path being replayed (run_dataflow)
+    exact: bool = True   # False while a path check reports from a path not known to be feasible
 
     def __post_init__(self) -> None:
         self.numbering = ValueNumbering(self.func)
@@ -32,6 +36,10 @@ class Ctx:
     def add(self, check: str, rule: str, severity: str, ins_or_line, message: str,
             related: Optional[int] = None) -> None:
         line = ins_or_line.line if isinstance(ins_or_line, Instruction) else int(ins_or_line)
+        if severity == "error" and not self.exact:
+            # soundness: an error needs a path known to be feasible; this one could not be decided
+            severity = "warning"
+            message += " [on a path the verifier could not prove feasible]"
         key = (check, line, message)
         if key in self._seen:
             return

@@ -71,3 +71,47 @@ def check_single_thread_issue(ctx: Ctx) -> None:
             ctx.add("unguarded-issue", "P7", "warning", ins,
                     f"{ins.opcode} is issued by every thread that reaches it (no predicate guard): each thread "
                     "starts its own operation; guard it with an elect.sync predicate")
+
+
+_IDENTIFY_CTA = ("%cluster_ctarank", "%cluster_ctaid.x", "%cluster_ctaid.y", "%cluster_ctaid.z", "%ctaid.x",
+                 "%ctaid.y", "%ctaid.z")
+
+
+def check_leader_issue(ctx: Ctx) -> None:
+    """P18: a cta_group::2 mma/commit/cp acts for both CTAs of the pair, so only the leader (even
+    %cluster_ctarank) may issue it: the path's branch facts and the instruction's guard must imply an even rank."""
+    from bwtriton.ptx.smt import z3
+
+    from .dataflow import IMPRECISE, run_dataflow
+    issuers = [i for i in ctx.func.instructions if i.opcode in ("tcgen05.mma", "tcgen05.commit", "tcgen05.cp")
+               and cta_group_of(i) == 2]
+    tr = ctx.facts_oracle.translator
+    if not issuers or z3 is None or tr is None:
+        return
+    reads_cta_id = any(o.kind == "sreg" and o.name in _IDENTIFY_CTA for i in ctx.func.instructions
+                       for o in i.operands)
+    rank = tr.fresh(("sreg", "%cluster_ctarank"), 32)
+    todo = {i.index for i in issuers}
+
+    def step(payload, ins, emit):
+        if not (emit and ins.index in todo):
+            return payload
+        facts = set(ctx.current_facts)
+        undecided = IMPRECISE in facts or any(f[0][0] == "reg" for f in facts)
+        if ins.guard is not None:
+            canon = ctx.numbering.predicate(ins.guard.reg)
+            if canon is not None:
+                facts.add((canon[0], (not ins.guard.negated) != canon[1]))
+        if ctx.facts_oracle.solve(facts, [rank & 1 == 1]) is None:
+            return payload  # only an even-ranked (leader) CTA reaches it
+        if reads_cta_id and undecided:
+            ctx.add("cta-group2-leader", "P18", "warning", ins,
+                    f"could not prove that only the leader CTA (even %cluster_ctarank) issues this cta_group::2 "
+                    f"{ins.opcode}; the peer CTA must not issue it")
+        else:
+            ctx.add("cta-group2-leader", "P18", "error", ins,
+                    f"this cta_group::2 {ins.opcode} can be issued by the odd (peer) CTA of the pair as well: it "
+                    "acts for both CTAs, so guard it with %cluster_ctarank % 2 == 0 (the leader only)")
+        return payload
+
+    run_dataflow(ctx, frozenset([0]), step, lambda states: frozenset().union(*states))

@@ -10,8 +10,9 @@ from bwtriton.ptx.descriptors import d_tile_columns, decode_smem_desc
 from bwtriton.ptx.ir import Instruction
 from bwtriton.ptx.values import AbsVal
 
+from .async_copy import barrier_operand, same_address
 from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
-from .dataflow import run_dataflow, union_states
+from .dataflow import may_have_run, run_dataflow, union_states
 
 
 def _is_mbarrier_wait(ins: Instruction) -> bool:
@@ -55,10 +56,11 @@ def _until_wait(ctx: Ctx, issue: str, wait: str, on_issue: Callable, on_pending:
 
 
 def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, Instruction]]]:
-    """P9 analysis: (register reads before tcgen05.wait::ld, (tcgen05.mma, ld) pairs where an MMA follows an
-    un-waited ld). Shared by the check and by the `insert-tcgen05-wait-ld` pass, which repairs the reads."""
+    """P9 analysis: (register reads before tcgen05.wait::ld, (TMEM writer, ld) pairs where tcgen05.mma/st/cp or
+    dealloc follows an un-waited ld). Shared by the check and by the `insert-tcgen05-wait-ld` pass, which adds
+    waits before the reads."""
     reads: list[LdHazard] = []
-    mmas: list[tuple[Instruction, Instruction]] = []
+    writes: list[tuple[Instruction, Instruction]] = []
     seen: set = set()
 
     # state: frozenset of (register, index of the tcgen05.ld that wrote it), not yet waited for
@@ -72,28 +74,66 @@ def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, I
                 if (ins.index, reg, ld) not in seen:
                     seen.add((ins.index, reg, ld))
                     reads.append(LdHazard(ins, reg, ctx.func.instructions[ld]))
-            if ins.opcode == "tcgen05.mma" and (ins.index, None) not in seen:
-                seen.add((ins.index, None))
-                mmas.append((ins, ctx.func.instructions[min(ld for _, ld in pending)]))
+            if ins.opcode in _TMEM_WRITERS:
+                for ld in sorted({ld for _, ld in pending}):
+                    if (ins.index, ld) not in seen:
+                        seen.add((ins.index, ld))
+                        writes.append((ins, ctx.func.instructions[ld]))
         return frozenset(p for p in pending if p[0] not in ins.defs) if ins.defs else pending
 
     _until_wait(ctx, "tcgen05.ld", "ld", on_ld, on_pending)
     reads.sort(key=lambda h: (h.read.index, h.reg))
-    return reads, mmas
+    return reads, writes
+
+
+_TMEM_WRITERS = ("tcgen05.mma", "tcgen05.st", "tcgen05.cp", "tcgen05.dealloc")
+
+
+def tmem_columns(ctx: Ctx, ins: Instruction) -> Optional[tuple[str, int, int]]:
+    """(allocation symbol, first column, column count) that a tcgen05 ld/st/mma/cp/dealloc touches, when the
+    address is alloc base + constant and the extent is known; None otherwise."""
+    if ins.opcode == "tcgen05.dealloc":
+        ref = tmem_ref(ctx, ins.operands[0]) if ins.operands else None
+        return None if ref is None else (ref[0], 0, 1 << 16)  # the whole allocation
+    addr = next((o for o in ins.operands if o.kind == "addr"), None) if ins.opcode != "tcgen05.mma" \
+        else ins.operands[0]
+    ref = tmem_ref(ctx, addr) if addr is not None else None
+    if ref is None:
+        return None
+    if ins.opcode in ("tcgen05.ld", "tcgen05.st"):
+        shape, num = ld_shape_num(ins)
+        if shape is None or num is None:
+            return None
+        return ref[0], ref[2], LD_SHAPE_COLS[shape][1] * num
+    if ins.opcode == "tcgen05.mma":
+        dd = decode_mma(ctx, ins)
+        if dd is None or not dd.m or not dd.n:
+            return None
+        return ref[0], ref[2], d_tile_columns(dd.m, dd.n, cta_group_of(ins) or 1, ins.has("ws"))
+    return None  # tcgen05.cp: the extent depends on the shape; treated as unknown
 
 
 def check_ld_wait(ctx: Ctx) -> None:
-    """P9: registers written by tcgen05.ld are used only after tcgen05.wait::ld."""
-    reads, mmas = ld_wait_hazards(ctx)
+    """P9: a TMEM write or dealloc that can overwrite columns a pending tcgen05.ld reads (error when the columns
+    overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note, since the
+    ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
+    reads, writes = ld_wait_hazards(ctx)
     for h in reads:
-        ctx.add("ld-without-wait", "P9", "error", h.read,
-                f"{h.reg} is read before tcgen05.wait::ld: tcgen05.ld is asynchronous and its destination "
-                "registers are only valid after tcgen05.wait::ld.sync.aligned (the insert-tcgen05-wait-ld pass "
-                "repairs this in bwtriton.compile)", related=h.ld.line)
-    for mma, _ in mmas:
-        ctx.add("ld-without-wait", "P9", "warning", mma,
-                "tcgen05.mma may race ahead of an earlier tcgen05.ld that was not waited for "
-                "(tcgen05.wait::ld missing)")
+        ctx.add("ld-without-wait", "P9", "note", h.read,
+                f"{h.reg} is read before tcgen05.wait::ld; the hardware honours this register dependency, so it "
+                "is legal (the optional insert-tcgen05-wait-ld pass adds the wait anyway)", related=h.ld.line)
+    for w, ld in writes:
+        a, b = tmem_columns(ctx, ld), tmem_columns(ctx, w)
+        if a is not None and b is not None and a[0] != b[0]:
+            continue  # different allocations
+        if a is not None and b is not None and not (a[1] < b[1] + b[2] and b[1] < a[1] + a[2]):
+            continue  # disjoint columns: no anti-dependency
+        sure = a is not None and b is not None
+        what = "deallocates the TMEM" if w.opcode == "tcgen05.dealloc" else "writes TMEM columns"
+        ctx.add("ld-overwritten", "P9", "error" if sure else "warning", w,
+                f"{w.opcode} {what} that the tcgen05.ld at line {ld.line} may still be reading "
+                f"({'columns overlap' if sure else 'columns could not be compared'}): issue "
+                "tcgen05.wait::ld.sync.aligned before it", related=ld.line)
 
 
 def check_st_wait(ctx: Ctx) -> None:
@@ -134,19 +174,33 @@ def check_accumulator_sync(ctx: Ctx) -> None:
             if dd is not None and dd.m and dd.n else None
     saw_fence = bool(ctx.func.find("tcgen05.fence"))
 
-    # state: frozenset of (mma index, "U" uncommitted | "C" committed, not yet waited)
+    covers: dict = {}
+
+    def waits_for(wait: Instruction, commit: int) -> bool:
+        """Whether `wait` may be on the barrier the commit arrives on (False only when provably another)."""
+        if (wait.index, commit) not in covers:
+            covers[(wait.index, commit)] = same_address(
+                ctx, barrier_operand(wait), barrier_operand(ctx.func.instructions[commit])) is not False
+        return covers[(wait.index, commit)]
+
+    # state: frozenset of (mma index, "U" uncommitted | "C" committed not yet waited | "X" committed and a wait on
+    # another barrier passed, commit index | -1)
     def step(st, ins, emit):
         if ins.opcode == "tcgen05.mma":
-            return frozenset(x for x in st if x[0] != ins.index) | {(ins.index, "U")}
+            return frozenset(x for x in st if x[0] != ins.index) | {(ins.index, "U", -1)}
         if ins.opcode == "tcgen05.commit":
-            return frozenset((i, "C") for i, _ in st)
+            return frozenset((x[0], "C", ins.index) if x[1] == "U" else x for x in st)
         if _is_mbarrier_wait(ins):
-            return frozenset(x for x in st if x[1] == "U")
+            # a wait on another barrier leaves the MMA pending, marked "X" (waited, but elsewhere)
+            return frozenset(x if x[1] == "U" else (x[0], "X", x[2]) for x in st
+                             if x[1] == "U" or not waits_for(ins, x[2]))
         if ins.opcode == "tcgen05.ld" and st and emit:
             addr = next((o for o in ins.operands if o.kind == "addr"), None)
             ref = tmem_ref(ctx, addr) if addr is not None else None
             shape, num = ld_shape_num(ins)
-            for mi, status in sorted(st):
+            for mi, status, commit in sorted(st):
+                if not may_have_run(ctx, ctx.func.instructions[mi]):
+                    continue  # the MMA's own guard is false on this path
                 mref, overlap = d_ref.get(mi), None
                 if ref is not None and mref is not None and ref[0] == mref[0]:
                     ld_cols = LD_SHAPE_COLS.get(shape or "", (0, 1))[1] * (num or 1)
@@ -154,7 +208,9 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                     overlap = dc is None or (ref[2] < mref[2] + dc and mref[2] < ref[2] + ld_cols)
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
-                what = "committed but not waited for" if status == "C" else "not committed"
+                what = {"C": "committed but not waited for", "U": "not committed",
+                        "X": f"committed, but the mbarrier waited on is not the one its tcgen05.commit (line "
+                             f"{ctx.func.instructions[commit].line}) arrives on,"}[status]
                 mline = next(m.line for m in mmas if m.index == mi)
                 if overlap:
                     ctx.add("acc-read-unsynced", "P11", "error", ins,
@@ -168,7 +224,7 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         return st
 
     def on_exit(st, block):
-        for mi, status in sorted(st):
+        for mi, status, _ in sorted(st):
             if status == "U":
                 m = next(x for x in mmas if x.index == mi)
                 ctx.add("mma-uncommitted", "P12", "warning", m,
@@ -198,6 +254,9 @@ def _desc_smem_address(ctx: Ctx, op) -> Optional[AbsVal]:
         if len(defs) != 1:
             return None
         d = defs[0]
+        if d.opcode == "mov" and len(d.operands) == 2 and d.operands[1].kind == "vec" and d.operands[1].items:
+            cur = d.operands[1].items[0]  # mov.b64 %rd, {lo, hi}: the start address is in the low word
+            continue
         srcs = [o for o in d.operands[1:] if o.kind in ("reg", "sym")]
         if d.opcode in ("or", "add", "cvt", "bfe", "shr", "and", "mov", "cvta") and srcs:
             nonconst = [o for o in srcs if (r.operand(o) or AbsVal(None, 0, 1)).exact is None]
@@ -233,6 +292,8 @@ def _smem_reads(ctx: Ctx, ins: Instruction) -> Optional[list[tuple[AbsVal, int, 
         rows = None
         if d is not None:
             rows = d.m if i == 1 else d.n
+            if rows and cta_group_of(ins) == 2:
+                rows //= 2  # each CTA of the pair supplies half of A's rows and half of B's columns
         sbo, lbo = (sd.sbo, sd.lbo) if sd is not None else (None, None)
         major = d.fields.get("transpose_a" if i == 1 else "transpose_b") if d is not None else None
         if rows and sbo and major == 0 and sd.swizzle not in (None, "none"):

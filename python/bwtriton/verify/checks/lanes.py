@@ -1,0 +1,113 @@
+"""P8 through warp-id arithmetic: the lane a warp's tcgen05.ld/st addresses must lie in that warp's quarter.
+
+Triton computes the lane of a TMEM access as `((tid.x / 32) % 4) * 32 << 16` (through `shfl.sync.idx` of the
+warp index); a kernel that drops the `% 4` (8 warps) or adds a wrong offset makes warps touch another quarter.
+The address is translated to z3 with %tid.x as the only free thread variable and the TMEM base as a
+lane-0 value; the check asks for a thread of the CTA (within `.reqntid`/`.maxntid`, on the path's branch facts)
+whose accessed lanes [lane, lane + L) leave [32 * (warp % 4), +32). Found on an exactly known path: error;
+on a path with undecided conditions: warning.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from bwtriton.ptx.ir import Instruction, Operand
+from bwtriton.ptx.smt import z3
+from bwtriton.ptx.values import ValueNumbering
+
+from .context import LD_SHAPE_COLS, Ctx, ld_shape_num
+from .dataflow import IMPRECISE, run_dataflow
+
+
+class _LaneNumbering(ValueNumbering):
+    """Value keys in which the TMEM base read back from the alloc slot and %warpid are leaves the translator
+    models (shfl.sync.idx of lane 0 is keyed by ValueNumbering itself); anything else unknown gives None."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        super().__init__(ctx.func)
+        self.ctx = ctx
+
+    def key(self, op: Operand, width=None, depth: int = 0):
+        if op.kind == "sreg" and op.name == "%warpid":
+            return ("warp.of.tid",)
+        return super().key(op, width, depth)
+
+    def _expr(self, ins: Instruction, depth: int):
+        if ins.opcode == "ld" and any(m.startswith("shared") for m in ins.modifiers) and len(ins.operands) == 2:
+            v = self.ctx.resolver.operand(ins.operands[0], 32)
+            if v is not None and v.base is not None and v.base.startswith("tmem@") and v.lo == v.hi:
+                return ("tmem.base", v.base)
+        return super()._expr(ins, depth)
+
+
+def _uses_thread(key) -> bool:
+    if not isinstance(key, tuple):
+        return False
+    if key in (("sreg", "%tid.x"), ("warp.of.tid",)):
+        return True
+    return any(_uses_thread(k) for k in key if isinstance(k, tuple))
+
+
+def _modelled(key) -> bool:
+    """Every leaf is a constant, %tid.x, the TMEM base or a parameter, and every op is one the translator models."""
+    if not isinstance(key, tuple) or not key:
+        return False
+    kind = key[0]
+    if kind in ("imm", "tmem.base", "warp.of.tid", "ld.param") or key == ("sreg", "%tid.x"):
+        return True
+    if kind == "shfl.lane0":
+        return _modelled(key[1])
+    if kind in ("add", "sub", "mul", "shl", "shr", "and", "or", "xor") and len(key) >= 5:
+        return all(_modelled(k) for k in key[3:])
+    return False
+
+
+def check_lane_quarter_by_warp(ctx: Ctx) -> None:
+    """P8: a tcgen05.ld/st lane computed from the thread index stays in the issuing warp's lane quarter."""
+    if z3 is None or ctx.facts_oracle.translator is None:
+        return
+    num = _LaneNumbering(ctx)
+    todo: dict[int, tuple] = {}
+    for ins in ctx.func.instructions:
+        if ins.opcode not in ("tcgen05.ld", "tcgen05.st"):
+            continue
+        shape, _ = ld_shape_num(ins)
+        addr = next((o for o in ins.operands if o.kind == "addr"), None)
+        if shape is None or addr is None or addr.base is None or addr.base.kind != "reg":
+            continue
+        key = num.key(addr.base, 32)
+        if key is not None and _uses_thread(key) and _modelled(key):
+            todo[ins.index] = (key, addr.offset, LD_SHAPE_COLS[shape][0])
+    if not todo:
+        return
+    tr = ctx.facts_oracle.translator
+    ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
+
+    def violation(ins: Instruction, facts) -> Optional[dict]:
+        key, offset, lanes = todo[ins.index]
+        t = tr.tid()
+        taddr = tr.term(key, 32) + offset
+        lane = z3.LShR(taddr, 16)
+        q = (z3.LShR(t, 5) & 3) * 32
+        extra = [z3.ULT(t, ntid), z3.Not(z3.And(z3.ULE(q, lane), z3.ULE(lane + lanes, q + 32)))]
+        for name in tr.names:
+            if name[0].startswith("('tmem.base'"):
+                b = tr.names[name]
+                extra += [z3.LShR(b, 16) == 0, z3.ULT(b & 0xFFFF, 512)]
+        return ctx.facts_oracle.solve(facts, extra)
+
+    def step(payload, ins, emit):
+        if emit and ins.index in todo:
+            facts = ctx.current_facts
+            model = violation(ins, facts)
+            if model is not None:
+                tid = model.get(str(tr.tid()))
+                undecided = IMPRECISE in facts or any(f[0][0] == "reg" for f in facts)
+                who = f" (e.g. thread {tid}, warp {tid // 32})" if tid is not None else ""
+                ctx.add("lane-quarter", "P8", "warning" if undecided else "error", ins,
+                        f"{ins.opcode} lane computed from the thread index leaves the warp's lane quarter{who}: "
+                        "warp w may only access lanes 32*(w%4) .. 32*(w%4)+31; compute the lane from "
+                        "(warp_id % 4) * 32")
+        return payload
+
+    run_dataflow(ctx, frozenset([0]), step, lambda states: frozenset().union(*states))
