@@ -35,7 +35,6 @@ def test_compile_json(capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["compile", MATMUL, "--target", "sm_101"], "unknown target 'sm_101'"),
     (["compile", MATMUL, "--passes", "verfy-tcgen05"], "unknown pass 'verfy-tcgen05'"),
     (["compile", "nope.py:kernel"], "nope.py: no such file"),
     (["compile", f"{KERNELS / 'matmul.py'}:nokernel"], "has no kernel 'nokernel'; kernels there: matmul_kernel"),
@@ -48,6 +47,13 @@ def test_errors_are_one_line_with_the_fix(capsys, argv, message):
     rc, out, err = run(capsys, *argv)
     assert rc == 1 and message in err and "Traceback" not in err
     assert err.startswith("bwtriton: error: ")
+
+
+@pytest.mark.parametrize("command", [["compile", MATMUL], ["opt", "k.ttgir", "--passes", "cse"], ["demo"]])
+def test_unknown_target_is_a_usage_error_listing_the_valid_ones(capsys, command):
+    rc, out, err = run(capsys, *command, "--target", "sm_101")
+    assert rc == 2 and "argument --target: unknown target 'sm_101'" in err and "Traceback" not in err
+    assert "Valid targets: sm_100a, sm_103a, sm_120a, sm_90a, sm_80." in err
 
 
 def test_passes_lists_registry_and_triton_passes(capsys):

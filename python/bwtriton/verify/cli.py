@@ -10,6 +10,7 @@ import json
 import sys
 
 from bwtriton.errors import InputError
+from bwtriton.targets import target_name
 
 
 def register(subparsers) -> None:
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print findings (and --explain rows) as JSON")
     p.add_argument("--explain", action="store_true",
                    help="print every tcgen05.mma with decoded M/N/K, types, majorness, swizzle, scales, TMEM D")
-    p.add_argument("--target", default=None, help="target name (default: the file's .target)")
+    p.add_argument("--target", default=None, type=target_name, help="target name (default: the file's .target)")
     p.add_argument("--no-notes", action="store_true", help="hide note-severity findings")
     p.set_defaults(func=run_check)
 
