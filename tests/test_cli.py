@@ -1,6 +1,7 @@
 """The `bwtriton` command line: outputs and short, actionable error messages (exit 1, no traceback)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,24 +75,53 @@ def test_opt_runs_triton_passes_by_mlir_name(capsys, tmp_path):
     assert rc == 1 and "Did you mean: tritongpu-accelerate-matmul" in err
 
 
-def test_demo_without_gpu_prints_the_census_table(capsys):
-    rc, out, _ = run(capsys, "demo", "--no-gpu")
-    assert rc == 0
-    rows = {line.split("  ")[0].strip(): line for line in out.splitlines() if line.startswith("tl.dot")}
-    assert "f16" in rows["tl.dot bf16"] and "UTCHMMA" in rows["tl.dot bf16"]
-    assert "mxf4nvf4" in rows["tl.dot_scaled nvfp4"] and "4X" in rows["tl.dot_scaled nvfp4"]
-    assert "UTCOMMA.4X" in rows["tl.dot_scaled nvfp4"] and "mxf4 " in rows["tl.dot_scaled mxfp4"] + " "
+def _demo_blocks(out: str) -> dict[str, dict[str, str]]:
+    """The demo's output as {kernel: {field: text}} (a block is a name line, then indented field lines)."""
+    blocks: dict[str, dict[str, str]] = {}
+    current = None
+    for line in out.splitlines():
+        if line and not line.startswith(" "):
+            current = blocks.setdefault(line.strip(), {})
+        elif line.startswith("  ") and line[2] != " " and current is not None:
+            key, _, text = line.strip().partition(" ")
+            current[key] = text.strip()
+        elif line.strip() and current is not None:  # a wrapped continuation line
+            current[key] += " " + line.strip()
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def demo_output():
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["demo", "--no-gpu"])
+    return rc, buf.getvalue()
+
+
+def test_demo_fits_100_columns_with_a_legend_and_spaced_counts(demo_output):
+    rc, out = demo_output
+    assert rc == 0 and max(len(line) for line in out.splitlines()) <= 100
+    blocks = _demo_blocks(out)
+    assert set(blocks["legend:"]) == {"tcgen05", "mma", "tmem", "sass", "verifier"}
+    bf16 = blocks["tl.dot bf16"]
+    assert set(bf16) == set(blocks["legend:"])
+    assert re.search(r"\bmma 8\b", bf16["tcgen05"]) and "mmax8" not in out and "x1 " not in out
+    assert "UTCHMMA 8" in bf16["sass"] and "kind f16" in bf16["mma"] and bf16["tmem"] == "128 columns"
+    nvfp4 = blocks["tl.dot_scaled nvfp4"]
+    assert "kind mxf4nvf4" in nvfp4["mma"] and "scale_vec 4X" in nvfp4["mma"] and "UTCOMMA.4X 2" in nvfp4["sass"]
+    assert "kind mxf4," in blocks["tl.dot_scaled mxfp4"]["mma"]
+
+
+def test_demo_shows_the_two_cta_block(demo_output):
+    two = _demo_blocks(demo_output[1])["tl.dot fp16 two_cta"]
+    assert "MxNxK 256x128x16" in two["mma"] and "cta_group 2" in two["mma"] and "UTCHMMA.2CTA 8" in two["sass"]
 
 
 def test_console_entry_point_and_module_agree():
     proc = subprocess.run([sys.executable, "-m", "bwtriton", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("bwtriton ")
-
-
-def test_demo_shows_the_two_cta_row(capsys):
-    rc, out, _ = run(capsys, "demo", "--no-gpu")
-    row = next(line for line in out.splitlines() if line.startswith("tl.dot fp16 two_cta"))
-    assert rc == 0 and "256x128x16" in row and "UTCHMMA.2CTA" in row and "  2  " in row
 
 
 def test_tmem_report_and_map(capsys, tmp_path):
