@@ -189,7 +189,7 @@ def valid_option_names() -> list[str]:
     import dataclasses
     from triton.backends.nvidia.compiler import CUDAOptions
     ours = ["signature", "constexprs", "target", "passes", "divisible_by_16", "example", "two_cta",
-            "problem_shape"]
+            "problem_shape", "check_limits"]
     return ours + [f.name for f in dataclasses.fields(CUDAOptions) if f.name not in ours]
 
 
@@ -275,7 +275,7 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
             passes: "str | Iterable[str] | None" = None, divisible_by_16: Iterable[str] | None = None,
             example: Mapping[str, int] | None = None,
             two_cta: "bool | str" = False, problem_shape: "tuple[int, int, int] | None" = None,
-            **options: Any) -> CompileResult:
+            check_limits: bool = True, **options: Any) -> CompileResult:
     """Compile a kernel for `target` without a GPU, with bwtriton's passes in Triton's pipeline.
 
     `fn_or_path` is a `@triton.jit`/`@gluon.jit` function (then `signature` maps argument names to Triton types,
@@ -289,7 +289,8 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
     kernel source serves every target). ``two_cta="auto"`` pairs only when `bwtriton.pairing.should_pair` says the
     problem (`problem_shape=(M, N, K)`, tile from the BLOCK_M/BLOCK_N constexprs) is large and tail-light enough.
     Other keyword options are Triton's `CUDAOptions` fields (e.g. ``maxnreg=168``); any other name is an error.
-    Shared memory or TMEM beyond the target's limits is a `CompileError`.
+    Shared memory or TMEM beyond the target's per-CTA limits is a `CompileError` (such a cubin cannot launch);
+    `check_limits=False` keeps the kernel anyway, to inspect what Triton emits for it.
     """
     tgt = get_target(target)
     _check_options(num_warps, num_stages, num_ctas, options)
@@ -315,5 +316,6 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
         src, spec = build_source(fn_or_path, signature, constexprs, divisible_by_16, example)
     result = CompileResult(kernel=_run_triton(src, tgt, selection, opts), target=tgt, selection=selection,
                            specialisation=spec)
-    check_resources(result, num_stages, constexprs if isinstance(constexprs, Mapping) else None)
+    if check_limits:
+        check_resources(result, num_stages, constexprs if isinstance(constexprs, Mapping) else None)
     return result
