@@ -34,10 +34,10 @@ def run_check(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8", errors="replace").read()
         mod = parse_ptx(text)
     except OSError as exc:
-        print(f"bwtriton check: cannot read {name}: {exc.strerror}", file=sys.stderr)
+        print(f"bwtriton check: error: cannot read {name}: {exc.strerror}", file=sys.stderr)
         return 2
     except InputError as exc:
-        print(f"bwtriton check: {name}: {exc}", file=sys.stderr)
+        print(f"bwtriton check: error: {name}: {exc}", file=sys.stderr)
         return 2
     target = args.target or mod.target or "sm_100a"
     report = verify_module(mod, target)
