@@ -69,7 +69,7 @@ def step2_3_4_compile() -> None:
                          num_warps=8)
     print("with lower-nvfp4-portable:", r.reports["lower-nvfp4-portable"]["ops"][0]["action"])
     print("MMA:", ", ".join(sorted(_mma_lines(r.asm["ptx"]))))
-    dot = next(ln.strip() for ln in r.asm["bwttir"].splitlines() if " tt.dot " in ln)
+    dot = next(ln.strip() for ln in r.asm["ttir"].splitlines() if " tt.dot " in ln)
     print("TTIR after the pass:", dot.split(" loc(")[0], "\n")
 
 
