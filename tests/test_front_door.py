@@ -188,3 +188,24 @@ def test_limits_come_from_the_target():
     with pytest.raises(CompileError, match=r"needs 131072 bytes .* sm_120a allows 101376 \(99 KiB\)"):
         bwtriton.compile(matmul_kernel, signature=sig, constexprs=consts, num_stages=3, target="sm_120a",
                          passes="none")
+
+
+# --- TMEM map ---------------------------------------------------------------------------------------------------
+
+def test_tmem_map_labels_lanes_outside_the_frame_and_names_its_units(two_acc):
+    import xml.etree.ElementTree as ET
+
+    from bwtriton.tmem.render import render_svg
+    root = ET.fromstring(render_svg(two_acc.reports["plan-tmem"]))
+    ns = "{http://www.w3.org/2000/svg}"
+    frame = next(r for r in root.iter(f"{ns}rect") if r.get("fill") == "#f7f7f7")
+    left = float(frame.get("x"))
+    texts = list(root.iter(f"{ns}text"))
+    lane_labels = [t for t in texts if re.fullmatch(r"\d+-\d+", t.text or "")]
+    assert [t.text for t in lane_labels] == ["0-31", "32-63", "64-95", "96-127"]
+    # right-aligned at an x left of the frame: the label ends before the boxes begin
+    assert all(t.get("text-anchor") == "end" and float(t.get("x")) < left for t in lane_labels)
+    assert {"lanes", "columns (32-bit each)"} <= {t.text for t in texts}
+    legend = [t.text for t in texts if t.text and re.match(r"acc\d+: ", t.text)]
+    assert len(legend) == 2 and all(re.search(r"columns \[\d+, \d+\).*live over IR ops \[\d+, \d+\)", t)
+                                    for t in legend)

@@ -67,7 +67,7 @@ def compiled():
 
 def test_sm90_rewrites_nvfp4_into_wgmma(compiled):
     r = compiled["sm_90a", False]
-    assert "tt.dot_scaled" in r.asm["ttir"]
+    assert "tt.dot_scaled" in r.asm["ttir_triton"]
     assert "tt.dot_scaled" not in r.asm["bwttir"] and re.search(r"tt\.dot .*tensor<64x128xbf16> \* "
                                                                   r"tensor<128x64xbf16>", r.asm["bwttir"])
     assert r.reports["lower-nvfp4-portable"]["lowered"] == 1

@@ -25,7 +25,7 @@ def _allocs(report: dict) -> list[dict]:
 
 def render_table(report: dict) -> str:
     """The report as a fixed-width text table, with totals and any fallback applied."""
-    rows = [("name", "kind", "shape", "dtype", "buf", "cols", "lanes", "columns", "lane off", "live (IR ops)", "location")]
+    rows = [("name", "kind", "shape", "dtype", "buf", "cols", "lanes", "columns", "lane off", "live", "location")]
     for a in _allocs(report):
         c0, c1 = a["column_range"]
         rows.append((a["name"], a["kind"], "x".join(map(str, a["shape"])), a["dtype"], str(a["buffers"]),
@@ -89,8 +89,8 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
     allocs = _allocs(report)
     totals = report.get("totals", {})
     width_cols = max([COLUMNS] + [a["column_range"][1] for a in allocs])
-    # The left margin holds the lane labels (right-aligned, ending before the frame) and the "lanes" title.
-    left, top, legend_h = 96, 40, 18 * (len(allocs) + 2)
+    # The left margin holds the lane-range labels (right-aligned, ending before the frame) and the "lanes" title.
+    left, top, legend_h = 60, 40, 18 * (len(allocs) + 2)
     w = left + width_cols * col_px + 20
     h = top + LANES * lane_px + 40 + legend_h
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" height="{h:.0f}" '
@@ -106,8 +106,10 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
         out.append(f'<line x1="{left}" y1="{y}" x2="{left + width_cols * col_px}" y2="{y}" stroke="#999" '
                    f'stroke-dasharray="3,3"/>')
     for q in range(4):
-        out.append(f'<text x="{left - 6}" y="{top + (32 * q + 18) * lane_px:.0f}" text-anchor="end">'
-                   f'lanes {32 * q}-{32 * q + 31}</text>')
+        out.append(f'<text x="{left - 4}" y="{top + (32 * q + 18) * lane_px:.0f}" text-anchor="end">'
+                   f'{32 * q}-{32 * q + 31}</text>')
+    mid = top + LANES * lane_px / 2
+    out.append(f'<text x="12" y="{mid:.0f}" text-anchor="middle" transform="rotate(-90 12 {mid:.0f})">lanes</text>')
     for c in range(0, width_cols + 1, 64):
         x = left + c * col_px
         out.append(f'<line x1="{x}" y1="{top + LANES * lane_px}" x2="{x}" y2="{top + LANES * lane_px + 4}" '
