@@ -36,7 +36,7 @@ def compiled():
                                                 r"'\*' first: '\*fp16'\) Valid types look like '\*fp16'"),
     (dict(signature={**SIG, "M": "int32"}), r"argument 'M' has unknown type 'int32'\..*Valid types look like"),
     (dict(signature={**SIG, "M": 32}), r"the type of argument 'M' must be a string such as"),
-    (dict(divisible_by_16=["nope"]), r"divisible_by_16 names 'nope', which is not pointer or integer arguments; "
+    (dict(divisible_by_16=["nope"]), r"divisible_by_16 names 'nope', which is not a pointer or integer argument; "
                                      r"valid: a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm"),
     (dict(divisible_by_16="a_ptr"), r"divisible_by_16= takes a list of argument names, e\.g\. \['a_ptr', 'M'\]; "
                                     r"got 'a_ptr'"),
@@ -121,7 +121,8 @@ def _run(capsys, *argv):
 
 @pytest.mark.parametrize("argv,message", [
     (["compile", MATMUL, "--constexpr", "BLOCK_M=abc"], "--constexpr BLOCK_M=abc: a constexpr value is an integer, "
-                                                        "a float, True/False or a quoted string (e.g. BLOCK_M=128)"),
+                                                        "a float, True/False or a quoted string (e.g. BLOCK_M=128, or "
+                                                        "BLOCK_M='abc' if the kernel takes a string)"),
     (["compile", MATMUL, "--signature", "a_ptr=fp16*"], "argument 'a_ptr' has unknown type 'fp16*'"),
     (["compile", MATMUL, "--emit", "foo"], "no stage 'foo'. Available stages: source, ttir, ttir_triton, ttgir"),
     (["compile", MATMUL, "--stages", "ptx,foo", "-o", "{tmp}/o"], "no stage 'foo'."),
@@ -138,8 +139,8 @@ def _run(capsys, *argv):
                                      "divisible_by_16?"),
     (["emulate", MATMUL, "--arg", "randn:fp16:128by128"], "shape '128by128' should be sizes joined by 'x'"),
     (["emulate", MATMUL, "--arg", "{tmp}/missing.npy"], "missing.npy: no such file"),
-    (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--check", "9=0@1"], "'1' is not the index of a tensor "
-                                                                        "argument; tensor arguments are #0"),
+    (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--check", "9=0@1"], "--check 9=0@1: '9' is not the index of "
+                                                                        "a tensor argument; tensor arguments are #0"),
     (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--arg", "zeros:fp16:8x8", "--check", "0=0@1x"],
      "'1x' is not the index of a tensor argument"),
     (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--save", "7={tmp}/y.npy"], "--save 7="),

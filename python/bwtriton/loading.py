@@ -29,8 +29,9 @@ def parse_kv(items: Sequence[str], what: str) -> dict[str, str]:
     return out
 
 
-def constexpr_value(name: str, text: str) -> Any:
-    """A --constexpr value: an integer, float, True/False, or a quoted string; anything else is an error."""
+def constexpr_value(name: str, text: str, takes_string: bool = False) -> Any:
+    """A --constexpr value: an integer, float, True/False or a quoted string; a bare word only where the kernel's
+    parameter defaults to a string (FMT=e4m3), since elsewhere it is a typo Triton would fail on obscurely."""
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -41,8 +42,10 @@ def constexpr_value(name: str, text: str) -> Any:
             pass
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return ast.literal_eval(text)
+    if takes_string:
+        return text
     raise InputError(f"--constexpr {name}={text}: a constexpr value is an integer, a float, True/False or a "
-                     f"quoted string (e.g. {name}=128)")
+                     f"quoted string (e.g. {name}=128, or {name}='{text}' if the kernel takes a string)")
 
 
 def int_values(items: Sequence[str], what: str) -> dict[str, int]:
@@ -116,8 +119,10 @@ def compile_keywords(fn: Any, spec: Mapping[str, Any], args: argparse.Namespace,
         raise InputError(f"no signature for {label}: pass --signature a_ptr=*fp16,M=i32,... or declare "
                          f"BWTRITON_SPECS = {{'{fn.__name__}': {{'signature': ..., 'constexprs': ...}}}} "
                          f"in the kernel file")
+    string_params = {p.name for p in getattr(fn, "params", []) if p.has_default and isinstance(p.default, str)}
     consts = {**spec.get("constexprs", {}),
-              **{k: constexpr_value(k, v) for k, v in parse_kv(args.constexpr, "--constexpr").items()}}
+              **{k: constexpr_value(k, v, k in string_params) for k, v in parse_kv(args.constexpr,
+                                                                                  "--constexpr").items()}}
     out: dict[str, Any] = {"signature": sig, "constexprs": consts}
     for key, default in _LAUNCH_DEFAULTS.items():
         value = getattr(args, key, None)

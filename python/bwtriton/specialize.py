@@ -79,9 +79,9 @@ def divisible_args(kernel: str, sig: Mapping[str, str], divisible_by_16: Iterabl
         names = _names(divisible_by_16, "divisible_by_16=")
         bad = [n for n in names if n not in specialisable]
         if bad:
-            raise InputError(f"kernel {kernel}: divisible_by_16 names {', '.join(map(repr, bad))}, which "
-                             f"{'is' if len(bad) == 1 else 'are'} not pointer or integer arguments; valid: "
-                             f"{', '.join(specialisable) or 'none'}")
+            what = "is not a pointer or integer argument" if len(bad) == 1 else "are not pointer or integer arguments"
+            raise InputError(f"kernel {kernel}: divisible_by_16 names {', '.join(map(repr, bad))}, which {what}; "
+                             f"valid: {', '.join(specialisable) or 'none'}")
         return Specialisation(tuple(n for n in sig if n in names), "explicit")
     if example is None:
         return Specialisation(tuple(specialisable), "assumed")

@@ -175,9 +175,9 @@ def _check(expr: str, kernel_args: list[Any]) -> dict:
         raise InputError(f"--check takes OUT=A@B with argument indices (e.g. 2=0@1 or 2=0@1.T), got {expr!r}")
     trans = b_s.endswith(".T")
     where = f"--check {expr}"
+    out = _tensor_at(out_s, kernel_args, where).double()
     a = _tensor_at(a_s, kernel_args, where).double()
     b = _tensor_at(b_s[:-2] if trans else b_s, kernel_args, where).double()
-    out = _tensor_at(out_s, kernel_args, where).double()
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != (b.shape[1] if trans else b.shape[0]):
         raise InputError(f"{where}: A is {list(a.shape)} and B{'.T' if trans else ''} is "
                          f"{list(b.T.shape if trans else b.shape)}; A@B needs 2-D operands with matching K")
