@@ -124,7 +124,7 @@ def _run(capsys, *argv):
                                                         "a float, True/False or a quoted string (e.g. BLOCK_M=128, or "
                                                         "BLOCK_M='abc' if the kernel takes a string)"),
     (["compile", MATMUL, "--signature", "a_ptr=fp16*"], "argument 'a_ptr' has unknown type 'fp16*'"),
-    (["compile", MATMUL, "--emit", "foo"], "no stage 'foo'. Available stages: source, ttir, ttir_triton, ttgir"),
+    (["compile", MATMUL, "--emit", "foo"], "no stage 'foo'. Available stages: source, ttir, ttgir, llir, ptx, cubin, sass, ttir_triton"),
     (["compile", MATMUL, "--stages", "ptx,foo", "-o", "{tmp}/o"], "no stage 'foo'."),
     (["compile", MATMUL, "--stages", ",", "-o", "{tmp}/o"], "--stages takes comma-separated stage names"),
     (["compile", MATMUL, "-o", "{tmp}/afile"], "afile is a file; -o/--out names a folder"),

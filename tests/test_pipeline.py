@@ -55,7 +55,7 @@ def _compile(**kw):
 
 def test_inserted_stages_run_and_change_the_output(probe_passes):
     res = _compile(passes=["test-set-maxnreg{regs=128}", "test-tag-ptx"])
-    assert res.stages == ["source", "ttir", "ttgir", "ttgir_triton", "llir", "ptx", "ptx_triton", "cubin"]
+    assert res.stages == ["source", "ttir", "ttgir", "llir", "ptx", "cubin", "ttgir_triton", "ptx_triton"]
     assert ".maxnreg 128" in res.asm["ptx"] and ".maxnreg" not in _compile(passes="none").asm["ptx"]
     assert res.asm["bwptx"].rstrip().endswith("// tagged-by-test")
     assert res.reports["test-set-maxnreg"] == {"regs": 128}

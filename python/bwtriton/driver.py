@@ -89,19 +89,23 @@ def final_stage_view(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Stage -> text where each stage name holds what the next stage was built from.
 
     While the pipeline hook stores our rewrite of stage S as ``bwS`` (after Triton's ``S``), this maps
-    ``S`` -> the rewrite and ``S_triton`` (listed right after it) -> Triton's text, so ``asm["ptx"]`` is the PTX ptxas assembled into the
-    cubin. A hook that already stores ``S`` / ``S_triton`` passes through unchanged.
+    ``S`` -> the rewrite and ``S_triton`` -> Triton's text, so ``asm["ptx"]`` is the PTX ptxas assembled into the
+    cubin. The ``*_triton`` stages come after the pipeline's own (source, ttir, ttgir, llir, ptx, cubin), as the
+    hook that stores ``S`` / ``S_triton`` itself lists them; such a dict passes through unchanged.
     """
-    view: dict[str, Any] = {}
+    final: dict[str, Any] = {}
+    original: dict[str, Any] = {}
     for name, text in raw.items():
         if name.startswith("bw") and name[2:] in raw:
             continue  # stored under the base name below
         if f"bw{name}" in raw:
-            view[name] = raw[f"bw{name}"]
-            view[name + TRITON_SUFFIX] = text
+            final[name] = raw[f"bw{name}"]
+            original[name + TRITON_SUFFIX] = text
+        elif name.endswith(TRITON_SUFFIX):
+            original[name] = text
         else:
-            view[name] = text
-    return view
+            final[name] = text
+    return {**final, **original}
 
 
 class _Asm(dict):
@@ -122,8 +126,11 @@ class _Asm(dict):
                                 f"{', '.join(self.valid())}.")
 
     def valid(self) -> list[str]:
-        """Every stage name that can be read, `sass` included."""
-        return list(self.keys()) + (["sass"] if "sass" not in self and "cubin" in self else [])
+        """Every stage name that can be read, `sass` after `cubin`, Triton's originals last."""
+        names = [n for n in self if not n.endswith(TRITON_SUFFIX) and n != "sass"]
+        if "cubin" in self:
+            names.insert(names.index("cubin") + 1, "sass")
+        return names + [n for n in self if n.endswith(TRITON_SUFFIX)]
 
 
 class _NativeStderr:
