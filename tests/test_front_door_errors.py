@@ -137,6 +137,8 @@ def _run(capsys, *argv):
     (["compile", "{tmp}/bad.py:kernel"], "bad.py: importing it failed: NameError"),
     (["compile", "{tmp}/spec.py:k"], "BWTRITON_SPECS['k'] has unknown key(s) 'divisible_by16'. Did you mean: "
                                      "divisible_by_16?"),
+    (["compile", "{tmp}/k.ttgir", "--signature", "a=*fp16"], "--signature describe a FILE.py:KERNEL compile; an IR "
+                                                             "file carries its own types"),
     (["emulate", MATMUL, "--arg", "randn:fp16:128by128"], "shape '128by128' should be sizes joined by 'x'"),
     (["emulate", MATMUL, "--arg", "{tmp}/missing.npy"], "missing.npy: no such file"),
     (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--check", "9=0@1"], "--check 9=0@1: '9' is not the index of "

@@ -29,7 +29,12 @@ def _compile_from_args(args: argparse.Namespace):
     from .loading import compile_keywords, load_kernel
     options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta)
     if args.input.endswith((".ttir", ".ttgir")):
-        return bw_compile(args.input, **options)
+        kernel_flags = [f"--{k.replace('_', '-')}" for k in ("signature", "constexpr", "example", "num_warps",
+                                                             "num_ctas", "divisible_by_16") if getattr(args, k)]
+        if kernel_flags:
+            raise InputError(f"{', '.join(kernel_flags)} describe a FILE.py:KERNEL compile; an IR file carries its "
+                             f"own types, constants, warps and CTAs (drop the flag, or compile the .py kernel)")
+        return bw_compile(args.input, **options, **({"num_stages": args.num_stages} if args.num_stages else {}))
     fn, spec = load_kernel(args.input)
     return bw_compile(fn, **compile_keywords(fn, spec, args, args.input), **options)
 
