@@ -1,6 +1,5 @@
-"""Package discovery: python/bwtriton/** plus lib_passes/ installed as bwtriton.passes."""
+"""Package discovery: everything under python/. `bwtriton.passes` is python/bwtriton/passes, a link to lib_passes/
+(the layout keeps the passes visibly apart from the user-facing package; wheels get real files)."""
 from setuptools import find_packages, setup
 
-packages = find_packages("python") + ["bwtriton.passes"]
-package_dir = {"": "python", "bwtriton.passes": "lib_passes"}
-setup(packages=packages, package_dir=package_dir)
+setup(packages=find_packages("python"), package_dir={"": "python"})

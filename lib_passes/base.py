@@ -1,8 +1,9 @@
 """The pass interface and registry shared by every bwtriton pass.
 
 A pass is a small class with a registered `name`, the `stage` whose output it transforms, a one-line
-`purpose`, typed `options`, and a `run` method (the xDSL shape). Passes never talk to Triton's stage
-machinery directly: `bwtriton.pipeline` calls `run` with a `PassContext`.
+`purpose`, typed `options`, the passes it `requires`, and a `run` method (the xDSL shape). Passes never talk
+to Triton's stage machinery directly: `bwtriton.pipeline` calls `run` with a `PassContext`. Where a pass runs
+within its stage is written in one table, `PIPELINE` in lib_passes/__init__.py.
 """
 from __future__ import annotations
 
@@ -24,9 +25,6 @@ class Stage(str, enum.Enum):
     @property
     def is_mlir(self) -> bool:
         return self in (Stage.TTIR, Stage.TTGIR)
-
-
-STAGE_ORDER = (Stage.TTIR, Stage.TTGIR, Stage.LLIR, Stage.PTX)
 
 
 @dataclass(frozen=True)
@@ -58,13 +56,28 @@ class PassError(CompileError):
 
 @dataclass
 class PassContext:
-    """What a pass sees besides its IR: target, its option values, Triton's metadata, and its report."""
+    """What a pass sees besides its IR: target, its option values, Triton's metadata (read it, do not write
+    it: it becomes the cached metadata JSON), its report, and what the passes it `requires` provided."""
 
     pass_name: str
     target: Any                      # bwtriton.targets.Target
     options: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    #: Per-compile values passes provide to each other (pass name -> value); shared by all contexts of a compile.
+    provided: dict[str, Any] = field(default_factory=dict)
+
+    def provide(self, value: Any) -> None:
+        """Hand `value` to the passes that declare `requires = ("<this pass>",)` (they run later)."""
+        self.provided[self.pass_name] = value
+
+    def required(self, name: str) -> Any:
+        """What pass `name` (declared in this pass's `requires`) provided in this compile; None when it did not
+        run (e.g. a .ttgir input starts after the TTIR passes)."""
+        if name not in self.requires:
+            raise TypeError(f"pass {self.pass_name} reads {name!r} without declaring requires = ({name!r},)")
+        return self.provided.get(name)
 
     def warn(self, message: str) -> None:
         """Record a warning in this pass's report (the compile goes on)."""
@@ -84,9 +97,9 @@ class Pass:
     purpose: ClassVar[str]
     options: ClassVar[tuple[PassOption, ...]] = ()
     default_enabled: ClassVar[bool] = True
-    #: Position within its stage (lower runs first; ties by name). Analyses that must see every rewrite of a stage
-    #: (snapshots, verifiers) take high numbers; rewrites that others build on take low ones.
-    order: ClassVar[int] = 50
+    #: Passes this one needs (they are selected with it and run before it: earlier stage, or earlier in the same
+    #: stage's row of `PIPELINE`); it reads what they provide with `ctx.required(name)`.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def applies_to(self, target) -> bool:
         """Whether the pass is meaningful for `target` (it is skipped elsewhere, even when enabled)."""

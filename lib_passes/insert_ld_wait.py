@@ -123,7 +123,6 @@ class InsertTcgen05WaitLd(Pass):
     stage = Stage.PTX
     purpose = "insert tcgen05.wait::ld before tcgen05.ld results are read (LLVM hoists reads above the wait)"
     default_enabled = True
-    order = 100  # a repair other PTX passes may rely on; the verifier (900) checks its result
 
     def applies_to(self, target) -> bool:
         return bool(target.has_tcgen05)

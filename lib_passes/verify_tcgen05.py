@@ -16,7 +16,6 @@ class VerifyTcgen05(Pass):
     options = (PassOption("fail_on_error", bool, True, "turn error findings into a compile failure"),
                PassOption("notes", bool, False, "also record note-severity findings in the report"))
     default_enabled = True
-    order = 900  # verify the final PTX, after every PTX rewrite
 
     def applies_to(self, target) -> bool:
         return bool(target.has_tcgen05)

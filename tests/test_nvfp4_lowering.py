@@ -16,7 +16,7 @@ import torch
 
 import bwtriton
 from bwtriton.formats import e2m1_decode, unpack_e2m1
-from bwtriton.passes._dot_scaled_ir import parse_dot_scaled
+from bwtriton.mlir.dot_scaled import parse_dot_scaled
 from bwtriton.passes.lower_nvfp4_portable import lower_dot_scaled, natively_supported
 from bwtriton.targets import get_target
 

@@ -19,8 +19,11 @@ import triton.language as tl
 import bwtriton
 from bwtriton.errors import CompileError, InputError
 from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel
-from bwtriton.pairing import MmaSummary, eligibility_problems, should_pair, tail_waste
-from bwtriton.passes import _cga_layouts as cga
+from bwtriton.mlir.encodings import cga_split, tmem_fields
+from bwtriton.mlir.mma import find_mma_lines
+from bwtriton.pairing import should_pair, tail_waste
+from bwtriton.passes.pair_ctas.eligibility import MmaSummary, eligibility_problems
+from bwtriton.passes.pair_ctas.layouts import add_unit_attr, with_two_ctas
 from bwtriton.ptx.descriptors import decode_idesc
 
 
@@ -248,30 +251,30 @@ def test_same_source_on_sm90a_is_untouched():
 # ---------------------------------------------------------------------------------------------------------------
 
 def test_cga_split_and_tmem_fields():
-    assert cga.cga_split("#ttg.nvmma_shared<{swizzlingByteWidth = 128, CGALayout = [[1, 0]]}>") == (2, 1)
-    assert cga.cga_split("#ttg.blocked<{order = [1, 0], CGALayout = [[0, 1]]}>") == (1, 2)
-    assert cga.cga_split("#ttg.blocked<{order = [1, 0], CGALayout = [[0, 0]]}>") == (1, 1)
-    assert cga.cga_split("#ttg.blocked<{CGALayout = [[1, 0], [0, 1]]}>") == (2, 2)
-    assert cga.cga_split("#ttg.swizzled_shared<{vec = 1, order = [0]}>") is None
+    assert cga_split("#ttg.nvmma_shared<{swizzlingByteWidth = 128, CGALayout = [[1, 0]]}>") == (2, 1)
+    assert cga_split("#ttg.blocked<{order = [1, 0], CGALayout = [[0, 1]]}>") == (1, 2)
+    assert cga_split("#ttg.blocked<{order = [1, 0], CGALayout = [[0, 0]]}>") == (1, 1)
+    assert cga_split("#ttg.blocked<{CGALayout = [[1, 0], [0, 1]]}>") == (2, 2)
+    assert cga_split("#ttg.swizzled_shared<{vec = 1, order = [0]}>") is None
     enc = "#ttng.tensor_memory_encoding<blockM = 128, blockN = 64, colStride = 1, CTASplitN = 2>"
-    assert cga.tmem_fields(enc) == {"blockM": 128, "blockN": 64, "colStride": 1, "CTASplitN": 2}
-    assert cga.cga_split(enc) == (1, 2)
-    two = cga.with_two_ctas(enc)
-    assert cga.tmem_fields(two)["twoCTAs"] == 1 and cga.with_two_ctas(two) == two
+    assert tmem_fields(enc) == {"blockM": 128, "blockN": 64, "colStride": 1, "CTASplitN": 2}
+    assert cga_split(enc) == (1, 2)
+    two = with_two_ctas(enc)
+    assert tmem_fields(two)["twoCTAs"] == 1 and with_two_ctas(two) == two
     with pytest.raises(ValueError):
-        cga.with_two_ctas("#ttg.blocked<{order = [1, 0]}>")
+        with_two_ctas("#ttg.blocked<{order = [1, 0]}>")
 
 
 def test_add_unit_attr_and_mma_parsing():
     line = ("      ttng.tc_gen5_mma %a, %b, %acc, %t, %t, %bar[%t] {is_async} : !ttg.memdesc<256x64xf16, #shared, "
             "#smem>, !ttg.memdesc<64x128xf16, #shared1, #smem>, !ttg.memdesc<256x128xf32, #tmem, "
             "#ttng.tensor_memory, mutable>, !ttg.memdesc<1xi64, #shared2, #smem, mutable> loc(#loc3)")
-    new = cga.add_unit_attr(line, "two_ctas")
+    new = add_unit_attr(line, "two_ctas")
     assert "{is_async, two_ctas} : !ttg.memdesc<256x64xf16" in new and new.endswith("loc(#loc3)")
-    assert cga.add_unit_attr(new, "two_ctas") == new
+    assert add_unit_attr(new, "two_ctas") == new
     bare = line.replace(" {is_async}", "")
-    assert "%bar[%t] {two_ctas} : " in cga.add_unit_attr(bare, "two_ctas")
-    (mma,) = cga.find_mma_lines("module {\n" + new + "\n}")
+    assert "%bar[%t] {two_ctas} : " in add_unit_attr(bare, "two_ctas")
+    (mma,) = find_mma_lines("module {\n" + new + "\n}")
     assert mma.two_ctas and mma.a.shape == (256, 64) and mma.b.encoding == "#shared1" and mma.acc.in_tmem
 
 

@@ -8,8 +8,9 @@ import pytest
 
 import bwtriton
 from bwtriton.errors import CompileError
-from bwtriton.passes import _tmem_fallback as fb
-from bwtriton.passes import _tmem_ir as irt
+from bwtriton import mlir
+from bwtriton.mlir import ops as irt
+from bwtriton.passes.plan_tmem import fallback as fb
 from bwtriton.tmem import examples as ex
 
 THREE_ACC = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=3)
@@ -69,7 +70,7 @@ def test_fission_rewrite_structure(three_acc_upstream):
         assert len(dots) == 1
     # each accumulator's epilogue conversion sits right after its own loop
     assert len(re.findall(r"\} loc\(#loc\d+\)\n\s*%\d+ = arith\.truncf", text)) == 3
-    mod = fb.lower_ttir_to_ttgir(text, bwtriton.passes.mlir_util.new_context(), {"num_warps": 8, "num_stages": 2},
+    mod = fb.lower_ttir_to_ttgir(text, mlir.new_context(), {"num_warps": 8, "num_stages": 2},
                                  100)
     assert str(mod).count("ttng.tc_gen5_mma") >= 3
 
@@ -81,7 +82,7 @@ def test_fission_refuses_loops_with_side_effects(three_acc_upstream):
     # A store inside the loop would run once per fissioned loop: the rewrite must not apply.
     store = f"{indent}tt.store {ptrs}, {value} : {ptr_type} {loc}\n"
     patched = ttir.replace(load.group(0), load.group(0) + store, 1)
-    bwtriton.passes.mlir_util.reparse(patched, bwtriton.passes.mlir_util.new_context())  # still valid IR
+    mlir.reparse(patched, mlir.new_context())  # still valid IR
     assert fb.serialize_accumulators(ttir) is not None
     assert fb.serialize_accumulators(patched) is None
 

@@ -7,10 +7,11 @@ import re
 import pytest
 
 import bwtriton
-from bwtriton.passes import mlir_util
+from bwtriton import mlir as mlir_util
 from bwtriton.tmem import examples as ex
-from bwtriton.tmem import plan_from_ttgir
-from bwtriton.tmem.plan import (TmemAllocation, accumulator_footprint, ctas_per_sm_for_columns, place,
+from bwtriton.passes.plan_tmem.analyze import plan_from_ttgir
+from bwtriton.passes.plan_tmem.placement import place
+from bwtriton.tmem.plan import (TmemAllocation, accumulator_footprint, ctas_per_sm_for_columns,
                                 round_alloc_size, scales_footprint)
 
 

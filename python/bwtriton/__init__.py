@@ -28,25 +28,3 @@ def disable() -> None:
 __all__ = ["__version__", "compile", "enable", "disable", "get_target", "Target", "TARGETS", "BwTritonError",
            "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
 
-
-def _attach_source_tree_passes() -> None:
-    """Make `bwtriton.passes` importable when running from the source tree (PYTHONPATH=python, no install): the
-    installed package maps it to lib_passes/, the source tree has it beside python/."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if importlib.util.find_spec(__name__ + ".passes") is not None:
-        return
-    root = Path(__file__).resolve().parents[2] / "lib_passes"
-    if not (root / "__init__.py").exists():
-        return
-    spec = importlib.util.spec_from_file_location(__name__ + ".passes", root / "__init__.py",
-                                                  submodule_search_locations=[str(root)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    setattr(sys.modules[__name__], "passes", module)
-
-
-_attach_source_tree_passes()

@@ -82,7 +82,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     res = run_opt(args.input, args.passes, target=args.target, num_stages=args.num_stages)
     sys.stdout.write(res.text if res.text.endswith("\n") else res.text + "\n")
     if args.report:
-        from bwtriton.passes import all_passes
+        from bwtriton.pipeline import all_passes
         registry = all_passes()
         for name, report in res.reports.items():
             print(f"// ----- bwtriton report: {name} -----")
@@ -91,7 +91,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
-    from bwtriton.passes import all_passes
+    from bwtriton.pipeline import all_passes
     from .targets import TARGETS
     rows = []
     for name, cls in all_passes().items():

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import CompileError, InputError, UnknownStageError, suggest
+from .pipeline import PassSelection, resolve_passes, stages_hook, triton_stage_name
 from .specialize import Specialisation, build_source
-from .pipeline import PassSelection, resolve_passes, split_pass_spec, stages_hook
 from .targets import Target, get_target
 
 
@@ -81,31 +81,8 @@ class CompileResult:
         return written
 
 
-#: Suffix of the stage names that keep Triton's own text of a stage bwtriton's passes rewrote.
-TRITON_SUFFIX = "_triton"
-
-
-def final_stage_view(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """Stage -> text where each stage name holds what the next stage was built from.
-
-    While the pipeline hook stores our rewrite of stage S as ``bwS`` (after Triton's ``S``), this maps
-    ``S`` -> the rewrite and ``S_triton`` -> Triton's text, so ``asm["ptx"]`` is the PTX ptxas assembled into the
-    cubin. The ``*_triton`` stages come after the pipeline's own (source, ttir, ttgir, llir, ptx, cubin), as the
-    hook that stores ``S`` / ``S_triton`` itself lists them; such a dict passes through unchanged.
-    """
-    final: dict[str, Any] = {}
-    original: dict[str, Any] = {}
-    for name, text in raw.items():
-        if name.startswith("bw") and name[2:] in raw:
-            continue  # stored under the base name below
-        if f"bw{name}" in raw:
-            final[name] = raw[f"bw{name}"]
-            original[name + TRITON_SUFFIX] = text
-        elif name.endswith(TRITON_SUFFIX):
-            original[name] = text
-        else:
-            final[name] = text
-    return {**final, **original}
+#: Suffix of the stage names that keep Triton's own text of a stage bwtriton's passes rewrote ("_triton").
+TRITON_SUFFIX = triton_stage_name("")
 
 
 class _Asm(dict):
@@ -113,14 +90,14 @@ class _Asm(dict):
     rewrote it), with `sass` produced from the cubin on demand by Triton's bundled cuobjdump."""
 
     def __init__(self, asm: Mapping[str, Any]):
-        super().__init__(final_stage_view(asm))
+        super().__init__(asm)
 
     def __missing__(self, key: str):
         if key == "sass" and "cubin" in self:
             from triton.tools.disasm import get_sass
             self["sass"] = get_sass(self["cubin"])
             return self["sass"]
-        if key.startswith("bw") and key[2:] + TRITON_SUFFIX in self:  # the old name of a rewritten stage
+        if key.startswith("bw") and key[2:] + TRITON_SUFFIX in self:  # bwptx etc.: the final text's old name
             return self[key[2:]]
         raise UnknownStageError(f"no stage {key!r}.{suggest(key, self.valid())} Available stages: "
                                 f"{', '.join(self.valid())}.")
@@ -251,12 +228,6 @@ def check_resources(result: "CompileResult", num_stages: int | None,
                            f"{tgt.tmem_columns}. To fit, {knobs}, or use fewer accumulators.")
 
 
-def _pair_passes(passes: Any) -> list[str]:
-    """`passes` with `pair-ctas` added (as an edit of the defaults, or to an exact list)."""
-    entries = split_pass_spec(passes)
-    return [*entries, "+pair-ctas"] if all(e.startswith(("+", "-")) for e in entries) else [*entries, "pair-ctas"]
-
-
 def _run_triton(src: Any, tgt: Target, selection: PassSelection, opts: dict[str, Any]):
     """triton.compile with our stage hook, its failures turned into short `CompileError`s."""
     import triton
@@ -309,8 +280,9 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
         if num_ctas not in (1, 2):
             raise InputError(f"two_cta=True pairs 2 CTAs per cluster; num_ctas={num_ctas} conflicts with it")
         num_ctas = 2
-        passes = _pair_passes(passes)
     selection = resolve_passes(passes, tgt)
+    if two_cta and tgt.has_tcgen05:
+        selection = selection.with_pass("pair-ctas")
     opts = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, **options)
     spec = None
     if isinstance(fn_or_path, (str, os.PathLike)):

@@ -36,7 +36,7 @@ def _module_target(text: str) -> Target | None:
 def run_opt(path: "str | Path", passes: "str | list[str]", *, target: "str | Target | None" = None,
             num_stages: int = 3) -> OptResult:
     """Run `passes` in order over the IR in `path`; returns the printed IR and our passes' reports."""
-    from bwtriton.passes import all_passes
+    from bwtriton.pipeline import all_passes
 
     path = Path(path)
     if not path.exists():
@@ -69,7 +69,7 @@ def run_opt(path: "str | Path", passes: "str | list[str]", *, target: "str | Tar
     reports: dict[str, dict] = {}
     metadata: dict[str, Any] = {}
     if suffix in _MLIR_SUFFIXES:
-        from bwtriton.passes.mlir_util import load_module, module_attr_int
+        from bwtriton.mlir import load_module, module_attr_int
         from triton._C.libtriton import ir
         ir_obj = load_module(path)
         cctx = CompileContext(capability=tgt.capability, num_warps=module_attr_int(ir_obj, "ttg.num-warps", 4),

@@ -1,15 +1,23 @@
 """Where bwtriton's passes enter Triton's stage pipeline.
 
 Triton 3.6 compiles through the stages ``ttir -> ttgir -> llir -> ptx -> cubin`` (Gluon starts at ``ttgir``)
-and lets one hook (``knobs.runtime.add_stages_inspection_hook``) edit that ordered dict of stages. We insert,
-after each Triton stage that has active passes, a stage named ``bw<stage>`` (``bwttir``, ``bwttgir``,
-``bwllir``, ``bwptx``) that runs our passes for it in registry order. Its output is what the next Triton stage
-consumes and it is stored like any stage, so ``compiled.asm["bwttgir"]`` shows the IR after our passes.
+and lets one hook (``knobs.runtime.add_stages_inspection_hook``) edit that ordered dict of stages; each stage's
+output is stored under the stage's name (``compiled.asm[name]``) and fed to the next one. Our hook wraps each
+Triton stage that has active passes so that it runs Triton's lowering and then our passes of that stage
+(in `bwtriton.passes.PIPELINE` order). So ``asm["ptx"]`` is the PTX the cubin is built from, ``asm["ttgir"]``
+the TTGIR ``make_llir`` lowered, and so on. Triton's own text of a stage we ran passes on is kept as
+``asm["<stage>_triton"]`` (``ptx_triton``, ``ttgir_triton``, ...): stages appended after ``cubin`` that only
+return the saved text (Triton hands each stage the previous stage's output; these come last, so nothing
+consumes them).
 
 Why "after the stage": every pass we have needs Triton's own output of that stage (layouts for TTGIR, final
 instructions for PTX) and must run before the next stage's lowering (the TMEM plan before
 ``triton-tensor-memory-allocation`` in ``make_llir``; NVFP4 decomposition before ``make_ttgir``'s
-accelerate-matmul). This file is the one place that shows the whole order.
+accelerate-matmul).
+
+.ttir/.ttgir inputs: Triton stores the file as ``asm[<its stage>]`` and starts with the *next* stage, so the
+passes of the input's own stage run at the start of that next stage, on the file's module; ``asm[<its stage>]``
+stays the input as given and ``<stage>_triton`` is the same text (`bwtriton opt` shows what the passes made).
 
 Triton's on-disk cache does not know about hooks, so every compile that goes through us gets a cache key that
 contains bwtriton's version and the active pass selection (`PassSelection.key`): changing passes never serves a
@@ -26,17 +34,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from . import __version__
+from . import __version__, passes
 from .errors import BwTritonError, CompileError, UnknownPassError
+from .passes import all_passes, get_pass
+from .passes.base import PassContext
 from .targets import Target, get_target, target_for_capability
 
 ENV_PASSES = "BWTRITON_PASSES"
 STAGES = ("ttir", "ttgir", "llir", "ptx")
 
 
-def inserted_stage_name(stage: str) -> str:
-    """Name of the stage bwtriton inserts after Triton's `stage` (also its key in `compiled.asm`)."""
-    return f"bw{stage}"
+def triton_stage_name(stage: str) -> str:
+    """Key of `compiled.asm` that keeps Triton's own text of `stage`, from before bwtriton's passes of it."""
+    return f"{stage}_triton"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -56,9 +66,22 @@ class PassSelection:
     def options_for(self, name: str) -> dict[str, Any]:
         return dict(next(opts for n, opts in self.entries if n == name))
 
+    def with_pass(self, name: str, **options: Any) -> "PassSelection":
+        """This selection plus pass `name` (and what it requires) with `options` over its current or default
+        values, in pipeline order. E.g. ``selection.with_pass("pair-ctas", mode="auto")``."""
+        cls = get_pass(name)
+        current = {n: dict(o) for n, o in self.entries}
+        text = ",".join(f"{k}={v}" for k, v in options.items())
+        current[cls.name] = {**current.get(cls.name, {}), **parse_pass_options(cls, text)}
+        return _ordered_selection(current)
+
+    def without_pass(self, name: str) -> "PassSelection":
+        """This selection without pass `name` (an error when a selected pass requires it)."""
+        cls = get_pass(name)
+        return _ordered_selection({n: dict(o) for n, o in self.entries if n != cls.name})
+
     def for_stage(self, stage: str, target: Target) -> list[tuple[Any, dict[str, Any]]]:
         """(pass instance, options) for the passes of `stage` that apply to `target`."""
-        from bwtriton.passes import get_pass
         out = []
         for name, opts in self.entries:
             cls = get_pass(name)
@@ -82,9 +105,8 @@ class PassSelection:
 def source_digest() -> str:
     """Hash of every Python file of bwtriton and bwtriton.passes (read once per process)."""
     import bwtriton
-    import bwtriton.passes
     h = hashlib.sha256()
-    for root in (os.path.dirname(bwtriton.__file__), os.path.dirname(bwtriton.passes.__file__)):
+    for root in (os.path.dirname(bwtriton.__file__), os.path.dirname(passes.__file__)):
         for dirpath, dirnames, filenames in sorted(os.walk(root)):
             dirnames.sort()
             for name in sorted(f for f in filenames if f.endswith(".py")):
@@ -95,18 +117,57 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-#: One entry of a pass spec: optional +/- sign, pass name, optional {key=value,...} options.
-PASS_ENTRY_RE = re.compile(r"^(?P<sign>[+-]?)(?P<name>[A-Za-z0-9_.\-]+)(?:\{(?P<opts>[^{}]*)\})?$")
+@dataclass(frozen=True)
+class PassEntry:
+    """One entry of a pass spec: ``name``, ``name{key=value,...}``, ``+name``, ``-name``, ``none`` or ``default``."""
+
+    sign: str          # '', '+' or '-'
+    name: str
+    options: str = ""  # the text inside the braces
+
+    @property
+    def is_keyword(self) -> bool:
+        return not self.sign and self.name in ("none", "default")
+
+
+_ENTRY_RE = re.compile(r"^(?P<sign>[+-]?)(?P<name>[A-Za-z0-9_.\-]+)(?:\{(?P<opts>[^{}]*)\})?$")
+_SPEC_GRAMMAR = "name, name{opt=value,...}, +name, -name, none or default, separated by commas"
+
+
+def parse_pass_spec(spec: "str | Iterable[str]") -> list[PassEntry]:
+    """The one parser of pass specs (compile, enable, BWTRITON_PASSES, --passes, opt): 'a,b{x=1,y=2},-c' ->
+    entries, commas inside braces kept. Empty entries ('a,,b', a trailing comma, '') are errors."""
+    items = [spec] if isinstance(spec, str) else list(spec)
+    entries: list[PassEntry] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise UnknownPassError(f"pass spec entries must be strings, got {item!r}")
+        for raw in _split_top_level_commas(item):
+            text = raw.strip()
+            if not text:
+                raise UnknownPassError(f"empty entry in pass spec {item!r}; expected {_SPEC_GRAMMAR} (use 'none' "
+                                       f"for no passes, 'default' for the defaults)")
+            m = _ENTRY_RE.match(text)
+            if not m:
+                raise UnknownPassError(f"cannot parse pass entry {text!r}; expected {_SPEC_GRAMMAR}")
+            entries.append(PassEntry(m["sign"], m["name"], m["opts"] or ""))
+    return entries
+
+
+#: Kept for `bwtriton.opt` until it reads specs with `parse_pass_spec` (same grammar, same parser underneath).
+PASS_ENTRY_RE = _ENTRY_RE
 
 
 def split_pass_spec(spec: "str | Iterable[str] | None") -> list[str]:
-    """Split 'a,b{x=1,y=2},-c' into entries, keeping commas inside braces."""
+    """The entries of a spec as text ('a{x=1}', '-b'); see `parse_pass_spec` (None: no entries)."""
     if spec is None:
         return []
-    if not isinstance(spec, str):
-        return [e for item in spec for e in split_pass_spec(item)]
+    return [f"{e.sign}{e.name}" + (f"{{{e.options}}}" if e.options else "") for e in parse_pass_spec(spec)]
+
+
+def _split_top_level_commas(text: str) -> list[str]:
     parts, depth, cur = [], 0, ""
-    for ch in spec:
+    for ch in text:
         depth += ch == "{"
         depth -= ch == "}"
         if ch == "," and depth == 0:
@@ -115,12 +176,11 @@ def split_pass_spec(spec: "str | Iterable[str] | None") -> list[str]:
         else:
             cur += ch
     parts.append(cur)
-    return [p.strip() for p in parts if p.strip()]
+    return parts
 
 
 def default_pass_names(target: Target) -> list[str]:
     """Passes that run when the user asks for nothing: default-enabled ones that apply to the target."""
-    from bwtriton.passes import all_passes
     return [n for n, cls in all_passes().items() if cls.default_enabled and cls().applies_to(target)]
 
 
@@ -131,32 +191,46 @@ def resolve_passes(spec: "str | Iterable[str] | None", target: "str | Target",
     Grammar (comma-separated, MLIR-like options): ``name``, ``name{opt=value,opt2=value}``, ``+name`` (add to the
     defaults), ``-name`` (remove), ``none``, ``default``. A spec with any bare name is an exact list; a spec of
     only ``+``/``-`` entries edits the target's defaults. With ``spec=None`` the ``BWTRITON_PASSES`` environment
-    variable (same grammar) edits the defaults. Unknown passes or options raise with the closest valid names.
+    variable (same grammar; unset or blank: no edits) edits the defaults. Passes a selected pass `requires` are
+    selected with it. Unknown passes or options raise with the closest valid names.
     """
-    from bwtriton.passes import all_passes, get_pass
-
     target = get_target(target)
-    entries = split_pass_spec(spec)
-    if spec is None and use_env:
-        entries = split_pass_spec(os.environ.get(ENV_PASSES, ""))
-    exact = any(PASS_ENTRY_RE.match(e) and not PASS_ENTRY_RE.match(e)["sign"] and e not in ("default",) for e in entries)
+    if spec is None:
+        env = os.environ.get(ENV_PASSES, "") if use_env else ""
+        entries = parse_pass_spec(env) if env.strip() else []
+    else:
+        entries = parse_pass_spec(spec)
+    exact = any(not e.sign and e.name != "default" for e in entries)
     chosen: dict[str, dict[str, Any]] = {}
-    if not exact or "default" in entries:
+    if not exact or any(e.is_keyword and e.name == "default" for e in entries):
         chosen = {n: {} for n in default_pass_names(target)}
+    removed: set[str] = set()
     for entry in entries:
-        if entry in ("none", "default"):
-            if entry == "none":
+        if entry.is_keyword:
+            if entry.name == "none":
                 chosen.clear()
             continue
-        m = PASS_ENTRY_RE.match(entry)
-        if not m:
-            raise UnknownPassError(f"cannot parse pass entry {entry!r}; expected name, name{{opt=value}}, "
-                                   f"+name or -name")
-        cls = get_pass(m["name"])
-        if m["sign"] == "-":
+        cls = get_pass(entry.name)
+        if entry.sign == "-":
             chosen.pop(cls.name, None)
+            removed.add(cls.name)
             continue
-        chosen[cls.name] = parse_pass_options(cls, m["opts"] or "")
+        chosen[cls.name] = parse_pass_options(cls, entry.options)
+    return _ordered_selection(chosen, removed)
+
+
+def _ordered_selection(chosen: dict[str, dict[str, Any]], removed: "set[str] | None" = None) -> PassSelection:
+    """`chosen` (name -> options given) plus what it requires, in pipeline order, options over defaults."""
+    work = list(chosen)
+    while work:
+        for dep in get_pass(work.pop()).requires:
+            if dep in (removed or ()):
+                users = [n for n in chosen if dep in get_pass(n).requires]
+                raise UnknownPassError(f"pass {dep} is required by {', '.join(users)}; remove "
+                                       f"{' and '.join('-' + u for u in users)} as well, or keep {dep}")
+            if dep not in chosen:
+                chosen[dep] = {}
+                work.append(dep)
     order = list(all_passes())
     ordered = sorted(chosen.items(), key=lambda kv: order.index(kv[0]))
     return PassSelection(tuple((n, tuple(sorted({**get_pass(n).option_defaults(), **o}.items())))
@@ -187,11 +261,13 @@ def parse_pass_options(cls: type, text: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------------------
 
 def run_stage_passes(stage: str, ir: Any, selection: PassSelection, target: Target,
-                     metadata: dict, reports: dict) -> Any:
-    """Run the selected passes of `stage` over `ir` (module or text), recording reports. Returns the new IR."""
-    from bwtriton.passes.base import PassContext
+                     metadata: dict, reports: dict, provided: "dict[str, Any] | None" = None) -> Any:
+    """Run the selected passes of `stage` over `ir` (module or text), recording reports. Returns the new IR.
+    `provided` is the per-compile dict through which passes hand values to the passes that require them."""
+    provided = {} if provided is None else provided
     for inst, opts in selection.for_stage(stage, target):
-        ctx = PassContext(pass_name=inst.name, target=target, options=opts, metadata=metadata)
+        ctx = PassContext(pass_name=inst.name, target=target, options=opts, metadata=metadata,
+                          requires=tuple(inst.requires), provided=provided)
         reports[inst.name] = ctx.report
         try:
             out = inst.run(ir, ctx)
@@ -205,27 +281,59 @@ def run_stage_passes(stage: str, ir: Any, selection: PassSelection, target: Targ
     return ir
 
 
-def _stage_fn(stage: str, selection: PassSelection, target: Target):
-    def run(src, metadata):
-        reports = metadata.setdefault("bwtriton", {"version": __version__, "passes": selection.names,
-                                                   "key": selection.key(), "reports": {}})["reports"]
-        return run_stage_passes(stage, src, selection, target, metadata, reports)
-    return run
+@dataclass
+class _CompileRun:
+    """One compile's state: the values passes provide each other (`requires`) and Triton's text of each stage
+    before our passes changed it."""
+
+    selection: PassSelection
+    target: Target
+    provided: dict[str, Any] = field(default_factory=dict)
+    triton_text: dict[str, str] = field(default_factory=dict)
+    started: bool = False
+
+    def run_passes(self, stage: str, ir: Any, metadata: dict) -> Any:
+        self.triton_text[stage] = str(ir)  # before the passes: they (and the next stage) may edit `ir` in place
+        reports = metadata.setdefault("bwtriton", {"version": __version__, "passes": self.selection.names,
+                                                   "key": self.selection.key(), "reports": {}})["reports"]
+        return run_stage_passes(stage, ir, self.selection, self.target, metadata, reports, self.provided)
+
+
+def _wrapped_stage(name: str, lower: Any, run: _CompileRun, own: bool, previous: "str | None"):
+    """Triton's stage `name`, then our passes of it (`own`). `previous`: the stage before it, when that one has
+    passes: if this is the first stage of the compile (a .ttir/.ttgir input), its passes run here first."""
+    def stage(src, metadata):
+        first, run.started = not run.started, True
+        if first and previous is not None:
+            src = run.run_passes(previous, src, metadata)
+        out = lower(src, metadata)
+        return run.run_passes(name, out, metadata) if own else out
+    return stage
+
+
+def _saved_triton_text(name: str, run: _CompileRun):
+    def stage(src, metadata):
+        return run.triton_text.get(name, "")
+    return stage
 
 
 def make_stages_hook(selection: PassSelection, target: "Target | None" = None):
-    """A Triton ``add_stages_inspection_hook`` that inserts our ``bw<stage>`` stages.
+    """A Triton ``add_stages_inspection_hook`` that runs our passes inside Triton's stages (see the module doc).
 
     `target=None` derives the target from the compile's capability (used by `enable()` for live launches).
     """
     def hook(backend, stages: dict, options, language, capability):
         tgt = target or target_for_capability(capability)
+        run = _CompileRun(selection, tgt)
+        active = [name for name in stages if name in STAGES and selection.for_stage(name, tgt)]
         items = list(stages.items())
         stages.clear()
-        for name, fn in items:
-            stages[name] = fn
-            if name in STAGES and selection.for_stage(name, tgt):
-                stages[inserted_stage_name(name)] = _stage_fn(name, selection, tgt)
+        previous = None
+        for name, lower in items:
+            stages[name] = _wrapped_stage(name, lower, run, name in active, previous if previous in active else None)
+            previous = name
+        for name in active:
+            stages[triton_stage_name(name)] = _saved_triton_text(name, run)
     return hook
 
 
@@ -318,7 +426,3 @@ def disable() -> None:
     knobs.cache.dir = _state.previous_cache_dir
     _clear_jit_caches()
 
-
-def is_enabled() -> bool:
-    """Whether `enable()` is in effect."""
-    return bool(_state.stack)

@@ -72,7 +72,7 @@ def ptx_census(ptx: str) -> dict[str, Any]:
 
 def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = None) -> str:
     """Text of the requested pass reports ('all' for every one); writes the TMEM map next to the stages."""
-    from bwtriton.passes import all_passes
+    from bwtriton.pipeline import all_passes
     registry = all_passes()
     reports = result.reports
     wanted = list(reports) if "all" in names else [REPORT_ALIASES.get(n, n) for n in names]

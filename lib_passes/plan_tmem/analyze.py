@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import re
 
-from bwtriton.passes import _tmem_ir as irt
-from bwtriton.passes import mlir_util as mu
+from bwtriton import mlir as mu
+from bwtriton.mlir import ops as irt
+from bwtriton.mlir.mma import MMA_OPS
+from bwtriton.tmem.plan import TmemAllocation, TmemPlan, accumulator_footprint, scales_footprint
 
-from .plan import TmemAllocation, TmemPlan, accumulator_footprint, place, scales_footprint
+from .placement import place
 
 #: Ops whose results are views of (alias) their memdesc operand.
 VIEW_OPS = {"ttg.memdesc_index", "ttg.memdesc_subslice", "ttng.tmem_subslice", "ttg.memdesc_reinterpret",
             "ttg.memdesc_trans", "ttg.memdesc_reshape", "ttg.memdesc_subview"}
-MMA_OPS = {"ttng.tc_gen5_mma", "ttng.tc_gen5_mma_scaled"}
 _ITER_ARGS_RE = re.compile(r"iter_args\((.*?)\)\s*->")
 _PARTITION_ARGS_RE = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps")
 

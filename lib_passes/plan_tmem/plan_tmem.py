@@ -7,8 +7,8 @@ reports the total against the 512 columns of a CTA and the CTAs per SM that TMEM
 
 Why a fallback: upstream Triton 3.6 lets a kernel whose plan exceeds 512 columns "compile" to a body of
 `trap;` (tmem_size > 512 in the metadata, no diagnostic). Here, when the plan does not fit, the pass re-lowers
-the kernel's TTIR (kept by the `tmem-ttir-snapshot` companion) with correctness-preserving rewrites from
-`_tmem_fallback` (one accumulator buffer instead of two; one K loop per accumulator) until the plan fits,
+the kernel's TTIR (provided by the `tmem-ttir-snapshot` pass it requires) with correctness-preserving rewrites
+from `fallback` (one accumulator buffer instead of two; one K loop per accumulator) until the plan fits,
 and records which one it applied. If none fits, the compile fails with a message that names the
 allocations, their sizes and what to change.
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_pass
-
-#: Key under which `tmem-ttir-snapshot` leaves the TTIR text in Triton's metadata dict (popped by this pass).
-SNAPSHOT_KEY = "_bwtriton_tmem_ttir"
+from ..base import Pass, PassContext, PassOption, Stage, register_pass
+from . import fallback as fb
+from .analyze import plan_from_ttgir
+from .snapshot import TmemTtirSnapshot
 
 
 @register_pass
@@ -32,16 +32,14 @@ class PlanTmem(Pass):
         PassOption("fallback", bool, True, "when over budget, try correctness-preserving rewrites before failing"),
     )
     default_enabled = True
-    order = 10  # first TTGIR pass: its fallback re-lowers from TTIR, so TTGIR rewrites must come after it
+    requires = (TmemTtirSnapshot.name,)  # the TTIR its fallback re-lowers
 
     def applies_to(self, target) -> bool:
         return bool(target.has_tcgen05)
 
     def run(self, module: Any, ctx: PassContext) -> Any:
-        from bwtriton.tmem.analyze import plan_from_ttgir
-
         budget = int(ctx.options.get("max_columns", 512))
-        ttir = ctx.metadata.pop(SNAPSHOT_KEY, None)
+        ttir = ctx.required(TmemTtirSnapshot.name)
         plan = plan_from_ttgir(str(module), budget=budget)
         ctx.report.update(plan.to_report())
         ctx.report["upstream"] = {"used_columns": plan.used_columns, "alloc_columns": plan.demand_columns}
@@ -51,8 +49,7 @@ class PlanTmem(Pass):
             ctx.error(_over_budget_message(plan, budget, "fallback disabled (plan-tmem{fallback=false})"))
         if ttir is None:
             ctx.error(_over_budget_message(
-                plan, budget, "no TTIR to re-lower (Gluon kernels and .ttgir inputs start after TTIR, or the "
-                "tmem-ttir-snapshot pass is disabled)"))
+                plan, budget, "no TTIR to re-lower (Gluon kernels and .ttgir inputs start after TTIR)"))
         new_module, new_plan, attempts = _try_fallbacks(ttir, module, plan, ctx, budget)
         ctx.report["fallback_attempts"] = attempts
         if new_module is None:
@@ -74,9 +71,6 @@ class PlanTmem(Pass):
 def _try_fallbacks(ttir: str, module: Any, plan0: Any, ctx: PassContext, budget: int):
     """Apply the rewrites cumulatively, re-lowering after each, until the plan fits. `plan0` is the plan of
     `module`, Triton's own lowering. Returns (new module, its plan, attempts), or (None, None, attempts)."""
-    from bwtriton.passes import _tmem_fallback as fb
-    from bwtriton.tmem.analyze import plan_from_ttgir
-
     attempts: list[dict] = []
     current = ttir
     multi_buffered = any(a.kind == "acc" and a.buffers > 1 for a in plan0.allocations)

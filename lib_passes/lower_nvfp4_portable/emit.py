@@ -1,9 +1,9 @@
-"""Text-level model of `tt.dot_scaled` in TTIR and an emitter for the TTIR ops that replace it.
+"""The TTIR ops that replace one `tt.dot_scaled`: `TtirEmitter` writes well-typed TTIR lines with fresh SSA
+names, `dequant_operand` the exact dequantization of one operand.
 
 Triton 3.6's Python IR API cannot erase or replace ops, so `lower-nvfp4-portable` prints the module, swaps each
-`tt.dot_scaled` line for a block of plain TTIR ops and re-parses (`mlir_util.reparse` verifies the result). This
-module owns the two text pieces: parsing one `tt.dot_scaled` line into a `DotScaledOp` (its custom assembly
-format is fixed by TritonOps.td), and `TtirEmitter`, which writes well-typed TTIR ops with fresh SSA names.
+`tt.dot_scaled` line (read by `bwtriton.mlir.dot_scaled`) for a block of these ops and re-parses
+(`bwtriton.mlir.reparse` verifies the result).
 
 The dequantization it emits is exact (see `dequant_operand`): an E2M1 element times a UE4M3 scale has at most
 2 x 4 significant bits and a magnitude in [2^-10, 2688], so it is representable in bf16 and fp16, and the
@@ -11,100 +11,10 @@ following `tt.dot` (fp32 accumulate) sees exactly the values the block-scaled MM
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .mlir_util import split_top_level
-
-# `%d = tt.dot_scaled %a (scale %as)?, %b (scale %bs)?, %c lhs = F rhs = F {attrs}? : types -> type loc(...)?`
-_DOT_SCALED = re.compile(
-    r"^(?P<indent>\s*)(?P<result>%[\w.$\-#]+) = tt\.dot_scaled (?P<a>%[\w.$\-#]+)(?: scale (?P<a_scale>%[\w.$\-#]+))?"
-    r", (?P<b>%[\w.$\-#]+)(?: scale (?P<b_scale>%[\w.$\-#]+))?, (?P<acc>%[\w.$\-#]+)"
-    r" lhs = (?P<a_fmt>\w+) rhs = (?P<b_fmt>\w+)(?: (?P<attrs>\{[^{}]*\}))?"
-    r" : (?P<types>.*?) -> (?P<out>tensor<[^>]*>)(?P<loc>\s+loc\(.*\))?\s*$")
-_TENSOR = re.compile(r"^tensor<(?P<dims>(?:\d+x)*)(?P<elem>[\w]+)>$")
-_BOOL_ATTR = re.compile(r"(?P<key>\w+)\s*=\s*(?P<value>true|false)")
-
-
-@dataclass(frozen=True)
-class TensorType:
-    """A ranked TTIR tensor type without encoding, e.g. tensor<128x64xi8>."""
-
-    shape: tuple[int, ...]
-    elem: str
-
-    @classmethod
-    def parse(cls, text: str) -> "TensorType":
-        m = _TENSOR.match(text.strip())
-        if not m:
-            raise ValueError(f"not an encoding-free ranked tensor type: {text!r}")
-        dims = tuple(int(d) for d in m["dims"].split("x") if d)
-        return cls(dims, m["elem"])
-
-    def with_(self, shape: Optional[tuple[int, ...]] = None, elem: Optional[str] = None) -> "TensorType":
-        return TensorType(tuple(self.shape if shape is None else shape), elem or self.elem)
-
-    def __str__(self) -> str:
-        return f"tensor<{''.join(f'{d}x' for d in self.shape)}{self.elem}>"
-
-
-@dataclass
-class DotScaledOp:
-    """One parsed `tt.dot_scaled` line. Scales are None for unscaled (bf16/fp16) operands."""
-
-    indent: str
-    result: str
-    a: str
-    a_scale: Optional[str]
-    b: str
-    b_scale: Optional[str]
-    acc: str
-    a_format: str
-    b_format: str
-    attrs: dict[str, bool]
-    a_type: TensorType
-    a_scale_type: Optional[TensorType]
-    b_type: TensorType
-    b_scale_type: Optional[TensorType]
-    out_type: TensorType
-    loc: str = ""
-
-    @property
-    def lhs_k_pack(self) -> bool:
-        return self.attrs.get("lhs_k_pack", True)
-
-    @property
-    def rhs_k_pack(self) -> bool:
-        return self.attrs.get("rhs_k_pack", True)
-
-    @property
-    def scale_elems(self) -> tuple[Optional[str], Optional[str]]:
-        return (self.a_scale_type.elem if self.a_scale_type else None,
-                self.b_scale_type.elem if self.b_scale_type else None)
-
-    @property
-    def is_nvfp4(self) -> bool:
-        """Any operand carries UE4M3 (fp8e4nv) scales: Triton's group-16 NVFP4 flavour."""
-        return "f8E4M3FN" in self.scale_elems
-
-
-def parse_dot_scaled(line: str) -> Optional[DotScaledOp]:
-    """Parse a `tt.dot_scaled` line; None when the line is another op."""
-    m = _DOT_SCALED.match(line.rstrip("\n"))
-    if not m:
-        return None
-    lhs_types, _, rhs_types = m["types"].partition(" * ")
-    a_types = [TensorType.parse(t) for t in split_top_level(lhs_types)]
-    b_types = [TensorType.parse(t) for t in split_top_level(rhs_types)]
-    if len(a_types) != 1 + bool(m["a_scale"]) or len(b_types) != 1 + bool(m["b_scale"]):
-        raise ValueError(f"tt.dot_scaled operand/type mismatch in: {line.strip()}")
-    attrs = {am["key"]: am["value"] == "true" for am in _BOOL_ATTR.finditer(m["attrs"] or "")}
-    return DotScaledOp(indent=m["indent"], result=m["result"], a=m["a"], a_scale=m["a_scale"], b=m["b"],
-                       b_scale=m["b_scale"], acc=m["acc"], a_format=m["a_fmt"], b_format=m["b_fmt"], attrs=attrs,
-                       a_type=a_types[0], a_scale_type=a_types[1] if len(a_types) > 1 else None,
-                       b_type=b_types[0], b_scale_type=b_types[1] if len(b_types) > 1 else None,
-                       out_type=TensorType.parse(m["out"]), loc=(m["loc"] or "").strip())
+from bwtriton.mlir.types import TensorType
 
 
 def _float_literal(value: float) -> str:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from . import _tmem_ir as irt
-from . import mlir_util as mu
+from bwtriton import mlir as mu
+from bwtriton.mlir import ops as irt
 
 #: Ops that may be duplicated into each fissioned loop: no side effects, no regions with side effects.
 _PURE_PREFIXES = ("arith.", "math.")

@@ -17,10 +17,11 @@ e2m1 x e2m1 with UE4M3 scales on both sides, k-packed, tile M a multiple of 128)
 """
 from __future__ import annotations
 
-from bwtriton.passes._dot_scaled_ir import (UNSCALED_FORMATS, DotScaledOp, TtirEmitter, dequant_operand,
-                                            parse_dot_scaled)
-from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_pass
-from bwtriton.passes.mlir_util import reparse
+from bwtriton.mlir import reparse
+from bwtriton.mlir.dot_scaled import DotScaledOp, parse_dot_scaled
+
+from ..base import Pass, PassContext, PassOption, Stage, register_pass
+from .emit import UNSCALED_FORMATS, TtirEmitter, dequant_operand
 
 
 def natively_supported(op: DotScaledOp, target) -> bool:

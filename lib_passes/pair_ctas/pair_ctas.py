@@ -9,7 +9,7 @@ Failed to find a valid layout'). With the marks in place Triton's lowering emits
 peer's operands have landed) and a multicast commit to both CTAs' mbarriers.
 
 This pass, on the TTGIR `make_ttgir` produced:
-1. checks eligibility (`bwtriton.pairing`) *before* the lowering can abort, failing with a clear error (mode=on);
+1. checks eligibility (`eligibility`) *before* the lowering can abort, failing with a clear error (mode=on);
 2. adds the missing 2-CTA marks (text round trip), and the module attribute ``"ttng.two-ctas" = true``;
 3. adds an exit handshake: a cluster barrier before the kernel's return, so neither CTA deallocates its TMEM or
    exits while its peer may still issue pair instructions (Triton 3.6 emits none there).
@@ -18,32 +18,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from bwtriton.pairing import MmaSummary, crashes_unpaired, eligibility_problems
-from bwtriton.passes import _cga_layouts as cga
-from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_pass
-from bwtriton.passes.mlir_util import module_attr_int, parse_aliases, reparse, resolve_alias
+from bwtriton.mlir import module_attr_int, parse_aliases, reparse, resolve_alias
+from bwtriton.mlir.encodings import cga_split, tmem_fields
+from bwtriton.mlir.mma import MmaLine, find_mma_lines
+
+from ..base import Pass, PassContext, PassOption, Stage, register_pass
+from . import layouts
+from .eligibility import MmaSummary, crashes_unpaired, eligibility_problems
 
 MODES = ("on", "auto")
 # The exit handshake, as TTGIR (ttng.cluster_arrive lowers to barrier.cluster.arrive.aligned; release semantics).
 EXIT_BARRIER = ("ttng.cluster_arrive {relaxed = false}", "ttng.cluster_wait")
 
 
-def summarize(text: str) -> tuple[list[cga.MmaLine], list[MmaSummary]]:
+def summarize(text: str) -> tuple[list[MmaLine], list[MmaSummary]]:
     """Every tcgen05 MMA of the printed module and what pairing needs to know about it."""
     aliases = parse_aliases(text)
-    lines = cga.find_mma_lines(text)
+    lines = find_mma_lines(text)
     out = []
     for line in lines:
         a, b, acc = line.a, line.b, line.acc
         if acc is None or a is None or b is None:
             continue
         acc_enc = resolve_alias(acc.encoding, aliases)
-        fields = cga.tmem_fields(acc_enc)
+        fields = tmem_fields(acc_enc)
         out.append(MmaSummary(
             m=acc.shape[-2], n=acc.shape[-1],
             acc_split=(fields.get("CTASplitM", 1), fields.get("CTASplitN", 1)) if fields else None,
-            a_split=cga.cga_split(resolve_alias(a.encoding, aliases)) or (1, 1),
-            b_split=cga.cga_split(resolve_alias(b.encoding, aliases)) or (1, 1),
+            a_split=cga_split(resolve_alias(a.encoding, aliases)) or (1, 1),
+            b_split=cga_split(resolve_alias(b.encoding, aliases)) or (1, 1),
             scaled=line.scaled,
             two_ctas=line.two_ctas and bool(fields.get("twoCTAs"))))
     return lines, out
@@ -77,7 +80,6 @@ class PairCtas(Pass):
                           "on: pair or fail with the reason; auto: pair when eligible, else leave the kernel as "
                           "Triton made it (with a warning)"),)
     default_enabled = False
-    order = 20  # after plan-tmem (whose fallback re-lowers from TTIR)
 
     def applies_to(self, target) -> bool:
         return target.has_tcgen05
@@ -105,7 +107,7 @@ class PairCtas(Pass):
             return None
         return self._pair(ir, text, lines, ctx)
 
-    def _pair(self, ir, text: str, lines: list[cga.MmaLine], ctx: PassContext):
+    def _pair(self, ir, text: str, lines: list[MmaLine], ctx: PassContext):
         aliases = parse_aliases(text)
         changes: list[str] = ctx.report["changes"]
         new_text = text
@@ -117,13 +119,13 @@ class PairCtas(Pass):
                 continue
             if alias not in aliases:
                 ctx.error(f"accumulator encoding {alias!r} is inline, not a module alias; cannot rewrite it")
-            new_text = cga.replace_alias(new_text, alias, cga.with_two_ctas(enc))
+            new_text = layouts.replace_alias(new_text, alias, layouts.with_two_ctas(enc))
             changes.append(f"{alias}: twoCTAs = true")
         # 2. two_ctas on every MMA op.
         body = new_text.splitlines(keepends=True)
         for ln in lines:
             if not ln.two_ctas:
-                body[ln.index] = cga.add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
+                body[ln.index] = layouts.add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
                 changes.append(f"line {ln.index + 1}: {ln.op} two_ctas")
         # 3. exit handshake before each top-level return.
         plain = [b.rstrip("\n") for b in body]
@@ -155,4 +157,4 @@ class PairCtas(Pass):
     @staticmethod
     def _mark_module(mod) -> None:
         from triton._C.libtriton import ir as tir
-        mod.set_attr(cga.TWO_CTAS_MODULE_ATTR, tir.builder(mod.context).get_bool_attr(True))
+        mod.set_attr(layouts.TWO_CTAS_MODULE_ATTR, tir.builder(mod.context).get_bool_attr(True))

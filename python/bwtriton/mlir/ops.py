@@ -1,16 +1,12 @@
-"""Op tree of printed TTIR/TTGIR text, for the TMEM planner and its fallback rewrites.
-
-Triton 3.6's Python API cannot compare values or erase ops, so the planner reads the printed module: an op tree
-(`parse_ops`) with result and operand names, and source locations (`resolve_location`). Attribute and type syntax
-(memdesc types, TMEM encodings, aliases) is parsed by `mlir_util`, the one parser all passes share.
-"""
+"""Op tree of printed TTIR/TTGIR text: every op with its results, operands, regions and walk-order index
+(`parse_ops`), and source locations (`resolve_location`). Types and attributes are read by `types`/`syntax`."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .mlir_util import strip_loc
+from .syntax import strip_loc
 
 _VALUE = r"%[A-Za-z0-9_$.\-]+"
 _VALUE_RE = re.compile(_VALUE + r"(?:#\d+)?")

@@ -1,0 +1,7 @@
+"""`pair-ctas` (TTGIR): 2-CTA ``cta_group::2`` tcgen05 MMAs for 256-row tiles. `eligibility` decides whether a
+compiled tile may pair, `layouts` holds the text rewrites."""
+from __future__ import annotations
+
+from .pair_ctas import PairCtas
+
+__all__ = ["PairCtas"]
