@@ -85,6 +85,17 @@ def test_an_empty_ttgir_on_the_command_line_does_not_crash_the_process(tmp_path)
     assert proc.returncode == 1 and "empty.ttgir is empty" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_ttir_file_takes_the_launch_numbers_a_ttgir_file_carries(compiled, tmp_path):
+    """TTIR has no ttg.num-warps: Triton's TTIR->TTGIR conversion takes num_warps from the options, so it must
+    reach Triton (it used to be dropped); a TTGIR module decides its own."""
+    ttir = tmp_path / "mm.ttir"
+    ttir.write_text(compiled.asm["ttir"])
+    assert bwtriton.compile(ttir, num_warps=8, passes="none").summary()["num_warps"] == 8
+    ttgir = tmp_path / "mm.ttgir"
+    ttgir.write_text(compiled.asm["ttgir"])
+    assert bwtriton.compile(ttgir, num_warps=8, passes="none").summary()["num_warps"] == 4  # ttg.num-warps = 4
+
+
 def test_a_non_module_ir_file_is_an_error(tmp_path):
     path = tmp_path / "k.ttir"
     path.write_text("hello\n")
@@ -137,8 +148,8 @@ def _run(capsys, *argv):
     (["compile", "{tmp}/bad.py:kernel"], "bad.py: importing it failed: NameError"),
     (["compile", "{tmp}/spec.py:k"], "BWTRITON_SPECS['k'] has unknown key(s) 'divisible_by16'. Did you mean: "
                                      "divisible_by_16?"),
-    (["compile", "{tmp}/k.ttgir", "--signature", "a=*fp16"], "--signature describe a FILE.py:KERNEL compile; an IR "
-                                                             "file carries its own types"),
+    (["compile", "{tmp}/k.ttgir", "--signature", "a=*fp16"], "--signature: not for "),
+    (["compile", "{tmp}/k.ttgir", "--num-warps", "8"], "its warps/CTAs (ttg.num-warps, ttg.num-ctas)"),
     (["emulate", MATMUL, "--arg", "randn:fp16:128by128"], "shape '128by128' should be sizes joined by 'x'"),
     (["emulate", MATMUL, "--arg", "{tmp}/missing.npy"], "missing.npy: no such file"),
     (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--check", "9=0@1"], "--check 9=0@1: '9' is not the index of "

@@ -23,18 +23,25 @@ def _stage_list(text: str) -> list[str]:
     return stages
 
 
+def _ir_launch_options(args: argparse.Namespace) -> dict[str, int]:
+    """Launch numbers for an IR-file compile; flags the file itself decides are errors, not silently dropped."""
+    carried = ["signature", "constexpr", "example", "divisible_by_16"]
+    carried += ["num_warps", "num_ctas"] if args.input.endswith(".ttgir") else []
+    flags = [f"--{k.replace('_', '-')}" for k in carried if getattr(args, k)]
+    if flags:
+        own = " and its warps/CTAs (ttg.num-warps, ttg.num-ctas)" if args.input.endswith(".ttgir") else ""
+        raise InputError(f"{', '.join(flags)}: not for {args.input}; an IR file carries its own argument types and "
+                         f"constants{own} (drop the flag, or compile the .py kernel)")
+    return {k: getattr(args, k) for k in ("num_warps", "num_ctas", "num_stages") if getattr(args, k) is not None}
+
+
 def _compile_from_args(args: argparse.Namespace):
     """Compile what `bwtriton compile`'s arguments name (an IR file, or FILE.py:KERNEL with its spec)."""
     from .driver import compile as bw_compile
     from .loading import compile_keywords, load_kernel
     options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta)
     if args.input.endswith((".ttir", ".ttgir")):
-        kernel_flags = [f"--{k.replace('_', '-')}" for k in ("signature", "constexpr", "example", "num_warps",
-                                                             "num_ctas", "divisible_by_16") if getattr(args, k)]
-        if kernel_flags:
-            raise InputError(f"{', '.join(kernel_flags)} describe a FILE.py:KERNEL compile; an IR file carries its "
-                             f"own types, constants, warps and CTAs (drop the flag, or compile the .py kernel)")
-        return bw_compile(args.input, **options, **({"num_stages": args.num_stages} if args.num_stages else {}))
+        return bw_compile(args.input, **options, **_ir_launch_options(args))
     fn, spec = load_kernel(args.input)
     return bw_compile(fn, **compile_keywords(fn, spec, args, args.input), **options)
 

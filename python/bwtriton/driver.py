@@ -258,7 +258,8 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
 
     `fn_or_path` is a `@triton.jit`/`@gluon.jit` function (then `signature` maps argument names to Triton types,
     e.g. ``{"a_ptr": "*fp16", "M": "i32"}``, and `constexprs` gives constexpr values) or a path to a .ttir/.ttgir
-    file. 16-byte divisibility is specialised as `@triton.jit` would for a launch: `example={"M": 200, ...}` gives
+    file (a .ttgir module carries its num_warps/num_ctas, which win over the arguments; a .ttir one takes them).
+    16-byte divisibility is specialised as `@triton.jit` would for a launch: `example={"M": 200, ...}` gives
     the integer values (pointers count as aligned; integers not given are not assumed divisible),
     `divisible_by_16=[...]` names the arguments outright, and with neither every pointer and integer is assumed
     divisible (aligned tensors and sizes); `summary()["divisible_by_16"]` says which were. `passes` selects passes
@@ -287,7 +288,8 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
     spec = None
     if isinstance(fn_or_path, (str, os.PathLike)):
         src: Any = _ir_file_source(Path(fn_or_path))
-        opts = {k: v for k, v in opts.items() if k not in ("num_warps", "num_ctas")}  # taken from the module
+        if src.endswith(".ttgir"):  # a TTGIR module carries ttg.num-warps / ttg.num-ctas; a TTIR one does not
+            opts = {k: v for k, v in opts.items() if k not in ("num_warps", "num_ctas")}
     else:
         if signature is None:
             raise InputError("signature= is required for a kernel function: map each non-constexpr argument to a "
