@@ -73,7 +73,7 @@ def test_the_final_ptx_verifies_clean_and_tritons_does_not(two_acc):
 
 def test_cli_emit_out_and_check_use_the_final_ptx(two_acc, tmp_path, capsys):
     spec = tmp_path / "two_acc.py"
-    spec.write_text("from bwtriton.tmem.examples import MULTI_ACC_SIGNATURE, multi_acc_kernel\n"
+    spec.write_text("from test_front_door import MULTI_ACC_SIGNATURE, multi_acc_kernel  # one import to follow\n"
                     "BWTRITON_SPECS = {'multi_acc_kernel': {'signature': MULTI_ACC_SIGNATURE, 'num_stages': 2,\n"
                     "    'constexprs': dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=2)}}\n")
     assert main(["compile", f"{spec}:multi_acc_kernel", "--emit", "ptx"]) == 0
