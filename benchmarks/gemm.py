@@ -4,8 +4,9 @@
 
 Peers: cuBLAS through `torch.matmul` (bf16/fp16) and `torch._scaled_mm` (fp8 e4m3, with use_fast_accum=True,
 the accumulation mode Triton uses for fp8 on sm_90; one row also shows the precise-accumulation peer).
-Block-scaled rows (NVFP4/MXFP) come from the modules in OPTIONAL_CASE_MODULES (`blockscaled.py` in this folder),
-which call `_harness.register_case(...)` at import time; `--only bf16,fp8` or `--only nvfp4` picks rows.
+Block-scaled rows (NVFP4) come from `blockscaled.py` in this folder; `--only bf16,fp8` or `--only decode` picks
+rows. Kernel times are CUDA-graph replays; host overhead per call is printed separately (`host.py`).
+`run_all.py` runs everything at once.
 """
 from __future__ import annotations
 
@@ -48,10 +49,11 @@ def register_dense_cases(quick: bool = False) -> None:
             return {"a": a, "b": b}
         return setup
 
-    half_shapes = [(8192, 8192, 8192, torch.bfloat16, False, 0.95), (4096, 4096, 4096, torch.bfloat16, False, None),
-                   (8192, 8192, 8192, torch.bfloat16, True, None), (4096, 4096, 4096, torch.float16, False, None)]
+    half_shapes = [(8192, 8192, 8192, torch.bfloat16, False, 0.95)]
     if not quick:
-        half_shapes += [(16384, 8192, 1024, torch.bfloat16, False, None),
+        half_shapes += [(4096, 4096, 4096, torch.bfloat16, False, None), (8192, 8192, 8192, torch.bfloat16, True, None),
+                        (4096, 4096, 4096, torch.float16, False, None),
+                        (16384, 8192, 1024, torch.bfloat16, False, None),
                         (2048, 8192, 8192, torch.bfloat16, True, None)]
     for m, n, k, dtype, colmajor, target in half_shapes:
         tag = "bf16" if dtype == torch.bfloat16 else "fp16"
@@ -84,8 +86,9 @@ def register_dense_cases(quick: bool = False) -> None:
         return lambda s: torch._scaled_mm(s["a"], s["b"], scale_a=s["sa"], scale_b=s["sb"], out_dtype=torch.bfloat16,
                                           use_fast_accum=fast)
 
-    fp8_shapes = [(8192, 8192, 8192, False, True, 0.9), (8192, 8192, 8192, True, True, 0.9),
-                  (4096, 4096, 4096, False, True, None), (8192, 8192, 8192, False, False, None)]
+    fp8_shapes = [(8192, 8192, 8192, False, True, 0.9), (4096, 4096, 4096, False, True, 0.95)]
+    if not quick:
+        fp8_shapes += [(8192, 8192, 8192, True, True, 0.9), (8192, 8192, 8192, False, False, None)]
     if not quick:
         fp8_shapes += [(16384, 8192, 1024, True, True, None)]
     for m, n, k, rowwise, fast, target in fp8_shapes:
@@ -96,18 +99,10 @@ def register_dense_cases(quick: bool = False) -> None:
                       note=_note_config("a", "b", a_scale="sa", b_scale="sb"), target_ratio=target)
 
 
-#: Benchmark modules in this folder that register more rows when imported (block-scaled NVFP4/MXFP: part B).
-OPTIONAL_CASE_MODULES = ("blockscaled",)
-
-
-def register_optional_modules() -> None:
-    """Import `OPTIONAL_CASE_MODULES` so they register their rows; a missing one is noted and skipped."""
-    import importlib
-    for name in OPTIONAL_CASE_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            print(f"note: {name} cases skipped: {exc}")
+def register_blockscaled_cases(quick: bool = False) -> None:
+    """The NVFP4 rows of `blockscaled.py` in this folder."""
+    import blockscaled
+    blockscaled.register(quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated substrings of case groups/names to run")
     p.add_argument("--quick", action="store_true", help="fewer shapes and rounds")
     p.add_argument("--rounds", type=int, default=None, help="alternating ours/peer timing rounds (default 3)")
-    p.add_argument("--rep-ms", type=int, default=60, help="timed milliseconds per do_bench call")
+    p.add_argument("--rep-ms", type=int, default=20, help="length of each timed CUDA graph (ms)")
     args = p.parse_args(argv)
 
     import torch
@@ -125,33 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks/gemm.py needs a CUDA GPU", file=sys.stderr)
         return 2
     register_dense_cases(args.quick)
-    register_optional_modules()
+    register_blockscaled_cases(args.quick)
     rounds = args.rounds or (2 if args.quick else 3)
     name = torch.cuda.get_device_name()
     only = [s for s in args.only.split(",") if s]
     results = run_all(args.out, name="gemm", only=only, rounds=rounds, rep_ms=args.rep_ms,
                       title=f"bwtriton GEMM vs peer on {name}")
     _print_tuning_log(Path(args.out))
-    _print_launch_overhead()
+    from host import host_rows
+    host_rows()
     return 1 if results and all(r.error for r in results) else 0
-
-
-def _print_launch_overhead(calls: int = 2000) -> None:
-    """Host time per call on a tiny GEMM (GPU time negligible): the latency floor that small shapes pay."""
-    import time
-
-    import torch
-    from bwtriton.kernels import matmul
-    a = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
-    for name, fn in (("bwtriton.kernels.matmul", lambda: matmul(a, b)), ("torch.matmul", lambda: torch.matmul(a, b))):
-        fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        print(f"launch overhead {name}: {(time.perf_counter() - t0) / calls * 1e6:.1f} us/call (128^3 bf16)")
 
 
 def _print_tuning_log(out: Path) -> None:

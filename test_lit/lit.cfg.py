@@ -19,6 +19,8 @@ if filecheck is None:
     lit_config.fatal("FileCheck not found: pip install filecheck")
 kernels = os.path.join(os.path.dirname(config.test_source_root), "python", "bwtriton", "examples")
 config.substitutions.append(("%bwtriton", f"{python} -m bwtriton"))
+# triton-opt's command line (docs/regression_testing.md): upstream-style lit files use %triton-opt.
+config.substitutions.append(("%triton-opt", f"{python} -m bwtriton.opt"))
 config.substitutions.append(("%python", python))
 config.substitutions.append(("%kernels", kernels))
 config.substitutions.append(("FileCheck", filecheck))

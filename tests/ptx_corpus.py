@@ -396,7 +396,7 @@ def _compile_tmem_fallback_3acc() -> str:
     fissioned loops, each with a peeled prologue guarded by the trip count (the verifier's own pass is left
     out: the corpus test runs it)."""
     import bwtriton
-    from bwtriton.tmem.examples import MULTI_ACC_SIGNATURE, multi_acc_kernel
+    from fixtures.tmem_kernels import MULTI_ACC_SIGNATURE, multi_acc_kernel
     res = bwtriton.compile(multi_acc_kernel, signature=MULTI_ACC_SIGNATURE,
                            constexprs=dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=3), num_warps=8,
                            num_stages=2, passes="-verify-tcgen05")

@@ -1,7 +1,9 @@
 """sm_100a numerics through the CPU emulator: Triton 3.6's own PTX for tl.dot (fp16/bf16/fp8/tf32; int8 lowers to mma.sync),
 tl.dot_scaled (MXFP4/NVFP4/MXFP8, pointer and TMA + 5-D scale/tcgen05.cp paths), warp-specialized TMA,
-Gluon tcgen05 (one MMA, scaled, two_ctas) must match float64 torch references within format tolerance
-(tolerances: `emu_cases.out_tolerance` -- output rounding + fp32 accumulation order)."""
+Gluon tcgen05 (one MMA, scaled, two_ctas) and tutorial-style kernels (03 bias epilogue, 06 attention, 09 persistent /
+warp-specialized / device descriptors, 10 mixed mxfp8 x mxfp4 with fp4-padded TMA) must match float64 torch
+references within format tolerance (tolerances: `emu_cases.out_tolerance` -- output rounding + fp32 accumulation
+order). All run under the default "latest" schedule, so they are also the unmutated controls of the strict model."""
 from __future__ import annotations
 
 import time
@@ -37,6 +39,17 @@ CASES = {
     "gluon_scaled_mxfp4": lambda: ec.case_gluon_scaled("mxfp4"),
     "gluon_two_ctas_m256": lambda: ec.case_gluon_two_ctas(256),
     "gluon_two_ctas_m128": lambda: ec.case_gluon_two_ctas(128),
+    "tma_pipelined_matmul": lambda: ec.case_tma_matmul(),
+    "t03_bias_leaky_unaligned": lambda: ec.case_bias_matmul(),
+    "t06_attention_fwd": lambda: ec.case_attn_fwd(),
+    "t09_persistent_tma": lambda: ec.case_persistent_tma(),
+    "t09_persistent_warp_specialized": lambda: ec.case_persistent_tma(ws=True),
+    "t09_descriptor_persistent": lambda: ec.case_persistent_tma(device_desc=True),
+    "t10_mixed_mxfp8_mxfp4_fp4_padded_tma": lambda: ec.case_mixed_scaled_tma(),
+    "dot_scaled_fp4_packed_along_n_mn_major": lambda: ec.case_dot_scaled_mn_packed(),
+    "lhs_in_tmem_fp16_m64": lambda: ec.case_lhs_in_tmem("fp16", 64),
+    "lhs_in_tmem_tf32_m64": lambda: ec.case_lhs_in_tmem("fp32", 64),
+    "lhs_in_tmem_fp16_m128": lambda: ec.case_lhs_in_tmem("fp16", 128),
 }
 
 
@@ -74,3 +87,44 @@ def test_speed_256x256x512_bf16_gemm():
     print(f"\n256x256x512 bf16: {stats}")
     assert float((out.double() - ref).abs().max()) <= tol
     assert elapsed < 10.0, f"took {elapsed:.1f} s"
+
+
+def test_opcode_census_every_instruction_has_semantics():
+    """Every instruction in the sm_100a PTX of the census kernels (tutorial 03/06/09/10 shapes, tl.dot in every
+    precision, dot_scaled, Gluon tcgen05) decodes in the emulator: no UnsupportedInstructionError."""
+    from bwtriton.emu.runner import load_image
+    from bwtriton.ptx import parse_ptx
+    seen: dict[str, set] = {}
+    for name, compile_fn in ec.census_kernels().items():
+        ptx = compile_fn().asm["ptx"]
+        load_image(ptx)  # raises UnsupportedInstructionError naming the PTX line
+        seen[name] = {i.full_opcode for i in parse_ptx(ptx).entries[0].instructions}
+    # the forms the issue names are really in the census
+    assert any(op.startswith("add.f32x2") for op in seen["03 bias matmul"])
+    assert any(op.startswith("tensormap.replace") for op in seen["09 descriptor persistent"])
+    assert any("kind::mxf8f6f4" in op for op in seen["10 block-scaled mixed mxfp8 x mxfp4 (fp4-padded TMA)"])
+    assert any(op.startswith("tcgen05.cp") for op in seen["10 block-scaled nvfp4 (TMA, tcgen05.cp)"])
+
+
+@pytest.mark.parametrize("bn", [128, 256])
+def test_speed_1024x512x256_bf16_gemm(bn):
+    """Issue 13 target: the 1024x512x256 bf16 tl.dot GEMM upstream's tests use emulates in <= 5 s with 128x128
+    and 128x256 tiles. Asserted on this process's CPU time: the machine is shared, so wall time measures the
+    neighbours (both are printed)."""
+    case = ec.case_matmul("bf16", M=1024, N=512, K=256, bm=128, bn=bn, bk=64)
+    args, out, ref, tol = case.make()
+    w0, c0 = time.perf_counter(), time.process_time()
+    stats = emu.run(case.kernel, case.grid, *args)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    print(f"\n1024x512x256 bf16, 128x{bn} tiles: {stats}; wall {wall:.2f} s, cpu {cpu:.2f} s, "
+          f"{stats.instructions / cpu / 1e3:.0f} k warp-instr per cpu-second")
+    assert float((out.double() - ref).abs().max()) <= tol
+    assert cpu <= 5.0, f"took {cpu:.1f} s of CPU"
+
+
+def test_lhs_in_tmem_cases_really_read_a_from_tmem():
+    """The promotion is an env knob: make sure the compiled MMA takes A from TMEM (`[taddr]`, not a descriptor)."""
+    import re
+    for in_ty, bm in (("fp16", 64), ("fp32", 64)):
+        ptx = ec.case_lhs_in_tmem(in_ty, bm).kernel.asm["ptx"]
+        assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::\w+ \[ %r\d+ \+ 0 \], \[ %r\d+ \+ 0 \]", ptx), in_ty

@@ -150,3 +150,143 @@ def test_unsupported_instruction_is_reported():
     text = HEADER + "  wgmma.fence.sync.aligned;\n  ret;\n}\n"
     with pytest.raises(emu.UnsupportedInstructionError, match="wgmma.fence"):
         emu.run(text, (1,), torch.zeros(32, 2, dtype=torch.int32), torch.zeros(32, 2, dtype=torch.int32))
+
+
+def test_packed_f32x2_add_mul_fma():
+    """sm_100a epilogues keep two f32 in one b64 register: each half is an independent f32 operation."""
+    a, b = torch.randn(32) * 3, torch.randn(32) * 3
+    out = run_body("""
+  mov.b64 %rd6, {%r2, %r3};
+  mov.b64 %rd7, {%r3, %r2};
+  add.f32x2 %rd8, %rd6, %rd7;
+  mul.f32x2 %rd9, %rd6, %rd7;
+  fma.rn.f32x2 %rd10, %rd6, %rd7, %rd8;
+  mov.b64 {%r6, %r7}, %rd10;
+  sub.f32x2 %rd11, %rd9, %rd10;
+  mov.b64 {%r8, %r9}, %rd11;
+  mov.b32 %r4, %r6;
+  mov.b32 %r5, %r9;
+""", f32_pairs(a, b))
+    got = out.numpy().view(np.float32)
+    a64, b64 = a.double().numpy(), b.double().numpy()
+    fma_lo = (a64 * b64 + (a + b).double().numpy()).astype(np.float32)   # single rounding of a*b + (a+b)_f32
+    fma_hi = fma_lo                                                        # symmetric: (b, a) * (a, b)
+    sub_hi = (a * b).numpy() - fma_hi                                      # f32 subtraction
+    assert np.array_equal(got[:, 0], fma_lo)
+    assert np.array_equal(got[:, 1], sub_hi.astype(np.float32))
+
+
+def test_device_side_tensormap_decodes_to_the_fields_written():
+    """tensormap.replace writes fields of a zero-filled 128-byte object; a TMA through it sees them."""
+    from bwtriton.emu.tensormap import TensorMap, decode
+    text = HEADER.replace(".visible .entry", ".extern .shared .align 128 .b8 global_smem[];\n.visible .entry") + """
+  mov.u64 %rd6, global_smem;
+  mov.b32 %r31, 0;
+  st.shared.v4.b32 [global_smem], {%r31, %r31, %r31, %r31};
+  tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%rd6], %rd1;
+  tensormap.replace.tile.rank.shared::cta.b1024.b32 [%rd6], 0x1;
+  tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%rd6], 0x0, 64;
+  tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%rd6], 0x1, 32;
+  tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%rd6], 0x0, 200;
+  tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%rd6], 0x1, 100;
+  tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%rd6], 0x0, 400;
+  tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%rd6], 0xa;
+  tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%rd6], 0x3;
+  tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%rd2], [%rd6], 0x80;
+  ret;
+}
+"""
+    out = torch.zeros(128, dtype=torch.uint8)
+    inp = torch.zeros(32, 2, dtype=torch.int32)
+    emu.run(text, (1,), inp, out)
+    tm = decode(out.numpy())
+    assert tm == TensorMap(base=tm.base, shape=(100, 200), strides=(400, 2), box=(32, 64), elem_bytes=2,
+                           swizzle=128)
+    assert decode(np.zeros(128, np.uint8)) is None  # zero bytes are no tensor map
+
+
+def test_fp4_padded_map_pads_each_16_values_to_16_bytes():
+    from bwtriton.emu.tensormap import TensorMap
+    tm = TensorMap.fp4_padded(base=0, shape=[4, 256], outer_strides=[128], box=[2, 128], swizzle=0)
+    assert (tm.box, tm.elem_bytes, tm.smem_elem, tm.box_bytes) == ((2, 8), 8, 16, 2 * 64)
+    gaddr, ok = tm.offsets([1, 32])  # row 1, fp4 column 32 = byte 16 of the row
+    assert ok.all() and list(gaddr[:3]) == [128 + 16, 128 + 24, 128 + 32]
+    with pytest.raises(emu.EmulationError, match="multiples of 16"):
+        TensorMap.fp4_padded(base=0, shape=[4, 250], outer_strides=[125], box=[2, 128], swizzle=0)
+
+
+def test_isa_table_routes_families_and_the_core_imports_none():
+    """program.py (the core) imports no instruction family; the table in isa.py does the routing."""
+    import ast
+    import inspect
+
+    from bwtriton.emu import isa, program, sync, tcgen05, tensormap
+    tree = ast.parse(inspect.getsource(program))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= {"__future__", "typing", "ptx.ir", "errors"}, imported
+    assert isa.family_of("tcgen05.mma") is tcgen05 and isa.family_of("mbarrier.try_wait") is sync
+    assert isa.family_of("tensormap.replace") == "bwtriton.emu.tensormap"
+    assert isa._load(isa.family_of("tensormap.replace"), None) is tensormap
+    assert isa.family_of("clusterlaunchcontrol.try_cancel") == "bwtriton.emu.clc"  # the CLC family's slot
+    assert isa.family_of("frobnicate") is None
+
+
+def test_emulator_modules_import_without_cycles():
+    """No import cycle among the emulator's modules (static, module-level `from .x import` edges)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(emu.__file__).parent
+    graph = {}
+    for f in root.glob("*.py"):
+        tree = ast.parse(f.read_text())
+        deps = set()
+        for n in tree.body:  # module level only: function-level imports are deliberate late binding
+            if isinstance(n, ast.ImportFrom) and n.level == 1:
+                deps.add(n.module or "__init__")
+                deps.update(a.name for a in n.names if n.module is None)
+        graph[f.stem] = deps & {g.stem for g in root.glob("*.py")} - {"__init__"}
+    state: dict = {}
+
+    def visit(m, path):
+        if state.get(m) == 1:
+            raise AssertionError(f"import cycle: {' -> '.join(path + [m])}")
+        if state.get(m) == 2:
+            return
+        state[m] = 1
+        for d in graph.get(m, ()):
+            visit(d, path + [m])
+        state[m] = 2
+    for m in graph:
+        visit(m, [])
+
+
+def test_mapa_and_getctarank_round_trip():
+    """mapa gives the shared::cluster address of a local address in another CTA; getctarank reads the rank back."""
+    out = run_body("""
+  mov.b32 %r6, 3;
+  mapa.shared::cluster.u32 %r7, %r2, %r6;
+  getctarank.shared::cluster.u32 %r8, %r7;
+  and.b32 %r4, %r7, 16777215;
+  mov.b32 %r5, %r8;
+""", torch.tensor([[0x1230 + 16 * t, 0] for t in range(32)], dtype=torch.int32))
+    assert out[:, 0].tolist() == [0x1230 + 16 * t for t in range(32)]
+    assert out[:, 1].tolist() == [3] * 32
+
+
+def test_progress_meter_reports_clusters_and_rate():
+    import io
+
+    from bwtriton.emu.scheduler import ProgressMeter
+
+    class Launch:
+        instructions = 5000
+    buf = io.StringIO()
+    meter = ProgressMeter(3, enabled=True, after_s=0.0, stream=buf)
+    for _ in range(3):
+        meter.tick(Launch())
+    text = buf.getvalue()
+    assert "clusters 3/3" in text and "k warp-instr/s" in text and text.endswith("\n")
+    quiet = io.StringIO()
+    ProgressMeter(3, enabled=None, stream=quiet).tick(Launch())  # not a terminal: silent
+    assert quiet.getvalue() == ""

@@ -106,3 +106,18 @@ def test_flipped_scaled_idesc_bit_is_detected():
     case = ec.case_dot_scaled("e2m1", "e2m1", "u8", 32, 256)
     err, tol = _error(case, _flip_idesc_bit(case.kernel.asm["ptx"], 30))
     assert err > 10 * tol
+
+
+def test_wrong_mn_major_fp4_nibble_order_is_detected(monkeypatch):
+    """The MN-major padded-fp4 decoding (value x of a cell = nibble x % 2 of byte x // 2) is what makes the
+    rhs_k_pack=False case match: swapping the two nibbles of every byte breaks it."""
+    case = ec.case_dot_scaled_mn_packed()
+    err, tol = _error(case)
+    assert err <= tol
+    orig = tcgen05._mn_major_padded_fp4
+
+    def swapped(cta, desc, mn, k, reads):
+        return orig(cta, desc, mn, k, reads).reshape(mn // 2, 2, k)[:, ::-1].reshape(mn, k)
+    monkeypatch.setattr(tcgen05, "_mn_major_padded_fp4", swapped)
+    err, tol = _error(case)
+    assert err > 100 * tol

@@ -13,7 +13,7 @@ import bwtriton
 from bwtriton.cli import main
 from bwtriton.errors import CompileError, InputError
 from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
-from bwtriton.tmem.examples import MULTI_ACC_SIGNATURE, multi_acc_kernel
+from fixtures.tmem_kernels import MULTI_ACC_SIGNATURE, multi_acc_kernel
 
 TWO_ACC = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=2)
 KERNELS = Path(__file__).resolve().parent.parent / "python" / "bwtriton" / "examples"

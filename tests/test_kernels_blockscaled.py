@@ -289,3 +289,109 @@ def test_pdl_quantizer_is_bit_exact():
     torch.cuda.synchronize()
     assert torch.equal(xq, ref.data)
     assert torch.equal(xs.view(torch.uint8), ref.scales.view(torch.uint8))
+
+
+# ------------------------------------------------------------------------------- tuned paths and replay plans
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 4, 8, 16])
+def test_every_decode_candidate_is_correct(m):
+    """Each config the tuner may pick (GEMV R1/R2/R4, wide G4 loads, two-step, tensor cores, split-K) on a
+    shape where K is split and several K steps run per CTA."""
+    torch.manual_seed(11)
+    n, k = 512, 4096
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    ref_w = w_q.dequantize(torch.float64)
+    cands = decode.decode_candidates(m, n, k, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    for cfg in cands:
+        out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
+        assert_close_to_reference(out, x.double(), ref_w)
+
+
+@pytest.mark.gpu
+def test_decode_auto_path_tunes_once_then_replays_its_plan():
+    torch.manual_seed(12)
+    n, k = 1024, 2048
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    x = torch.randn(2, k, device="cuda").to(torch.bfloat16)
+    first = decode.nvfp4_decode_matmul(x, w_q)
+    cfg = decode.tuned_decode_config(2, n, k, device_index=x.device.index)
+    assert cfg is not None and cfg["path"] in ("gemv", "mma")
+    plans = len(decode._PLANS)
+    x2 = torch.randn(2, k, device="cuda").to(torch.bfloat16)
+    second = decode.nvfp4_decode_matmul(x2, w_q)  # plan path: same signature, new data
+    assert len(decode._PLANS) == plans
+    assert_close_to_reference(first, x.double(), w_q.dequantize(torch.float64))
+    assert_close_to_reference(second, x2.double(), w_q.dequantize(torch.float64))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = decode.nvfp4_decode_matmul(x2, w_q)
+    x2.copy_(x)
+    graph.replay()  # split-K sums with fp32 atomics in any order: compare with the reference, not bit for bit
+    assert_close_to_reference(captured, x.double(), w_q.dequantize(torch.float64))
+    del w_q
+    import gc
+    gc.collect()
+    assert len(decode._PLANS) < plans  # the plan went with its weight
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [3, 100])
+def test_linear_auto_matches_both_forms(m):
+    torch.manual_seed(13)
+    n, k = 256, 1024
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=True)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    ref_a = quantize_nvfp4(x.float()).dequantize(torch.float64)
+    outs = {form: linear.nvfp4_linear(x, w_q, bias, form=form) for form in ("fused", "two_kernel", "auto")}
+    assert any(key[1:4] == (linear._m_bucket(m), n, k) for key in linear._FORM)
+    for out in outs.values():
+        assert_close_to_reference(out, ref_a, w_q.dequantize(torch.float64), bias)
+    again = linear.nvfp4_linear(x, w_q, bias)  # plan path
+    torch.testing.assert_close(again, outs["auto"], rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_matmul_plan_reuses_weight_descriptor_only_for_the_same_weight():
+    from bwtriton.kernels import matmul
+    torch.manual_seed(14)
+    a1, a2 = (torch.randn(256, 512, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    b1, b2 = (torch.randn(512, 384, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for a, b in ((a1, b1), (a2, b1), (a2, b2), (a1, b1)):  # the 2nd-4th calls take the plan
+        out = matmul(a, b)
+        torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=2 ** -7, atol=512 * 2 ** -9)
+
+
+_GEMV_SIG = {"x_ptr": "*i32", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "out_ptr": "*fp32", "alpha_ptr": "*fp32",
+             "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
+
+
+@pytest.mark.emu
+@pytest.mark.parametrize("m,rows,groups,two_steps,threads_n,blocked", [
+    (2, 1, 4, False, 1, False),   # wide loads: two 16-byte loads per row
+    (1, 2, 4, False, 2, True),    # wide loads, two threads per row, 128x4 scales
+    (2, 1, 2, True, 1, False),    # two K steps in flight
+    (3, 2, 4, False, 4, False),   # M = 3 < BLOCK_M = 4: masked activation rows
+    (2, 1, 4, True, 2, False),    # wide loads and two steps together
+])
+def test_gemv_tuning_shapes_emulated(m, rows, groups, two_steps, threads_n, blocked):
+    """The GEMV shapes the decode tuner adds, compiled for sm_90a and run in bwtriton's emulator (no GPU):
+    exact decode, so the result is the float64 reference up to fp32 accumulation. M is not declared divisible
+    by 16 (as a launch with M = 3 specialises it), else the row mask would be folded away."""
+    import bwtriton.emu as emu
+    torch.manual_seed(15)
+    block_n = rows * threads_n * 4
+    n, k = 2 * block_n, 2 * (512 * groups // threads_n * (2 if two_steps else 1))
+    x = torch.randn(m, k).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k) * 0.05, blocked=blocked)
+    const = dict(SCALE_BLOCKED=blocked, BLOCK_M=1 << (m - 1).bit_length(), ROWS_PER_THREAD=rows,
+                 THREADS_N=threads_n, SPLIT_K=1, TWO_STEPS=two_steps, GROUPS_PER_THREAD=groups)
+    compiled = bwtriton.compile(decode.nvfp4_gemv_kernel, signature=_GEMV_SIG, constexprs=const, target="sm_90a",
+                                num_warps=4, divisible_by_16=[a for a in _GEMV_SIG if a != "M"])
+    out = torch.zeros(m, n)
+    xp = x.view(torch.int32)
+    emu.run(compiled, (n // block_n, 1), xp, w_q.data, w_q.scales, out, w_q.global_scale.reshape(1), m, n, k,
+            xp.stride(0), w_q.data.stride(0), out.stride(0))
+    assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64), out_bits=20)

@@ -321,7 +321,7 @@ def test_gpu_half_matmul(dtype, col_major, shape, gen):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cfg_index", range(5))
+@pytest.mark.parametrize("cfg_index", range(8))
 @pytest.mark.parametrize("dtype", [BF16, FP8], ids=["bf16", "fp8"])
 def test_gpu_every_config_is_correct(cfg_index, dtype, gen):
     """Each config autotuning may pick on this GPU, forced, on a shape with tails in M, N and K."""

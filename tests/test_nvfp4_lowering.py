@@ -68,8 +68,8 @@ def compiled():
 def test_sm90_rewrites_nvfp4_into_wgmma(compiled):
     r = compiled["sm_90a", False]
     assert "tt.dot_scaled" in r.asm["ttir_triton"]
-    assert "tt.dot_scaled" not in r.asm["bwttir"] and re.search(r"tt\.dot .*tensor<64x128xbf16> \* "
-                                                                  r"tensor<128x64xbf16>", r.asm["bwttir"])
+    assert "tt.dot_scaled" not in r.asm["ttir"] and re.search(r"tt\.dot .*tensor<64x128xbf16> \* "
+                                                                  r"tensor<128x64xbf16>", r.asm["ttir"])
     assert r.reports["lower-nvfp4-portable"]["lowered"] == 1
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16", r.asm["ptx"])
 

@@ -180,7 +180,7 @@ def test_report_for_repaired_and_native(paired_fp16, paired_bf16_native):
     assert not any(m["two_ctas_from_triton"] for m in rep["mmas"])
     assert any("twoCTAs = true" in c for c in rep["changes"])
     assert sum("two_ctas" in c and "tc_gen5_mma" in c for c in rep["changes"]) == len(rep["mmas"])
-    assert 'twoCTAs = true' in paired_fp16.asm["bwttgir"] and '"ttng.two-ctas" = true' in paired_fp16.asm["bwttgir"]
+    assert 'twoCTAs = true' in paired_fp16.asm["ttgir"] and '"ttng.two-ctas" = true' in paired_fp16.asm["ttgir"]
     native = paired_bf16_native.reports["pair-ctas"]
     assert native["paired"] and all(m["two_ctas_from_triton"] for m in native["mmas"])
     assert native["changes"] == ["exit cluster barrier before tt.return"]

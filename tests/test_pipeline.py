@@ -53,17 +53,40 @@ def _compile(**kw):
     return bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(), **kw)
 
 
-def test_inserted_stages_run_and_change_the_output(probe_passes):
+def test_stages_carry_the_text_after_our_passes_and_keep_tritons_own(probe_passes):
     res = _compile(passes=["test-set-maxnreg{regs=128}", "test-tag-ptx"])
     assert res.stages == ["source", "ttir", "ttgir", "llir", "ptx", "cubin", "ttgir_triton", "ptx_triton"]
+    assert "ttg.maxnreg = 128" in res.asm["ttgir"] and "ttg.maxnreg" not in res.asm["ttgir_triton"]
     assert ".maxnreg 128" in res.asm["ptx"] and ".maxnreg" not in _compile(passes="none").asm["ptx"]
-    assert res.asm["bwptx"].rstrip().endswith("// tagged-by-test")
+    assert res.asm["ptx"].rstrip().endswith("// tagged-by-test")
+    assert res.asm["ptx_triton"] + "\n// tagged-by-test\n" == res.asm["ptx"]
     assert res.reports["test-set-maxnreg"] == {"regs": 128}
+
+
+def test_the_cubin_is_built_from_asm_ptx(probe_passes):
+    """A PTX pass that adds a trap: the trap is in asm["ptx"] and in the cubin's SASS, not in Triton's PTX."""
+    @register_pass
+    class AddTrap(Pass):
+        name = "test-add-trap"
+        stage = Stage.PTX
+        purpose = "test: trap before the kernel's last ret"
+        default_enabled = False
+
+        def run(self, ptx, ctx):
+            head, sep, tail = ptx.rpartition("ret;")
+            return head + "trap;\n\t" + sep + tail
+    try:
+        res = _compile(passes=["test-add-trap"])
+    finally:
+        REGISTRY.pop("test-add-trap")
+    assert "trap;" in res.asm["ptx"] and "trap;" not in res.asm["ptx_triton"]
+    plain = _compile(passes="none").asm["sass"]
+    assert res.asm["sass"].count("BPT.TRAP") == plain.count("BPT.TRAP") + 1
 
 
 def test_pass_that_does_not_apply_is_skipped(probe_passes):
     res = _compile(passes=["test-tag-ptx"], target="sm_90a")
-    assert "bwptx" not in res.stages and "tagged-by-test" not in res.asm["ptx"]
+    assert "ptx_triton" not in res.stages and "tagged-by-test" not in res.asm["ptx"]
 
 
 def test_changing_passes_or_options_never_serves_a_stale_cubin(probe_passes):
@@ -163,7 +186,7 @@ def test_enable_routes_jit_launch_compiles_and_disable_restores(probe_passes, tm
         assert hook is not None and knobs.cache.dir != before_dir
         stages = {"ttir": None, "ttgir": None, "llir": None, "ptx": None, "cubin": None}
         hook(None, stages, None, None, 100)
-        assert list(stages) == ["ttir", "ttgir", "llir", "ptx", "bwptx", "cubin"]
+        assert list(stages) == ["ttir", "ttgir", "llir", "ptx", "cubin", "ptx_triton"]
     assert knobs.runtime.add_stages_inspection_hook is before_hook and knobs.cache.dir == before_dir
 
 
@@ -190,5 +213,56 @@ def test_nested_enable_restores_the_outer_selection_and_target(probe_passes):
         assert knobs.cache.dir == outer_dir
         stages = {"ttir": None, "ttgir": None, "llir": None, "ptx": None, "cubin": None}
         knobs.runtime.add_stages_inspection_hook(None, stages, None, None, 90)  # a Hopper compile
-        assert "bwptx" in stages  # the outer explicit sm_100a target is kept, not re-derived from capability 90
+        assert "ptx_triton" in stages  # the outer explicit sm_100a target is kept, not re-derived from capability 90
     assert knobs.runtime.add_stages_inspection_hook is before
+
+
+@pytest.mark.parametrize("spec", [",,", "plan-tmem,,verify-tcgen05", "plan-tmem,", "", " "])
+def test_empty_spec_entries_are_errors_not_defaults(spec):
+    with pytest.raises(UnknownPassError, match=r"empty entry in pass spec .*use 'none' for no passes"):
+        resolve_passes(spec, "sm_100a")
+
+
+def test_blank_env_means_the_defaults(monkeypatch):
+    monkeypatch.setenv("BWTRITON_PASSES", "  ")
+    assert resolve_passes(None, "sm_100a").names == resolve_passes(None, "sm_100a", use_env=False).names
+
+
+def test_requires_selects_the_required_pass_first_and_refuses_removing_it():
+    assert resolve_passes("plan-tmem", "sm_100a").names == ["tmem-ttir-snapshot", "plan-tmem"]
+    assert "tmem-ttir-snapshot" not in resolve_passes("-plan-tmem", "sm_100a").names
+    with pytest.raises(UnknownPassError, match=r"tmem-ttir-snapshot is required by plan-tmem; remove -plan-tmem"):
+        resolve_passes("-tmem-ttir-snapshot", "sm_100a")
+
+
+def test_with_pass_adds_a_pass_in_pipeline_order_with_options():
+    base = resolve_passes("verify-tcgen05", "sm_100a")
+    sel = base.with_pass("pair-ctas", mode="auto")
+    assert sel.names == ["pair-ctas", "verify-tcgen05"] and sel.options_for("pair-ctas") == {"mode": "auto"}
+    assert sel.with_pass("pair-ctas").options_for("pair-ctas") == {"mode": "auto"}  # keeps given options
+    assert sel.without_pass("pair-ctas") == base
+    with pytest.raises(UnknownPassError, match="no option 'mod'"):
+        base.with_pass("pair-ctas", mod="auto")
+
+
+def test_pipeline_table_rejects_a_pass_before_what_it_requires(monkeypatch):
+    import bwtriton.passes as passes
+    from bwtriton.passes import PlanTmem, TmemTtirSnapshot
+    assert passes.PIPELINE[Stage.TTIR][-1] is TmemTtirSnapshot and passes.PIPELINE[Stage.TTGIR][0] is PlanTmem
+    monkeypatch.setitem(passes.PIPELINE, Stage.TTIR, ())
+    monkeypatch.setitem(passes.PIPELINE, Stage.TTGIR, (TmemTtirSnapshot, PlanTmem))
+    with pytest.raises(TypeError, match="tmem-ttir-snapshot is a ttir pass, listed under ttgir"):
+        passes._check_table()
+    monkeypatch.setitem(passes.PIPELINE, Stage.TTGIR, (PlanTmem,))
+    with pytest.raises(TypeError, match="plan-tmem requires tmem-ttir-snapshot, which must be listed before it"):
+        passes._check_table()
+
+
+def test_a_pass_reads_only_what_it_declared_it_requires():
+    from bwtriton.passes import PassContext
+    provider = PassContext(pass_name="a", target=None, provided={})
+    provider.provide("text")
+    reader = PassContext(pass_name="b", target=None, requires=("a",), provided=provider.provided)
+    assert reader.required("a") == "text"
+    with pytest.raises(TypeError, match="reads 'c' without declaring requires"):
+        reader.required("c")

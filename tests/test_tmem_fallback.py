@@ -11,7 +11,7 @@ from bwtriton.errors import CompileError
 from bwtriton import mlir
 from bwtriton.mlir import ops as irt
 from bwtriton.passes.plan_tmem import fallback as fb
-from bwtriton.tmem import examples as ex
+from fixtures import tmem_kernels as ex
 
 THREE_ACC = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=3)
 
@@ -104,7 +104,7 @@ def test_unfixable_plan_fails_with_allocations_and_advice():
                          constexprs=dict(BLOCK_M=128, BLOCK_N=256, HEAD_DIM=256), num_warps=8, num_stages=2)
     msg = str(info.value)
     assert "[plan-tmem] kernel needs 640 TMEM columns" in msg
-    assert "%s (examples.py:" in msg and "acc 128x256xf32, 256 columns" in msg
+    assert "%s (tmem_kernels.py:" in msg and "acc 128x256xf32, 256 columns" in msg
     assert "operand 128x256xf16, 128 columns" in msg
     assert "reduce BLOCK_N" in msg and "PassManager" not in msg
 

@@ -8,7 +8,7 @@ import pytest
 
 import bwtriton
 from bwtriton import mlir as mlir_util
-from bwtriton.tmem import examples as ex
+from fixtures import tmem_kernels as ex
 from bwtriton.passes.plan_tmem.analyze import plan_from_ttgir
 from bwtriton.passes.plan_tmem.placement import place
 from bwtriton.tmem.plan import (TmemAllocation, accumulator_footprint, ctas_per_sm_for_columns,

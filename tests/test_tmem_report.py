@@ -8,8 +8,9 @@ import pytest
 import bwtriton
 from bwtriton.errors import InputError
 from bwtriton.passes.plan_tmem import PlanTmem
-from bwtriton.tmem import (estimate_shared_bytes, estimate_tmem_columns, examples as ex,
-                           prune_configs_by_resources, render_svg, write_tmem_map)
+from bwtriton.tmem import (estimate_shared_bytes, estimate_tmem_columns, prune_configs_by_resources, render_svg,
+                           write_tmem_map)
+from fixtures import tmem_kernels as ex
 
 
 @pytest.fixture(scope="module")

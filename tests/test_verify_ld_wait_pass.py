@@ -17,7 +17,7 @@ from bwtriton.passes.base import PassContext
 from bwtriton.passes.insert_ld_wait import WAIT_LD, InsertTcgen05WaitLd
 from bwtriton.ptx import parse_ptx
 from bwtriton.targets import get_target
-from bwtriton.tmem.examples import MULTI_ACC_SIGNATURE, multi_acc_kernel
+from fixtures.tmem_kernels import MULTI_ACC_SIGNATURE, multi_acc_kernel
 from bwtriton.verify import verify_ptx
 from ptx_corpus import corpus_kernels, corpus_ptx
 

@@ -3,7 +3,9 @@
 
 Fails when any test fails or when either runner ran no test at all (pytest exit 5 is a failure here).
 Ends with one line `total: N passed, N failed, N skipped`.
-Extra arguments go to pytest (e.g. `-m gpu`, `-k formats`); `--no-lit` skips the lit suite.
+Extra arguments go to pytest (e.g. `-m gpu`, `-k formats`, `-m emulated` for the emulated-B200 selection);
+`--no-lit` skips the lit suite. The emulator's share (tests/test_emu*.py, test_emulated_*.py) is reported on its
+own line, so CI sees what the emulated selection costs.
 """
 from __future__ import annotations
 
@@ -18,6 +20,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: test files whose kernels run on the emulated B200 (bwtriton.emu); their share of the run is reported apart
+EMULATED_FILES = re.compile(r"(^|\.)test_(emu|emulated|pair_ctas_emulated)[a-z_]*$")
+
+
+def emulated_summary(suite: ET.Element) -> str:
+    """'N passed, N failed, N skipped in S s' over the emulator's test files (a CI budget check)."""
+    counts, seconds = {"passed": 0, "failed": 0, "skipped": 0}, 0.0
+    for case in suite.iter("testcase"):
+        if not EMULATED_FILES.search(case.get("classname", "")):
+            continue
+        seconds += float(case.get("time", 0) or 0)
+        kind = ("failed" if case.find("failure") is not None or case.find("error") is not None
+                else "skipped" if case.find("skipped") is not None else "passed")
+        counts[kind] += 1
+    return f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped in {seconds:.0f} s"
+
+
 def run_pytest(args: list[str]) -> tuple[int, int, int, int]:
     """Returns (exit code, passed, failed, skipped)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -29,13 +48,15 @@ def run_pytest(args: list[str]) -> tuple[int, int, int, int]:
         suite = ET.parse(xml).getroot()
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
         total, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+        print(f"emulated (sm_100a on the CPU): {emulated_summary(suite)}")
     return rc, total - failures - errors - skipped, failures + errors, skipped
 
 
 def run_lit() -> tuple[int, int, int, int]:
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ, BWTRITON_LIT_OUT=out)
-        proc = subprocess.run([sys.executable, "-c", "import lit.main; lit.main.main()", "-sv", str(ROOT / "test_lit")], cwd=ROOT, env=env,
+        proc = subprocess.run([sys.executable, "-c", "import lit.main; lit.main.main()", "-sv", str(ROOT / "test_lit")],
+                              cwd=ROOT, env=env,
                               text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     print(proc.stdout[-20000:])
     counts: dict[str, int] = {}

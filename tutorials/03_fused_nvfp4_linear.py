@@ -16,7 +16,9 @@ What it shows, step by step:
 When to fuse: the fused kernel quantizes each x tile once per column of output tiles (N / BLOCK_N times), the
 two-kernel path once. For small M (decode, small batches) the weight dominates the traffic and the fused kernel
 saves a launch and the x_q round trip; for large M with many N tiles the redundant quantization can make the
-two-kernel path (extra traffic only 4.5/16 of x, and PDL hides the second launch) the better choice.
+two-kernel path (extra traffic only 4.5/16 of x, and PDL hides the second launch) the better choice. That is
+why `nvfp4_linear`'s default (form="auto") times both once per shape and keeps the faster; this tutorial pins
+form="fused" to compare the two.
 """
 from __future__ import annotations
 
@@ -87,7 +89,7 @@ def step5_run() -> None:
     x_q = quantize_nvfp4(x.float())  # the bit-exact twin of the in-kernel quantizer
     ref = x_q.dequantize(torch.float64) @ w_q.dequantize(torch.float64).T + bias.double()
     gs = float(x_q.global_scale)
-    for name, fn in (("fused", lambda: linear.nvfp4_linear(x, w_q, bias, x_global_scale=gs)),
+    for name, fn in (("fused", lambda: linear.nvfp4_linear(x, w_q, bias, x_global_scale=gs, form="fused")),
                      ("quantize + GEMM (PDL)", lambda: linear.nvfp4_linear_two_kernel(x, w_q, bias,
                                                                                       x_global_scale=gs))):
         out = fn()

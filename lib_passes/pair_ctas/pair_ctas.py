@@ -21,9 +21,10 @@ from typing import Any
 from bwtriton.mlir import module_attr_int, parse_aliases, reparse, resolve_alias
 from bwtriton.mlir.encodings import cga_split, tmem_fields
 from bwtriton.mlir.mma import MmaLine, find_mma_lines
+from bwtriton.mlir.ops import all_ops, parse_ops
 
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
-from . import layouts
+from .layouts import TWO_CTAS_MODULE_ATTR, add_unit_attr, replace_alias, with_two_ctas
 from .eligibility import MmaSummary, crashes_unpaired, eligibility_problems
 
 MODES = ("on", "auto")
@@ -53,16 +54,10 @@ def summarize(text: str) -> tuple[list[MmaLine], list[MmaSummary]]:
 
 
 def _top_level_returns(lines: list[str]) -> tuple[list[int], int]:
-    """Indices of `tt.return` lines directly in a function body, and the count of nested (divergent) ones."""
-    top, nested = [], 0
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith("tt.return"):
-            indent = len(line) - len(line.lstrip())
-            if indent == 4:  # module body at 2 spaces, function body at 4 (Triton's printer)
-                top.append(i)
-            else:
-                nested += 1
-    return top, nested
+    """Line indices of the `tt.return`s directly in a function body, and the count of nested (divergent) ones."""
+    returns = [op for op in all_ops(parse_ops("\n".join(lines))) if op.name == "tt.return"]
+    top = sorted(op.line for op in returns if op.parent is not None and op.parent.name == "tt.func")
+    return top, len(returns) - len(top)
 
 
 def _has_exit_barrier(lines: list[str], ret: int) -> bool:
@@ -119,13 +114,13 @@ class PairCtas(Pass):
                 continue
             if alias not in aliases:
                 ctx.error(f"accumulator encoding {alias!r} is inline, not a module alias; cannot rewrite it")
-            new_text = layouts.replace_alias(new_text, alias, layouts.with_two_ctas(enc))
+            new_text = replace_alias(new_text, alias, with_two_ctas(enc))
             changes.append(f"{alias}: twoCTAs = true")
         # 2. two_ctas on every MMA op.
         body = new_text.splitlines(keepends=True)
         for ln in lines:
             if not ln.two_ctas:
-                body[ln.index] = layouts.add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
+                body[ln.index] = add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
                 changes.append(f"line {ln.index + 1}: {ln.op} two_ctas")
         # 3. exit handshake before each top-level return.
         plain = [b.rstrip("\n") for b in body]
@@ -157,4 +152,4 @@ class PairCtas(Pass):
     @staticmethod
     def _mark_module(mod) -> None:
         from triton._C.libtriton import ir as tir
-        mod.set_attr(layouts.TWO_CTAS_MODULE_ATTR, tir.builder(mod.context).get_bool_attr(True))
+        mod.set_attr(TWO_CTAS_MODULE_ATTR, tir.builder(mod.context).get_bool_attr(True))

@@ -135,9 +135,6 @@ def _describe(op: irt.Op, md: mu.MemDesc, names: set[str], users: dict[str, list
                           col_stride=col_stride, live_start=start, live_end=end, op_index=op.index)
 
 
-_DOT_RESULT_RE = re.compile(r"->\s*tensor<(\d+)x(\d+)x(\w+)")
-
-
 def oversized_dots(ttir: str, num_ctas: int = 1, budget: int = 512) -> list[dict]:
     """`tt.dot`/`tt.dot_scaled` ops of a TTIR module whose accumulator alone exceeds the TMEM budget.
 
@@ -150,10 +147,10 @@ def oversized_dots(ttir: str, num_ctas: int = 1, budget: int = 512) -> list[dict
     for op in irt.all_ops(irt.parse_ops(ttir)):
         if op.name not in ("tt.dot", "tt.dot_scaled"):
             continue
-        m = _DOT_RESULT_RE.search(mu.strip_loc(op.head))
-        if not m:
+        out = mu.parse_type(op.result_types_text.rpartition("->")[2])
+        if not isinstance(out, mu.TensorType) or len(out.shape) != 2:
             continue
-        rows, cols, elem = int(m.group(1)), int(m.group(2)), m.group(3)
+        (rows, cols), elem = out.shape, out.elem
         if rows < 64 or ("inputPrecision = ieee" in op.head and "xf32>" in op.head.split("->")[0]):
             continue  # not a tcgen05 MMA (FMA or mma.sync path): no TMEM accumulator
         bits = max(mu.element_bits(elem), 32) if elem.startswith(("f", "i")) else 32

@@ -285,6 +285,10 @@ def _siblings_after(op: irt.Op) -> list[irt.Op]:
 
 
 def _fresh(base: str, taken: set[str]) -> str:
+    """An SSA name not in `taken`, from `base`. MLIR names are numbers or start with a letter (`%25_x` does not
+    parse), so a base from a numbered value (modules without name locations) gets a letter in front."""
+    if base[1:2].isdigit():
+        base = "%v" + base[1:]
     name, k = base, 0
     while name in taken:
         k += 1

@@ -1,8 +1,7 @@
 """bwtriton: Blackwell (sm_100a) lowering passes, verifier and emulator on top of Triton 3.6."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from .version import __version__  # noqa: E402
 from .errors import BwTritonError, CompileError, InputError, UnknownPassError, UnknownTargetError  # noqa: E402
 from .targets import TARGETS, Target, get_target  # noqa: E402
 
@@ -28,3 +27,6 @@ def disable() -> None:
 __all__ = ["__version__", "compile", "enable", "disable", "get_target", "Target", "TARGETS", "BwTritonError",
            "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
 
+
+if __import__("os").environ.get("BWTRITON_EMULATE", "") not in ("", "0"):
+    from . import emu as _emu  # noqa: E402,F401 - activates the emulated B200 (bwtriton.emu.driver)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from .errors import BwTritonError, InputError
 
 # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
-_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli")
+_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli", "bwtriton.regress.cli")
 
 
 def _stage_list(text: str) -> list[str]:

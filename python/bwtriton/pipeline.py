@@ -34,11 +34,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from . import __version__, passes
+from . import passes
 from .errors import BwTritonError, CompileError, UnknownPassError
-from .passes import all_passes, get_pass
-from .passes.base import PassContext
+from .passes import PassContext, all_passes, get_pass
 from .targets import Target, get_target, target_for_capability
+from .version import __version__
 
 ENV_PASSES = "BWTRITON_PASSES"
 STAGES = ("ttir", "ttgir", "llir", "ptx")
@@ -104,9 +104,8 @@ class PassSelection:
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
     """Hash of every Python file of bwtriton and bwtriton.passes (read once per process)."""
-    import bwtriton
     h = hashlib.sha256()
-    for root in (os.path.dirname(bwtriton.__file__), os.path.dirname(passes.__file__)):
+    for root in (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(passes.__file__)):
         for dirpath, dirnames, filenames in sorted(os.walk(root)):
             dirnames.sort()
             for name in sorted(f for f in filenames if f.endswith(".py")):

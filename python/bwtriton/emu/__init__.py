@@ -5,6 +5,12 @@ shared memory, TMEM, mbarriers, tcgen05 (alloc/ld/st/mma/commit/cp), TMA, with r
     k = bwtriton.compile(matmul_kernel, signature=..., constexprs=..., target="sm_100a")
     stats = emu.run(k, (M // 128, N // 128), a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
 
+Or as a Triton driver (an emulated B200): ordinary launches with CPU tensors run here.
+
+    with emu.emulated_gpu("sm_100a"):
+        matmul_kernel[grid](a, b, c, M, N, K, ...)      # a, b, c: CPU torch tensors
+
+`BWTRITON_EMULATE=sm_100a` activates it on import, `pytest --emulate sm_100a` for a test session.
 See docs/emulator.md.
 """
 from __future__ import annotations
@@ -12,8 +18,12 @@ from __future__ import annotations
 from .errors import (DeadlockError, DescriptorError, EmulationError, LaneQuarterError, MemoryFaultError,
                      TmemAllocError, TmemLeakError, TmemRaceError, UnsupportedInstructionError,
                      UnwaitedTmemLoadError)
+from .driver import EmulatedDriver, activate_from_env, emulated_gpu
 from .runner import EmulationStats, run
 
-__all__ = ["run", "EmulationStats", "EmulationError", "UnsupportedInstructionError", "MemoryFaultError",
+__all__ = ["run", "emulated_gpu", "EmulatedDriver", "EmulationStats", "EmulationError",
+           "UnsupportedInstructionError", "MemoryFaultError",
            "UnwaitedTmemLoadError", "TmemRaceError", "LaneQuarterError", "TmemLeakError", "TmemAllocError",
            "DeadlockError", "DescriptorError"]
+
+activate_from_env()

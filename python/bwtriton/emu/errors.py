@@ -6,12 +6,18 @@ from typing import Optional
 from ..errors import BwTritonError
 
 
+def short(text: str, width: int = 90) -> str:
+    """An instruction's text for a message (long operand lists elided)."""
+    t = " ".join(text.split())
+    return t if len(t) <= width else t[:width - 5] + " ...}"
+
+
 class EmulationError(BwTritonError):
     """A kernel did something the emulator flags (or cannot emulate). `line` is the PTX source line."""
 
     def __init__(self, message: str, *, line: Optional[int] = None, text: str = "", where: str = ""):
         loc = f"PTX line {line}: " if line else ""
-        detail = f"\n    {text.strip()}" if text else ""
+        detail = f"\n    {short(text, 200)}" if text else ""
         ctx = f" [{where}]" if where else ""
         super().__init__(f"{loc}{message}{ctx}{detail}")
         self.line = line
@@ -28,7 +34,29 @@ class MemoryFaultError(EmulationError):
 
 
 class UnwaitedTmemLoadError(EmulationError):
-    """A register written by tcgen05.ld was read before tcgen05.wait::ld."""
+    """A TMEM write (tcgen05.mma / st / cp) or tcgen05.dealloc overwrote columns a tcgen05.ld still reads: the
+    load was not followed by tcgen05.wait::ld (an anti-dependency on TMEM; register reads of the load's results
+    before the wait are fine -- the hardware respects true register dependencies)."""
+
+
+class AsyncRaceError(EmulationError):
+    """Strict asynchronous model (docs/emulator_async.md): an access raced with an asynchronous operation whose
+    completion was not observed, or crossed proxies without fence.proxy.async."""
+
+
+class PoisonReadError(AsyncRaceError):
+    """A read of shared memory that a pending asynchronous write (TMA load, cp.async) still owns: its completion
+    (mbarrier wait / cp.async.wait_group) was not observed before the read."""
+
+
+class MissingProxyFenceError(AsyncRaceError):
+    """The async proxy (TMA store, tcgen05.mma/cp operand) read shared memory written through the generic proxy
+    (st.shared, stmatrix) with no fence.proxy.async in between."""
+
+
+class AsyncOverwriteError(AsyncRaceError):
+    """A write to shared memory that a pending asynchronous read (MMA operand, TMA store source) or write still
+    uses: the shared-memory stage was reused before that operation's completion was observed."""
 
 
 class TmemRaceError(EmulationError):

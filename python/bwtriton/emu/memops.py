@@ -6,9 +6,10 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction, Operand
+from .asyncops import AsyncOp, engine_of
 from .errors import MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE
-from .program import NP_TYPES, Program, convert
+from .program import NP_TYPES, Program, active_index, address_reader, convert, lanes32
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
@@ -21,29 +22,6 @@ def space_of(ins: Instruction) -> str:
     if ins.opcode == "ld.global.nc":
         return "global"
     return "generic"
-
-
-def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
-    """`[base + off]` -> f(warp) giving a uint64 lane array of addresses (param symbols give param offsets)."""
-    if op.kind != "addr":
-        raise UnsupportedInstructionError(f"expected an address operand, got {op.text!r}", line=ins.line,
-                                          text=ins.text)
-    off = np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF)
-    if op.base is None:
-        c = np.full(32, off, dtype=np.uint64)
-        return lambda w: c
-    if op.base.kind == "sym":
-        c = np.full(32, np.uint64(prog.env.symbol_address(op.base.name, ins)) + off, dtype=np.uint64)
-        return lambda w: c
-    rd = prog.src(op.base, U64, ins)
-    if op.offset == 0:
-        return lambda w: np.broadcast_to(rd(w), (32,))
-    return lambda w: np.broadcast_to(rd(w), (32,)) + off
-
-
-def active_index(w) -> np.ndarray:
-    m = w.mask
-    return w.all_lanes if m is None else np.nonzero(m)[0]
 
 
 def mem_read(w, space: str, addr: np.ndarray, nbytes: int) -> np.ndarray:
@@ -89,14 +67,38 @@ def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.n
             sel = ranks == r
             smem = cta.cluster.ctas[int(r)].smem
             if data is None:
-                out[sel] = smem.read(local[sel], nbytes)
+                out[sel] = _local_rw(w, smem, local[sel], nbytes, None)
             else:
-                smem.write(local[sel], data[sel])
+                _local_rw(w, smem, local[sel], nbytes, data[sel])
         return out
+    return _local_rw(w, cta.smem, a, nbytes, data)
+
+
+def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
+    """A generic-proxy access of one CTA's shared memory: reads must not see bytes a pending asynchronous write
+    owns; writes must not hit bytes a pending asynchronous operation uses, and are remembered as unfenced."""
+    if data is None and not smem.n_poison:
+        return smem.read(a, nbytes)
+    cells = smem.offsets(a, nbytes)[:, None] + np.arange(nbytes)
     if data is None:
-        return cta.smem.read(a, nbytes)
-    cta.smem.write(a, data)
+        engine_of(w).check_generic_read(smem, cells, current_instruction(w))
+        return smem.data[cells]
+    if smem.n_poison or smem.async_reads:
+        engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells)
+    smem.data[cells] = data
+    smem.mark_generic_write(cells, _line(w))
     return None
+
+
+def _line(w) -> int:
+    ins = w.cta.prog.fn.instructions
+    return ins[w.pc].line if w.pc < len(ins) else 0
+
+
+def current_instruction(w) -> str:
+    """The opcode warp `w` executes, for messages (the error's "PTX line N:" prefix names the line)."""
+    ins = w.cta.prog.fn.instructions
+    return ins[w.pc].opcode if w.pc < len(ins) else "the kernel"
 
 
 def _generic(w, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
@@ -151,7 +153,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     def st(w):
         idx = active_index(w)
         addr = rd_addr(w)[idx]
-        cols = [np.broadcast_to(np.asarray(convert(s(w), dt)), (32,))[idx] for s in srcs]
+        cols = [lanes32(np.asarray(convert(s(w), dt)))[idx] for s in srcs]
         data = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.uint8).reshape(len(idx), -1)
         mem_write(w, space, addr, data)
     return st
@@ -175,8 +177,8 @@ def _atom(ins: Instruction, prog: Program) -> Callable:
     def atom(w):
         idx = active_index(w)
         addr = rd_addr(w)
-        b = np.broadcast_to(np.asarray(rb(w), dtype=dt), (32,))
-        c = np.broadcast_to(np.asarray(rc(w), dtype=dt), (32,)) if rc else None
+        b = lanes32(np.asarray(rb(w), dtype=dt))
+        c = lanes32(np.asarray(rc(w), dtype=dt)) if rc else None
         old_all = np.zeros(32, dtype=dt)
         for lane in idx:  # lanes apply one after the other (some order is as good as any)
             a = addr[lane:lane + 1]
@@ -219,28 +221,36 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
     rd_srcsize = prog.src(ops[3], np.dtype(np.uint32), ins) if len(ops) > 3 and ops[3].kind != "imm" or \
         (len(ops) > 3 and ops[3].kind == "imm") else None
 
+    line, text = ins.line, ins.text
+
     def cp(w):
         idx = active_index(w)
         dst = rd_dst(w)[idx].copy()
         src = rd_src(w)[idx].copy()
-        srcsize = np.broadcast_to(np.asarray(rd_srcsize(w)), (32,))[idx].copy() if rd_srcsize else \
+        srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else \
             np.full(len(idx), size)
-        w.cp_open.append((dst, src, srcsize, size))
+        smem = w.cta.smem
+        cells = (smem.offsets(dst, size)[:, None] + np.arange(size)).ravel()
+        op = AsyncOp(kind="cp.async", line=line, text=text, issuer=(w.cta.rank, w.wid), writes=[(smem, cells)],
+                     observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then "
+                             "bar.sync,")
+        op.finish = lambda: _copy_in(w, dst, src, srcsize, size)
+        w.cp_open.append(engine_of(w).issue(w, op))
     return cp
 
 
-def complete_cp_group(w, group: list) -> None:
-    for dst, src, srcsize, size in group:
-        data = np.zeros((len(dst), size), dtype=np.uint8)
-        full = srcsize >= size
-        if full.all():
-            data = w.launch.gmem.read(src, size)
-        else:
-            for k in range(len(dst)):
-                nb = int(min(srcsize[k], size))
-                if nb:
-                    data[k, :nb] = w.launch.gmem.read(src[k:k + 1], nb)[0]
-        w.cta.smem.write(dst, data)
+def _copy_in(w, dst: np.ndarray, src: np.ndarray, srcsize: np.ndarray, size: int) -> None:
+    """cp.async's data movement: `size` bytes per lane, the bytes past src-size zero-filled."""
+    data = np.zeros((len(dst), size), dtype=np.uint8)
+    full = srcsize >= size
+    if full.all():
+        data = w.launch.gmem.read(src, size)
+    else:
+        for k in range(len(dst)):
+            nb = int(min(srcsize[k], size))
+            if nb:
+                data[k, :nb] = w.launch.gmem.read(src[k:k + 1], nb)[0]
+    w.cta.smem.write(dst, data)
 
 
 def _cp_commit(w):
@@ -251,7 +261,7 @@ def _cp_commit(w):
 def _cp_wait(n: int) -> Callable:
     def wait(w):
         while len(w.cp_groups) > n:
-            complete_cp_group(w, w.cp_groups.pop(0))
+            engine_of(w).complete_group(w.cp_groups.pop(0))
     return wait
 
 
@@ -298,7 +308,7 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     def stm(w):
         addr = rd_addr(w)
         for i, s in enumerate(srcs):
-            v = np.broadcast_to(np.asarray(s(w), np.uint32), (32,))
+            v = lanes32(np.asarray(s(w), np.uint32))
             mat = np.zeros((8, 8), dtype=np.uint16)
             lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
             if trans:
@@ -309,8 +319,39 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     return stm
 
 
+def _mapa(ins: Instruction, prog: Program) -> Callable:
+    """mapa.shared::cluster.u32 d, a, rank: the shared::cluster address of shared::cta address `a` in CTA `rank`
+    (memory.py's window: CLUSTER_WINDOW | rank << 24 | a)."""
+    if "shared::cluster" not in ins.modifiers:
+        raise UnsupportedInstructionError("mapa on generic addresses is not emulated (use .shared::cluster)",
+                                          line=ins.line, text=ins.text)
+    wr = prog.dst(ins.operands[0], ins)
+    ra, rr = prog.src(ins.operands[1], U64, ins), prog.src(ins.operands[2], np.dtype(np.uint32), ins)
+
+    def mapa(w):
+        a = lanes32(ra(w)).astype(np.uint64)
+        r = lanes32(rr(w)).astype(np.uint64)
+        return wr(w, np.uint64(CLUSTER_WINDOW) | (r << np.uint64(24)) | (a & np.uint64(0xFFFFFF)))
+    return mapa
+
+
+def _getctarank(ins: Instruction, prog: Program) -> Callable:
+    wr = prog.dst(ins.operands[0], ins)
+    ra = prog.src(ins.operands[1], U64, ins)
+
+    def getctarank(w):
+        a = lanes32(ra(w)).astype(np.uint64)
+        window = (a & np.uint64(CLUSTER_WINDOW)) != 0
+        return wr(w, np.where(window, (a >> np.uint64(24)) & np.uint64(0x3F), np.uint64(w.cta.rank)))
+    return getctarank
+
+
 def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
     op = ins.opcode
+    if op == "mapa":
+        return _mapa(ins, prog)
+    if op == "getctarank":
+        return _getctarank(ins, prog)
     if op in ("ld", "ld.global.nc"):
         return _ld(ins, prog)
     if op == "st":

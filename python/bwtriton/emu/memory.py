@@ -116,12 +116,25 @@ class ParamSpace:
 
 
 class SharedMemory:
-    """One CTA's shared memory: bytes at shared::cta addresses SMEM_BASE .. SMEM_BASE + size."""
+    """One CTA's shared memory: bytes at shared::cta addresses SMEM_BASE .. SMEM_BASE + size.
+
+    Besides the bytes it keeps what the asynchronous model needs (see docs/emulator_async.md):
+    * `poison[i]`: sequence number of the pending asynchronous write (TMA load, cp.async) that owns byte i
+      (0: none). Such bytes hold garbage until that write's completion is observed;
+    * `async_reads`: (lo, hi, op) ranges pending asynchronous reads (MMA operands, TMA store sources) still use;
+    * `unfenced[i]`: PTX line of a generic-proxy write (st.shared, stmatrix) not yet followed by
+      fence.proxy.async (0: none) -- the async proxy must not read such bytes.
+    """
 
     def __init__(self, size: int, rank: int) -> None:
         self.size = size
         self.rank = rank
         self.data = np.zeros(size, dtype=np.uint8)
+        self.poison = np.zeros(size, dtype=np.int64)
+        self.n_poison = 0
+        self.async_reads: list = []
+        self.unfenced = np.zeros(size, dtype=np.int32)
+        self.any_unfenced = False
 
     def offsets(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
         off = addr.astype(np.int64) - SMEM_BASE
@@ -139,6 +152,37 @@ class SharedMemory:
     def write(self, addr: np.ndarray, data: np.ndarray) -> None:
         off = self.offsets(addr, data.shape[1])
         self.data[off[:, None] + np.arange(data.shape[1])] = data
+
+    def poisoned_by(self, off: np.ndarray) -> int:
+        """Sequence number of a pending asynchronous write owning any of these byte offsets (0: none)."""
+        if not self.n_poison:
+            return 0
+        hit = self.poison[off]
+        return int(hit.max()) if hit.size else 0
+
+    def reader_of(self, lo: int, hi: int):
+        """A pending asynchronous read overlapping shared::cta offsets [lo, hi), or None."""
+        for r_lo, r_hi, op in self.async_reads:
+            if lo < r_hi and r_lo < hi:
+                return op
+        return None
+
+    def unfenced_line(self, off: np.ndarray) -> int:
+        """PTX line of an unfenced generic write to any of these byte offsets (0: none)."""
+        if not self.any_unfenced:
+            return 0
+        hit = self.unfenced[off]
+        return int(hit.max()) if hit.size else 0
+
+    def mark_generic_write(self, off: np.ndarray, line: int) -> None:
+        self.unfenced[off] = line
+        self.any_unfenced = True
+
+    def proxy_fence(self) -> None:
+        """fence.proxy.async: prior generic writes become visible to the async proxy."""
+        if self.any_unfenced:
+            self.unfenced[:] = 0
+            self.any_unfenced = False
 
     def read_u32(self, addr: int) -> int:
         off = int(self.offsets(np.array([addr]), 4)[0])
@@ -207,6 +251,8 @@ class TensorMemory:
     # Newest async op (MMA / cp) that wrote each column, and how many queued ops still write it.
     writer_seq: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_COLS, dtype=np.int64))
     inflight: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_COLS, dtype=np.int64))
+    # tcgen05.ld not yet followed by tcgen05.wait::ld: warp id -> (lane quarter, columns [bool], PTX line, text)
+    pending_ld: dict = field(default_factory=dict)
 
     def allocate(self, ncols: int) -> Optional[int]:
         """First fit, aligned to ncols (power of two). None when no room."""

@@ -10,7 +10,7 @@ import numpy as np
 from ..ptx.ir import Instruction
 from . import numerics as nx
 from .errors import UnsupportedInstructionError
-from .program import Program
+from .program import Program, lanes32
 
 _LANE = np.arange(32)
 _G, _T = _LANE >> 2, _LANE % 4
@@ -91,7 +91,7 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
         A[ar, ac] = a_el
         B[bk, bn] = b_el
         C = np.zeros((16, 8), dtype=np.float64 if not integer else np.int64)
-        craw = np.stack([np.broadcast_to(np.asarray(r(w), np.uint32), (32,)) for r in c_r], 1)
+        craw = np.stack([lanes32(np.asarray(r(w), np.uint32)) for r in c_r], 1)
         C[cr, cc] = craw.view(np.int32) if integer else craw.view(np.float32)
         D = A @ B + C
         if integer:

@@ -120,6 +120,11 @@ def decode_rows(raw: np.ndarray, fmt: str, *, packed_fp4: bool) -> np.ndarray:
     raise DescriptorError(f"operand element format {fmt!r} is not emulated")
 
 
+def decode_fp4_codes(codes: np.ndarray) -> np.ndarray:
+    """e2m1 codes (0..15) -> float64 values."""
+    return nx.decode(codes, "e2m1").astype(np.float64)
+
+
 def decode_scales(codes: np.ndarray, scale_type: str) -> np.ndarray:
     return nx.decode(codes, scale_type).astype(np.float64)
 

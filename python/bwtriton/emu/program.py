@@ -1,22 +1,30 @@
-"""Decode a PTX function once into a list of Python closures (one per instruction).
+"""The emulator's core: decode a PTX function once into a list of Python closures (one per instruction).
 
 Each closure takes a `Warp` and returns None (fall through), a program counter (jump), or one of the control
 codes below. Operands are resolved to register slots / constants at compile time, so running an instruction is
 a few numpy operations over the 32 lanes.
+
+This module knows types, registers, operands and addresses, but no instruction family: which family compiles an
+opcode is the ISA table's business (`isa.py`), handed in as `dispatch` (so families may import the core, never
+the other way round).
 """
 from __future__ import annotations
 
 import struct
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
 from ..ptx.ir import Function, Instruction, Label, Operand
-from .errors import EmulationError, UnsupportedInstructionError, UnwaitedTmemLoadError
+from .errors import EmulationError, UnsupportedInstructionError, short
 
 YIELD = -1     # the warp is blocked (barrier, mbarrier wait): retry this instruction later
 DIVERGED = -2  # the instruction updated per-lane program counters itself (divergent branch)
 EXITED = -3    # the active lanes exited
+DONE_PC = 1 << 30  # per-lane PC of lanes that exited (sorts after every real PC)
+
+#: dispatch(ins, prog) -> the instruction's closure; raises UnsupportedInstructionError for unknown opcodes
+Dispatch = Callable[[Instruction, "Program"], Callable]
 
 NP_TYPES = {
     "pred": np.dtype(bool), "b8": np.dtype(np.uint8), "u8": np.dtype(np.uint8), "s8": np.dtype(np.int8),
@@ -27,6 +35,7 @@ NP_TYPES = {
     "b64": np.dtype(np.uint64), "u64": np.dtype(np.uint64), "s64": np.dtype(np.int64), "f64": np.dtype(np.float64),
     "e4m3x2": np.dtype(np.uint16), "e5m2x2": np.dtype(np.uint16), "e2m1x2": np.dtype(np.uint8),
     "ue8m0x2": np.dtype(np.uint16), "e2m3x2": np.dtype(np.uint16), "e3m2x2": np.dtype(np.uint16),
+    "f32x2": np.dtype(np.uint64), "b128": np.dtype(np.uint64),
 }
 # Register containers: raw bits of the declared width (floats live as bits).
 _CONTAINER = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
@@ -85,7 +94,7 @@ def imm_const(op: Operand, dt: np.dtype):
 class Program:
     """A compiled PTX function: closures, label -> pc, register slots, params."""
 
-    def __init__(self, fn: Function, env: "CompileEnv"):
+    def __init__(self, fn: Function, env: "CompileEnv", dispatch: Dispatch):
         self.fn = fn
         self.env = env
         self.slots: dict[str, int] = {}
@@ -110,12 +119,7 @@ class Program:
                 idx += 1
         for k in pending:
             self.label_pc[k] = idx
-        # registers written by tcgen05.ld: reads of these are checked against wait::ld
-        self.ld_slots: set[int] = set()
-        for ins in fn.instructions:
-            if ins.opcode == "tcgen05.ld":
-                self.ld_slots.update(self.slots[r] for r in ins.defs if r in self.slots)
-        self.code: list[Callable] = [self._compile(ins) for ins in fn.instructions]
+        self.code: list[Callable] = [self._compile(ins, dispatch) for ins in fn.instructions]
         self.code.append(_fell_off_end)
 
     # -- operand access ------------------------------------------------------------------------------
@@ -131,17 +135,13 @@ class Program:
             s = self.slot(op.name, ins)
             cdt = self.slot_dtypes[s]
             neg = op.negated
-            checked = s in self.ld_slots
-            line, text, name = ins.line, ins.text, op.name
-
-            if cdt == dt and not checked and not neg:
+            # Register reads of tcgen05.ld results before tcgen05.wait::ld are fine: the hardware respects true
+            # register dependencies (PTX ISA; reference P9). The wait guards TMEM anti-dependencies, checked on
+            # TMEM writes (tcgen05.py).
+            if cdt == dt and not neg:
                 return lambda w: w.R[s]
 
             def read(w):
-                if checked and s in w.pending_ld:
-                    raise UnwaitedTmemLoadError(
-                        f"{name} was written by tcgen05.ld and read before tcgen05.wait::ld.sync.aligned; "
-                        "insert tcgen05.wait::ld after the load", line=line, text=text, where=w.where())
                 v = w.R[s]
                 if neg:
                     v = ~v
@@ -166,7 +166,7 @@ class Program:
             readers = [self.src(it, part, ins) for it in op.items]
 
             def pack(w):
-                parts = [np.broadcast_to(np.asarray(r(w), dtype=part), (32,)) for r in readers]
+                parts = [lanes32(np.asarray(r(w), dtype=part)) for r in readers]
                 return np.stack(parts, axis=1).copy().view(_CONTAINER[dt.itemsize]).reshape(32).view(dt)
             return pack
         raise UnsupportedInstructionError(f"operand {op.text!r} ({op.kind}) cannot be read as a value",
@@ -184,7 +184,7 @@ class Program:
             part = dts[0] if dts else np.dtype(np.uint32)
 
             def unpack(w, v):
-                v = np.broadcast_to(np.asarray(v), (32,))
+                v = lanes32(np.asarray(v))
                 pieces = np.ascontiguousarray(v).view(part).reshape(32, n)
                 for i, wr in enumerate(writers):
                     wr(w, pieces[:, i])
@@ -206,16 +206,16 @@ class Program:
         return write
 
     # -- instruction dispatch ------------------------------------------------------------------------
-    def _compile(self, ins: Instruction) -> Callable:
-        from . import alu, memops, mma_sync, sync, tcgen05, tma
-        f: Optional[Callable] = None
-        for mod in (sync, tcgen05, tma, memops, mma_sync, alu):
-            f = mod.compile_instruction(ins, self)
-            if f is not None:
-                break
-        if f is None:
-            raise UnsupportedInstructionError(f"the emulator has no semantics for `{ins.full_opcode}`",
-                                              line=ins.line, text=ins.text)
+    def _compile(self, ins: Instruction, dispatch: Dispatch) -> Callable:
+        try:
+            f = dispatch(ins, self)
+        except EmulationError:
+            raise
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, StopIteration) as exc:
+            # a form of an instruction the family's decoder did not expect: name the line, never a raw traceback
+            raise UnsupportedInstructionError(f"the emulator cannot decode this form of `{ins.full_opcode}` "
+                                              f"({type(exc).__name__}: {exc})", line=ins.line,
+                                              text=ins.text) from exc
         f = _with_error_context(f, ins)
         if ins.guard is not None and ins.opcode not in ("bra",):
             f = _guarded(f, self.slot(ins.guard.reg, ins), ins.guard.negated)
@@ -229,7 +229,7 @@ def _with_error_context(f: Callable, ins: Instruction) -> Callable:
         except EmulationError as exc:
             if exc.line is None:
                 exc.line = ins.line
-                exc.args = (f"PTX line {ins.line}: {exc.args[0]}\n    {ins.text.strip()}",)
+                exc.args = (f"PTX line {ins.line}: {exc.args[0]}\n    {short(ins.text, 200)}",)
             raise
     return run
 
@@ -257,6 +257,38 @@ def _guarded(f: Callable, slot: int, negated: bool) -> Callable:
 
 def _fell_off_end(w):
     return EXITED
+
+
+# --- addressing ---------------------------------------------------------------------------------------
+def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
+    """`[base + off]` -> f(warp) giving a uint64 lane array of addresses (param symbols give param offsets)."""
+    if op.kind != "addr":
+        raise UnsupportedInstructionError(f"expected an address operand, got {op.text!r}", line=ins.line,
+                                          text=ins.text)
+    off = np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF)
+    if op.base is None:
+        c = np.full(32, off, dtype=np.uint64)
+        return lambda w: c
+    if op.base.kind == "sym":
+        c = np.full(32, np.uint64(prog.env.symbol_address(op.base.name, ins)) + off, dtype=np.uint64)
+        return lambda w: c
+    rd = prog.src(op.base, np.dtype(np.uint64), ins)
+    if op.offset == 0:
+        return lambda w: lanes32(rd(w))
+    return lambda w: lanes32(rd(w)) + off
+
+
+def lanes32(v) -> np.ndarray:
+    """`v` as a 32-lane array (scalars broadcast, read-only); the common already-an-array case costs nothing."""
+    if type(v) is np.ndarray and v.shape == (32,):
+        return v
+    return np.broadcast_to(np.asarray(v), (32,))
+
+
+def active_index(w) -> np.ndarray:
+    """Indices of the warp's active lanes."""
+    m = w.mask
+    return w.all_lanes if m is None else np.nonzero(m)[0]
 
 
 class CompileEnv:

@@ -12,9 +12,11 @@ import numpy as np
 from ..errors import InputError
 from ..ptx import parse_ptx
 from ..ptx.ir import Function
+from .errors import MemoryFaultError
+from .launcher import Raw, TmaArg
 from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
 from .program import NP_TYPES, CompileEnv, Program
-from .scheduler import run_cluster
+from .scheduler import ProgressMeter, check_schedule, run_cluster
 from .tma import SWIZZLE_CODES, TensorMap
 from .warp import Warp
 
@@ -72,6 +74,15 @@ def _param_layout(fn: Function) -> tuple[list[ParamSlot], int]:
     return slots, off
 
 
+def _program(fn: Function, env: CompileEnv) -> Program:
+    """Compile `fn` with the ISA table's dispatch (emu-core's `isa.py`) when the core takes one."""
+    try:
+        from .isa import dispatch
+    except ImportError:
+        return Program(fn, env)
+    return Program(fn, env, dispatch)
+
+
 @functools.lru_cache(maxsize=32)
 def _image(text_hash: str, text: str, name: Optional[str]) -> KernelImage:
     mod = parse_ptx(text)
@@ -88,7 +99,7 @@ def _image(text_hash: str, text: str, name: Optional[str]) -> KernelImage:
     params, nbytes = _param_layout(fn)
     symbols = {p.name: PARAM_BASE + p.offset for p in params}
     symbols["global_smem"] = SMEM_BASE
-    prog = Program(fn, CompileEnv(symbols))
+    prog = _program(fn, CompileEnv(symbols))
     return KernelImage(fn, prog, params, nbytes)
 
 
@@ -139,7 +150,7 @@ class CTA:
         self.warps = [Warp(self, i, image.prog, cluster.launch, ntid) for i in range(nwarps)]
 
 
-# --- arguments ------------------------------------------------------------------------------------------
+# --- arguments ---------------------------------------------------------------------------------------
 def _is_tensor(x: Any) -> bool:
     return type(x).__name__ in ("Tensor", "Parameter") and hasattr(x, "untyped_storage")
 
@@ -148,10 +159,26 @@ def _is_descriptor(x: Any) -> bool:
     return hasattr(x, "base") and hasattr(x, "block_shape") and hasattr(x, "strides")
 
 
+def _backing_tensor(x: Any) -> Any:
+    """The torch tensor whose storage holds `x` (itself, or `.base` of `triton.reinterpret` wrappers)."""
+    for _ in range(8):
+        if _is_tensor(x):
+            return x
+        x = getattr(x, "base", None)
+    return None
+
+
+#: byte pattern of the read slack after launch buffers (0xFF: NaN in every float format, like stale memory)
+SLACK_FILL = 0xFF
+
+
 class _ArgPacker:
-    def __init__(self, image: KernelImage, gmem: GlobalMemory, params: ParamSpace, meta: dict):
+    def __init__(self, image: KernelImage, gmem: GlobalMemory, params: ParamSpace, meta: dict,
+                 read_slack: int = 0):
         self.image, self.gmem, self.params = image, gmem, params
         self.storages: dict[int, int] = {}
+        self.read_slack = read_slack
+        self.copies: list[tuple[np.ndarray, np.ndarray, str]] = []  # (tensor bytes, padded copy, name)
         self.i = 0
         self.desc_meta = list(meta.get("tensordesc_meta") or [])
         self.desc_index = 0
@@ -168,32 +195,65 @@ class _ArgPacker:
         t = slot.type
         if t.startswith("b8["):
             raise InputError(f"parameter {slot.name} is a {t} blob (a TMA tensor map): pass a TensorDescriptor")
-        if t in ("f32", "f64"):
+        if t in ("f32", "f64") and not isinstance(value, Raw):
             raw = np.array([value], dtype=np.float32 if t == "f32" else np.float64).view(np.uint8)
         else:
-            v = int(value)
+            v = value.bits if isinstance(value, Raw) else int(value)
             raw = np.array([v & ((1 << (8 * slot.size)) - 1)], dtype=np.uint64).view(np.uint8)[:slot.size]
         self.params.data[slot.offset:slot.offset + slot.size] = raw
 
     def tensor_address(self, t) -> int:
-        if t.device.type != "cpu":
-            raise InputError(f"the emulator needs CPU tensors, got a tensor on {t.device}; pass t.cpu() "
+        """Emulated global address of a CPU tensor (or a wrapper with `.base` and `data_ptr()`): its storage is
+        mapped once per launch, so views and aliases share memory as on the GPU."""
+        base = _backing_tensor(t)
+        if base is None:
+            raise InputError(f"cannot map a {type(t).__name__} into emulated memory: pass a CPU torch tensor")
+        if base.device.type != "cpu":
+            raise InputError(f"the emulator needs CPU tensors, got a tensor on {base.device}; pass t.cpu() "
                              "(and copy results back)")
-        st = t.untyped_storage()
+        st = base.untyped_storage()
         key = st.data_ptr()
         if key not in self.storages:
             import torch
             u8 = torch.empty(0, dtype=torch.uint8).set_(st).numpy()
-            self.storages[key] = self.gmem.add(u8, f"arg{self.i}")
-        return self.storages[key] + t.storage_offset() * t.element_size()
+            self.storages[key] = self.gmem.add(self._with_slack(u8, f"arg{self.i}"), f"arg{self.i}")
+        return self.storages[key] + (t.data_ptr() - key)
+
+    def _with_slack(self, u8: np.ndarray, name: str) -> np.ndarray:
+        """The tensor's bytes as mapped: the storage itself, or (read_slack > 0) a copy followed by read_slack
+        bytes of SLACK_FILL, written back by `write_back`. A GPU reads a little past an allocation without
+        faulting (torch's caching allocator keeps the rest of its segment mapped); kernels whose unmasked loads
+        only feed masked-off outputs (upstream's scale loads with N < BLOCK_N) rely on that."""
+        if not self.read_slack:
+            return u8
+        padded = np.full(u8.size + self.read_slack, SLACK_FILL, dtype=np.uint8)
+        padded[:u8.size] = u8
+        self.copies.append((u8, padded, name))
+        return padded
+
+    def write_back(self) -> None:
+        """Copy padded buffers back into their tensors; a store into the slack is a fault (it would have
+        overwritten another allocation on the GPU)."""
+        for u8, padded, name in self.copies:
+            u8[:] = padded[:u8.size]
+        for u8, padded, name in self.copies:
+            tail = padded[u8.size:]
+            if not (tail == SLACK_FILL).all():
+                first = int(np.flatnonzero(tail != SLACK_FILL)[0])
+                raise MemoryFaultError(f"the kernel wrote past the end of launch buffer {name} ({u8.size} bytes): "
+                                       f"first modified byte at offset {u8.size + first}")
 
     def add(self, arg: Any) -> None:
-        if _is_descriptor(arg):
+        if isinstance(arg, TmaArg):
+            return self._tensor_map(self._next("a TensorDescriptor"), arg.desc, arg.meta)
+        if _is_descriptor(arg) and not isinstance(arg, Raw):
             return self._descriptor(arg)
         slot = self._next(repr(arg)[:40])
         if arg is None:
             return self._store(slot, 0)
-        if _is_tensor(arg):
+        if isinstance(arg, Raw):
+            return self._store(slot, arg)
+        if _backing_tensor(arg) is not None and hasattr(arg, "data_ptr"):
             return self._store(slot, self.tensor_address(arg))
         if isinstance(arg, (bool, int, np.integer)):
             return self._store(slot, int(arg))
@@ -202,36 +262,53 @@ class _ArgPacker:
         raise InputError(f"unsupported kernel argument of type {type(arg).__name__}: pass CPU torch tensors, "
                          "Python ints/floats, None or TensorDescriptors")
 
-    def _descriptor(self, d) -> None:
-        slot = self._next("a TensorDescriptor")
+    def _tensor_map(self, slot: ParamSlot, d, meta: Optional[dict]) -> None:
+        """Bind a host TensorDescriptor to a tensor-map parameter (box/swizzle/element size from the compile's
+        tensordesc_meta, as Triton's launcher fills the CUtensorMap)."""
         if not slot.type.startswith("b8["):
             raise InputError(f"a TensorDescriptor was passed for parameter {slot.name} ({slot.type}), but the "
                              "kernel was not lowered to TMA here (no tensor-map parameter)")
-        meta = self.desc_meta[self.desc_index] if self.desc_index < len(self.desc_meta) else None
-        self.desc_index += 1
         shape = [int(s) for s in d.shape]
         strides = [int(s) for s in d.strides]
         eb = d.base.element_size()
         block = list(meta["block_size"]) if meta else [int(b) for b in d.block_shape]
         swz = SWIZZLE_CODES.get(int(meta["swizzle"]), 0) if meta else 0
-        if meta and meta.get("fp4_padded"):
-            raise InputError("fp4-padded TMA tensor maps are not emulated yet")
         elem = int(meta["elem_size"]) if meta else eb
-        tmap = TensorMap(base=self.tensor_address(d.base), shape=tuple(shape),
-                         strides=tuple(s * eb for s in strides), box=tuple(block), elem_bytes=elem, swizzle=swz)
+        if meta and meta.get("fp4_padded"):  # packed fp4 bytes; Triton's launcher doubles the inner extent
+            tmap = TensorMap.fp4_padded(self.tensor_address(d.base), shape[:-1] + [2 * shape[-1]],
+                                        [s * eb for s in strides[:-1]], block, swz)
+        else:
+            tmap = TensorMap(base=self.tensor_address(d.base), shape=tuple(shape),
+                             strides=tuple(s * eb for s in strides), box=tuple(block), elem_bytes=elem,
+                             swizzle=swz)
         self.params.tensormaps[PARAM_BASE + slot.offset] = tmap
         # a recognisable blob in param space: the map's base address (the emulator keys maps by address)
         self.params.data[slot.offset:slot.offset + 8] = np.array([tmap.base], dtype=np.uint64).view(np.uint8)
-        for s in shape:
-            self._store(self._next("descriptor shape"), s)
-        for s in strides:
-            self._store(self._next("descriptor stride"), s)
 
-    def finish(self, scratch: int) -> None:
-        # Triton appends global-scratch and profile-scratch pointers to every kernel
-        while self.i < len(self.image.params):
-            slot = self._next("scratch")
-            self._store(slot, scratch if scratch and self.i == len(self.image.params) - 1 else 0)
+    def _descriptor(self, d) -> None:
+        """`run()`'s own convention: a TensorDescriptor stands for tensor map + shape + strides."""
+        meta = self.desc_meta[self.desc_index] if self.desc_index < len(self.desc_meta) else None
+        self.desc_index += 1
+        self._tensor_map(self._next("a TensorDescriptor"), d, meta)
+        for s in d.shape:
+            self._store(self._next("descriptor shape"), int(s))
+        for s in d.strides:
+            self._store(self._next("descriptor stride"), int(s))
+
+    def finish(self, global_scratch: int, profile_scratch: int, triton_abi: Optional[bool]) -> None:
+        """Fill Triton's two trailing scratch pointers. `triton_abi` True: the kernel comes from Triton and must
+        have exactly those two parameters left (otherwise arguments are missing); None (raw PTX): two or none."""
+        left = len(self.image.params) - self.i
+        if left == 0 and not triton_abi:
+            return
+        if left != 2:
+            have = self.i
+            need = len(self.image.params) - (2 if triton_abi or left > 2 else 0)
+            raise InputError(f"too few kernel arguments: the kernel takes {need} parameters after expanding "
+                             f"tensor descriptors (plus Triton's 2 scratch pointers), {have} were given; "
+                             f"next unbound parameter: {self.image.params[self.i].name}")
+        self._store(self._next("global scratch"), global_scratch)
+        self._store(self._next("profile scratch"), profile_scratch)
 
 
 # --- entry point ---------------------------------------------------------------------------------------
@@ -249,10 +326,24 @@ def _unpack_compiled(compiled: Any) -> tuple[str, dict, Optional[str]]:
 
 def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optional[int] = None,
         num_ctas: Optional[int] = None, shared: Optional[int] = None, name: Optional[str] = None,
-        tensordesc_meta: Optional[list] = None, max_instructions: int = 200_000_000) -> EmulationStats:
+        tensordesc_meta: Optional[list] = None, max_instructions: int = 200_000_000,
+        global_scratch: Any = None, profile_scratch: Any = None,
+        triton_abi: Optional[bool] = None, schedule: str = "latest",
+        progress: Optional[bool] = None, read_slack: int = 0) -> EmulationStats:
     """Emulate `compiled` (a bwtriton/triton compile result, or PTX text) on `grid` programs with `args`
     (CPU torch tensors, ints, floats, None, TensorDescriptors) in the kernel's non-constexpr argument order.
-    Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations."""
+    Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations.
+
+    `global_scratch`/`profile_scratch`: CPU tensors for Triton's two trailing scratch pointers (what Triton's
+    launcher gets from the `triton.set_allocator` allocator); by default the global scratch the compile asks
+    for is allocated here. `triton_abi=True` (default for compile results) requires exactly Triton's two
+    scratch parameters to be left after `args`, so a missing argument is an error, not a zero.
+
+    `schedule`: "latest" (default) completes asynchronous work as late as the PTX memory model allows and flags
+    races (docs/emulator_async.md); "eager" completes it at issue (optimistic, for speed comparisons).
+    `progress`: show clusters done / instructions per second on stderr (default: when stderr is a terminal).
+    `read_slack`: bytes after each tensor argument that read as 0xFF instead of faulting, as on a GPU (the
+    Triton driver passes 64 KiB; 0, the default, faults on any access outside a tensor). Stores there fault."""
     t0 = time.perf_counter()
     ptx, md, md_name = _unpack_compiled(compiled)
     if tensordesc_meta is not None:
@@ -275,21 +366,33 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     smem_bytes = shared if shared is not None else md.get("shared", 232448)
     gmem = GlobalMemory()
     params = ParamSpace(image.param_bytes)
-    packer = _ArgPacker(image, gmem, params, md)
+    packer = _ArgPacker(image, gmem, params, md, read_slack=int(read_slack))
     for a in args:
         packer.add(a)
     total_ctas = grid3[0] * nctas * grid3[1] * grid3[2]
-    scratch = md.get("global_scratch_size") or 0
-    packer.finish(gmem.alloc(scratch * total_ctas, "global_scratch") if scratch else 0)
+    if global_scratch is not None:
+        scratch_addr = packer.tensor_address(global_scratch)
+    else:
+        scratch = md.get("global_scratch_size") or 0
+        scratch_addr = gmem.alloc(scratch * total_ctas, "global_scratch") if scratch else 0
+    profile_addr = packer.tensor_address(profile_scratch) if profile_scratch is not None else 0
+    from_triton = triton_abi if triton_abi is not None else (True if md else None)
+    packer.finish(scratch_addr, profile_addr, from_triton)
     grid_ctas = (grid3[0] * nctas, grid3[1], grid3[2])
     launch = Launch(gmem, params, grid_ctas, grid3)
-    for cz in range(grid3[2]):
-        for cy in range(grid3[1]):
-            for cx in range(grid3[0]):
-                cluster = Cluster(launch, (cx, cy, cz), nctas)
-                for r in range(nctas):
-                    cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid,
-                                            max(int(smem_bytes), 16)))
-                cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
-                run_cluster(cluster, max_instructions)
+    launch.schedule = check_schedule(schedule)  # asyncops.py / docs/emulator_async.md
+    meter = ProgressMeter(grid3[0] * grid3[1] * grid3[2], enabled=progress)
+    try:
+        for cz in range(grid3[2]):
+            for cy in range(grid3[1]):
+                for cx in range(grid3[0]):
+                    cluster = Cluster(launch, (cx, cy, cz), nctas)
+                    for r in range(nctas):
+                        cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid,
+                                                max(int(smem_bytes), 16)))
+                    cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
+                    run_cluster(cluster, max_instructions)
+                    meter.tick(launch)
+    finally:
+        packer.write_back()
     return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)

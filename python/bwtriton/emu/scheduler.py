@@ -1,13 +1,17 @@
-"""Runs one cluster: warps round-robin (a quantum of instructions each), blocked warps yield, asynchronous
-tensor-core / TMA work completes at scheduling points, and a round in which nothing can move is a deadlock."""
+"""Runs one cluster: warps round-robin (a quantum of instructions each), blocked warps yield, and a round in which
+nothing can move is a deadlock. Asynchronous work (asyncops.py) completes when a warp observes it; only when every
+warp is stuck does the scheduler complete whatever is still pending (the latest moment), before calling it a
+deadlock."""
 from __future__ import annotations
 
 import numpy as np
 
+import sys
+import time
+
+from .asyncops import SCHEDULES, AsyncEngine
 from .errors import DeadlockError, EmulationError, TmemLeakError
-from .program import DIVERGED, EXITED, YIELD
-from .sync import DONE_PC
-from .tcgen05 import complete_async
+from .program import DIVERGED, DONE_PC, EXITED, YIELD
 
 QUANTUM = 4000
 
@@ -89,6 +93,7 @@ def run_warp(w, budget: int) -> tuple[int, bool]:
 def run_cluster(cluster, max_instructions: int = 200_000_000) -> None:
     warps = [w for cta in cluster.ctas for w in cta.warps]
     launch = cluster.launch
+    engine = cluster.engine = AsyncEngine(getattr(launch, "schedule", "latest"))
     total = 0
     while True:
         alive = [w for w in warps if not w.done]
@@ -101,16 +106,14 @@ def run_cluster(cluster, max_instructions: int = 200_000_000) -> None:
             total += n
             if n or launch.progress != before:
                 progressed = True
-            if blocked and complete_async(cluster):
-                progressed = True
         if total > max_instructions:
             raise EmulationError(f"more than {max_instructions} warp-instructions without finishing: an infinite "
                                  "loop? (raise max_instructions if the kernel is just big)")
-        if not progressed and not complete_async(cluster):
+        if not progressed and not engine.complete_all():
             blocked = "; ".join(f"{w.where()} at PTX line {_line(w)}: {w.blocked_on or 'running'}"
                                 for w in warps if not w.done)
             raise DeadlockError(f"deadlock: no warp can make progress and no asynchronous work is pending -- {blocked}")
-    complete_async(cluster)
+    engine.complete_all()
     launch.instructions += total
     for cta in cluster.ctas:
         if cta.tmem.allocations:
@@ -122,3 +125,47 @@ def run_cluster(cluster, max_instructions: int = 200_000_000) -> None:
 def _line(w) -> int:
     fn = w.cta.prog.fn
     return fn.instructions[w.pc].line if w.pc < len(fn.instructions) else fn.end_line
+
+
+def check_schedule(schedule: str) -> str:
+    """Validate a `schedule=` argument ("latest": adversarial, the default; "eager": optimistic)."""
+    if schedule not in SCHEDULES:
+        from ..errors import InputError
+        raise InputError(f"unknown schedule {schedule!r}: use 'latest' (asynchronous work completes as late as "
+                         "the memory model allows; strict) or 'eager' (completes at issue; for speed comparisons)")
+    return schedule
+
+
+class ProgressMeter:
+    """Progress of a launch on a terminal: clusters done/total and warp-instructions per second, redrawn at most
+    twice a second, and only once the run has taken more than `after_s` seconds (short runs print nothing)."""
+
+    def __init__(self, total_clusters: int, enabled=None, after_s: float = 2.0, stream=None):
+        self.total = total_clusters
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else bool(enabled)
+        self.after_s = after_s
+        self.t0 = self.last = time.perf_counter()
+        self.done = 0
+        self.shown = False
+
+    def tick(self, launch) -> None:
+        """One cluster finished."""
+        self.done += 1
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.t0 < self.after_s or (now - self.last < 0.5 and self.done < self.total):
+            return
+        self.last = now
+        rate = launch.instructions / max(now - self.t0, 1e-9)
+        self.stream.write(f"\r[emu] clusters {self.done}/{self.total}  {rate / 1e3:.0f} k warp-instr/s")
+        self.shown = True
+        if self.done == self.total:
+            self.close()
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = False

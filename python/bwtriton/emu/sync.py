@@ -7,15 +7,14 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction
+from .asyncops import engine_of
 from .errors import EmulationError, UnsupportedInstructionError
-from .memops import address_reader, active_index
 from .memory import MBarrier, split_cluster_address
-from .program import DIVERGED, EXITED, YIELD, Program
+from .program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, lanes32
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
 BOOL = np.dtype(bool)
-DONE_PC = 1 << 30
 
 
 # --- branches ------------------------------------------------------------------------------------------
@@ -55,7 +54,7 @@ def _brx(ins: Instruction, prog: Program) -> Callable:
     rd = prog.src(ins.operands[0], U32, ins)
 
     def brx(w):
-        idx = np.broadcast_to(np.asarray(rd(w)), (32,))
+        idx = lanes32(np.asarray(rd(w)))
         act = active_index(w)
         vals = np.unique(idx[act])
         if len(vals) != 1:
@@ -183,7 +182,7 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
 
         def init(w):
             addrs = rd(w)
-            cnt = np.broadcast_to(np.asarray(rc(w)), (32,))
+            cnt = lanes32(np.asarray(rc(w)))
             for lane in active_index(w):
                 rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
                 c = int(cnt[lane])
@@ -245,13 +244,17 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
 
         def try_wait(w):
             addrs = rd(w)
-            st = np.broadcast_to(np.asarray(rs(w)), (32,))
+            st = lanes32(np.asarray(rs(w)))
             idx = active_index(w)
             res = np.zeros(32, dtype=bool)
             obs = w.observed
+            engine = engine_of(w)
             for lane in idx:
                 bar = find_mbarrier(w, int(addrs[lane]))
-                done = bar.phase_done(int(st[lane])) if parity else bar.phase > int(st[lane])
+                s = int(st[lane])
+                done = bar.phase_done(s) if parity else bar.phase > s
+                if not done and engine.settle(bar):  # the latest moment: pending work completes when observed
+                    done = bar.phase_done(s) if parity else bar.phase > s
                 res[lane] = done
                 if done:
                     obs = max(obs, bar.done_seq)
@@ -261,8 +264,16 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
             w.observed = obs
             wr(w, res)
         return try_wait
-    if op == "mbarrier.pending_count":
-        return None
+    if op == "mbarrier.complete_tx":
+        rd = address_reader(ops[0], prog, ins)
+        rtx = prog.src(ops[1], U32, ins)
+
+        def complete_tx(w):
+            tx = int(np.asarray(rtx(w)).flat[0])
+            for a, n in _lanes_by_address(w, rd(w)).items():
+                find_mbarrier(w, a).complete_tx(tx * n, w.observed)
+            w.launch.progress += 1
+        return complete_tx
     return None
 
 
@@ -293,9 +304,9 @@ def _shfl(ins: Instruction, prog: Program) -> Callable:
     lane = np.arange(32, dtype=np.int64)
 
     def shfl(w):
-        a = np.broadcast_to(np.asarray(ra(w)), (32,))
-        b = np.broadcast_to(np.asarray(rb(w)).astype(np.int64), (32,)) & 31
-        c = np.broadcast_to(np.asarray(rc(w)).astype(np.int64), (32,))
+        a = lanes32(np.asarray(ra(w)))
+        b = lanes32(np.asarray(rb(w)).astype(np.int64)) & 31
+        c = lanes32(np.asarray(rc(w)).astype(np.int64))
         clamp, segmask = c & 31, (c >> 8) & 31
         max_lane = (lane & segmask) | (clamp & ~segmask)
         min_lane = lane & segmask
@@ -324,7 +335,7 @@ def _vote(ins: Instruction, prog: Program) -> Callable:
     rp = prog.src(ins.operands[1], BOOL, ins)
 
     def vote(w):
-        p = np.broadcast_to(np.asarray(rp(w)), (32,))
+        p = lanes32(np.asarray(rp(w)))
         act = w.mask if w.mask is not None else np.ones(32, bool)
         vals = p[act]
         if mode == "ballot":
@@ -345,7 +356,7 @@ def _redux(ins: Instruction, prog: Program) -> Callable:
           "and": np.bitwise_and.reduce, "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}[mode]
 
     def redux(w):
-        v = np.broadcast_to(np.asarray(ra(w)), (32,))[active_index(w)]
+        v = lanes32(np.asarray(ra(w)))[active_index(w)]
         r = fn(v)
         return wr(w, np.array([int(r) & 0xFFFFFFFF], dtype=np.uint32).view(dt)[0])
     return redux
@@ -360,7 +371,22 @@ def _activemask(ins: Instruction, prog: Program) -> Callable:
     return am
 
 
-_NOOPS = ("fence", "fence.proxy.async", "fence.proxy.tensormap", "fence.proxy.alias", "membar", "setmaxnreg",
+def _proxy_fence(ins: Instruction) -> Callable:
+    """fence.proxy.async{.shared::cta, .shared::cluster, .global}: generic-proxy writes made so far become visible
+    to the async proxy. Lenient on purpose: any thread's fence covers every earlier write of its CTA (the pattern
+    "all threads store, fence, barrier, one thread issues" and "store, barrier, issuer fences" both pass)."""
+    mods = ins.modifiers
+    if "global" in mods:
+        return lambda w: None
+    cluster = "shared::cluster" in mods
+
+    def fence(w):
+        for cta in (w.cta.cluster.ctas if cluster else (w.cta,)):
+            cta.smem.proxy_fence()
+    return fence
+
+
+_NOOPS = ("fence", "fence.proxy.tensormap", "fence.proxy.alias", "membar", "setmaxnreg",
           "bar.warp", "nanosleep", "griddepcontrol", "pmevent", "tcgen05.fence", "tensormap.cp_fenceproxy")
 
 
@@ -401,6 +427,9 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
         return _redux(ins, prog)
     if op == "activemask":
         return _activemask(ins, prog)
+    if op == "fence.proxy.async" or (op == "fence" and "proxy" in ins.modifiers and
+                                      any(m.startswith("async") for m in ins.modifiers)):
+        return _proxy_fence(ins)  # incl. fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster
     if op in _NOOPS or op.startswith("griddepcontrol"):
         return lambda w: None
     return None

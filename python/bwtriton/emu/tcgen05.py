@@ -1,14 +1,16 @@
 """The tcgen05 family: TMEM alloc/dealloc/relinquish, ld/st (every shape, lane-quarter rule), mma (every kind,
 block-scaled, both cta_groups), commit (multicast), cp (smem -> TMEM), wait, fence.
 
-mma / cp / commit are asynchronous: issue queues them on the cluster's in-order tensor-core queue; the
-scheduler completes the queue at its next scheduling point (a warp blocking). commit arrives on its
-mbarrier(s) when completing, carrying the sequence number of the newest op before it; waiters record it, and
-tcgen05.ld refuses TMEM columns whose newest writer was not observed that way."""
+mma / cp / commit are asynchronous (asyncops.py): an MMA or cp reads its shared-memory operands and computes at
+issue (after checking that no pending write owns them and no unfenced generic write precedes them), but stays
+pending -- its TMEM columns unreadable, its shared-memory operands reserved -- until the tcgen05.commit tracking it
+completes, which is when a thread waits on the commit's mbarrier. The commit carries the sequence number of the
+newest op it covers; waiters record it, and tcgen05.ld refuses TMEM columns whose newest writer they did not
+observe. tcgen05.ld is asynchronous towards TMEM until tcgen05.wait::ld: a TMEM write or dealloc over columns a
+pending load reads is an error (register reads of its results before the wait are not: P9)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -16,11 +18,11 @@ import numpy as np
 from ..ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
 from ..ptx.ir import Instruction
 from . import operands as opnd
+from .asyncops import AsyncOp, engine_of, short
 from .errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
-                     UnsupportedInstructionError)
-from .memops import active_index, address_reader
+                     UnsupportedInstructionError, UnwaitedTmemLoadError)
 from .memory import TMEM_COLS, TMEM_LANES, split_cluster_address
-from .program import Program
+from .program import Program, active_index, address_reader, lanes32
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -37,7 +39,7 @@ def _cta_group(ins: Instruction) -> int:
 
 
 def _uniform(w, arr, what: str) -> int:
-    a = np.broadcast_to(np.asarray(arr), (32,))[active_index(w)]
+    a = lanes32(np.asarray(arr))[active_index(w)]
     if (a != a[0]).any():
         raise EmulationError(f"{what} differs between the lanes of the warp (must be warp-uniform)",
                              where=w.where())
@@ -93,6 +95,7 @@ def _dealloc(ins: Instruction, prog: Program) -> Callable:
         if tm.inflight[col:col + ncols].any():
             raise TmemRaceError(f"tcgen05.dealloc of columns {col}..{col + ncols - 1} while an MMA/cp writing them "
                                 "is still in flight (wait on its commit mbarrier first)")
+        check_pending_ld(w.cta, None, np.arange(col, col + ncols), "tcgen05.dealloc")
         del tm.allocations[col]
     return dealloc
 
@@ -139,25 +142,33 @@ def _ldst_shape(ins: Instruction) -> tuple[str, int, bool]:
     return shape, num, packed
 
 
-def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
+@functools.lru_cache(maxsize=1024)
+def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
+    """(lanes [32, R], columns [32, R], the distinct columns) a tcgen05.ld/st at `taddr` touches."""
     lane_off, col_off, half = ld_st_map(shape, num * (2 if packed else 1))
-    lane0, col0 = taddr >> 16, taddr & 0xFFFF
-    lanes = lane0 + lane_off
-    cols = col0 + col_off + np.where(half, half_off, 0)
+    lanes = (taddr >> 16) + lane_off
+    cols = (taddr & 0xFFFF) + col_off + np.where(half, half_off, 0)
+    return lanes, cols, np.unique(cols)
+
+
+def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
+    lanes, cols, ucols = _cells(taddr, shape, num, packed, half_off)
+    lane0 = taddr >> 16
     quarter = 32 * (w.wid % 4)
-    if lanes.min() < quarter or lanes.max() >= quarter + 32:
-        raise LaneQuarterError(f"{what} at TMEM lane {lane0} touches lanes {int(lanes.min())}..{int(lanes.max())}, "
+    lo, hi = int(lanes.min()), int(lanes.max())
+    if lo < quarter or hi >= quarter + 32:
+        raise LaneQuarterError(f"{what} at TMEM lane {lane0} touches lanes {lo}..{hi}, "
                                f"but warp {w.wid} may only access lanes {quarter}..{quarter + 31} "
                                f"(its warp_id % 4 = {w.wid % 4} quarter)", where=w.where())
-    if cols.max() >= TMEM_COLS or lanes.max() >= TMEM_LANES:
-        raise EmulationError(f"{what} outside TMEM (column {int(cols.max())}, lane {int(lanes.max())})")
-    tm = w.cta.tmem
-    owned = np.zeros(TMEM_COLS, dtype=bool)
-    for c, (n, _) in tm.allocations.items():
-        owned[c:c + n] = True
-    if not owned[np.unique(cols)].all():
-        raise TmemAllocError(f"{what} touches TMEM columns that are not allocated", where=w.where())
-    return lanes, cols
+    if int(ucols[-1]) >= TMEM_COLS or hi >= TMEM_LANES:
+        raise EmulationError(f"{what} outside TMEM (column {int(ucols[-1])}, lane {hi})")
+    if not any(c <= ucols[0] and ucols[-1] < c + n for c, (n, _) in w.cta.tmem.allocations.items()):
+        owned = np.zeros(TMEM_COLS, dtype=bool)
+        for c, (n, _) in w.cta.tmem.allocations.items():
+            owned[c:c + n] = True
+        if not owned[ucols].all():
+            raise TmemAllocError(f"{what} touches TMEM columns that are not allocated", where=w.where())
+    return lanes, cols, ucols
 
 
 def _ld(ins: Instruction, prog: Program) -> Callable:
@@ -165,7 +176,7 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
     ops = ins.operands
     dests = list(ops[0].items) if ops[0].kind == "vec" else [ops[0]]
     writers = [prog.dst(d, ins) for d in dests]
-    slots = [prog.slot(d.name, ins) for d in dests if d.kind == "reg"]
+    line, text = ins.line, ins.text
     rd_t = address_reader(ops[1], prog, ins)
     rd_half = prog.src(ops[2], U32, ins) if len(ops) > 2 else None
     if "red" in ins.modifiers:
@@ -175,20 +186,41 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
         _require_whole_warp(w, "tcgen05.ld")
         taddr = _uniform(w, rd_t(w), "tcgen05.ld address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
-        lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
-        _check_observed(w, cols)
+        lanes, cols, ucols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
+        _check_observed(w, ucols)
         vals = w.cta.tmem.data[lanes, cols]  # [32, regs]
         if packed:
             vals = (vals[:, 0::2] & 0xFFFF) | ((vals[:, 1::2] & 0xFFFF) << 16)
         for i, wr in enumerate(writers):
             wr(w, vals[:, i])
-        w.pending_ld.update(slots)
+        _record_pending_ld(w, ucols, line, text)
     return ld
 
 
-def _check_observed(w, cols: np.ndarray) -> None:
+def _record_pending_ld(w, cols: np.ndarray, line: int, text: str) -> None:
+    pend = w.cta.tmem.pending_ld
+    got = pend.get(w.wid)
+    if got is None:
+        mask = np.zeros(TMEM_COLS, dtype=bool)
+        got = pend[w.wid] = (w.wid % 4, mask, line, text)
+    got[1][cols] = True
+
+
+def check_pending_ld(cta, quarters: Optional[set], cols: np.ndarray, writer: str) -> None:
+    """`writer` writes TMEM columns `cols` (of lane quarters `quarters`; None: all) of `cta`: no tcgen05.ld still
+    pending (not followed by tcgen05.wait::ld) may read them -- the anti-dependency the wait exists for."""
+    for wid, (q, mask, line, text) in cta.tmem.pending_ld.items():
+        if (quarters is None or q in quarters) and mask[cols].any():
+            bad = int(np.asarray(cols)[mask[cols]][0])
+            raise UnwaitedTmemLoadError(
+                f"{writer} writes TMEM column {bad} (lane quarter {q}) that the tcgen05.ld at PTX line {line} "
+                f"(`{short(text)}`) of warp {wid} may still be reading: that warp executed no "
+                "tcgen05.wait::ld.sync.aligned after the load; insert it before the TMEM is overwritten")
+
+
+def _check_observed(w, c: np.ndarray) -> None:
+    """tcgen05.ld of the distinct columns `c`: no MMA/cp writing them in flight, their newest writer observed."""
     tm = w.cta.tmem
-    c = np.unique(cols)
     if tm.inflight[c].any():
         bad = int(c[tm.inflight[c] > 0][0])
         raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} while an MMA/cp writing it is still in flight: "
@@ -215,11 +247,12 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         _require_whole_warp(w, "tcgen05.st")
         taddr = _uniform(w, rd_t(w), "tcgen05.st address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
-        lanes, cols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
+        lanes, cols, ucols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
         tm = w.cta.tmem
-        if tm.inflight[np.unique(cols)].any():
+        if tm.inflight[ucols].any():
             raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
-        vals = np.stack([np.broadcast_to(np.asarray(r(w), np.uint32), (32,)) for r in readers], axis=1)
+        check_pending_ld(w.cta, {w.wid % 4}, ucols, "tcgen05.st")
+        vals = np.stack([lanes32(np.asarray(r(w), np.uint32)) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
         tm.data[lanes, cols] = vals
@@ -227,50 +260,12 @@ def _st(ins: Instruction, prog: Program) -> Callable:
 
 
 # --- asynchronous ops ------------------------------------------------------------------------------------
-@dataclass
-class AsyncOp:
-    """One queued tensor-core / copy operation; `run()` performs it. `writes`: (cta, columns) it will write."""
-
-    run: Callable[[], None]
-    issuer_rank: int
-    line: int
-    seq: int = 0
-    writes: list = field(default_factory=list)
-    commit_targets: Optional[list] = None  # commit: [(rank, shared address)]
-
-
-def _queue(w, op: AsyncOp) -> None:
-    cl = w.cta.cluster
-    cl.seq += 1
-    op.seq = cl.seq
-    for cta, cols in op.writes:
-        cta.tmem.inflight[cols] += 1
-    cl.async_queue.append(op)
-    w.launch.progress += 1
-
-
-def complete_async(cluster) -> int:
-    """Run every queued asynchronous op in order; returns how many ran."""
-    n = 0
-    while cluster.async_queue:
-        op = cluster.async_queue.pop(0)
-        if op.commit_targets is not None:
-            # the commit arrives once all ops issued before it (by its CTA) completed: the queue is in order
-            seq = cluster.last_seq_of.get(op.issuer_rank, 0)
-            for rank, local in op.commit_targets:
-                bar = cluster.ctas[rank].mbarriers.get(local)
-                if bar is None:
-                    raise EmulationError(f"tcgen05.commit arrives on an uninitialised mbarrier (CTA {rank}, "
-                                         f"0x{local:x})", line=op.line)
-                bar.arrive(1, seq)
-        else:
-            op.run()
-            cluster.last_seq_of[op.issuer_rank] = op.seq
-            for cta, cols in op.writes:
-                cta.tmem.inflight[cols] -= 1
-                cta.tmem.writer_seq[cols] = op.seq
-        n += 1
-    return n
+def _issue(w, ins_line: int, text: str, kind: str, writes: list, reads: list) -> AsyncOp:
+    """Queue a tcgen05 MMA / cp already computed: pending until the tcgen05.commit tracking it completes."""
+    op = AsyncOp(kind=kind, line=ins_line, text=text, issuer=(w.cta.rank, w.wid), tmem=writes, reads=reads,
+                 tracked_by_commit=True,
+                 observe="Issue tcgen05.commit after it and wait on the commit's mbarrier")
+    return engine_of(w).issue(w, op)
 
 
 def _commit(ins: Instruction, prog: Program) -> Callable:
@@ -278,17 +273,26 @@ def _commit(ins: Instruction, prog: Program) -> Callable:
     rd_bar = address_reader(ops[0], prog, ins)
     multicast = any(m.startswith("multicast") for m in ins.modifiers)
     rd_mask = prog.src(ops[1], np.dtype(np.uint16), ins) if multicast else None
+    line, text = ins.line, ins.text
 
     def commit(w):
         addrs = rd_bar(w)
         for lane in active_index(w):  # single-thread semantics: every issuing lane commits
             rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
             if multicast:
-                mask = int(np.broadcast_to(np.asarray(rd_mask(w)), (32,))[lane])
+                mask = int(lanes32(np.asarray(rd_mask(w)))[lane])
                 targets = [(r, local) for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
             else:
                 targets = [(rank, local)]
-            _queue(w, AsyncOp(run=lambda: None, issuer_rank=w.cta.rank, line=ins.line, commit_targets=targets))
+            bars = []
+            for r, loc in targets:
+                bar = w.cta.cluster.ctas[r].mbarriers.get(loc)
+                if bar is None:
+                    raise EmulationError(f"tcgen05.commit arrives on an uninitialised mbarrier (CTA {r}, "
+                                         f"0x{loc:x})", where=w.where())
+                bars.append(bar)
+            engine_of(w).issue(w, AsyncOp(kind="tcgen05.commit", line=line, text=text,
+                                          issuer=(w.cta.rank, w.wid), arrive=bars))
     return commit
 
 
@@ -343,27 +347,50 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
         raise UnsupportedInstructionError("tcgen05.mma with disable-output-lane", line=ins.line, text=ins.text)
     rd_en = prog.src(rest[0], np.dtype(bool), ins) if rest else (lambda w: np.bool_(True))
     rd_scale_d = prog.src(rest[1], U32, ins) if len(rest) > 1 else None
-    line = ins.line
 
     def mma(w):
         d_all, a_all, b_all, i_all = rd_d(w), rd_a(w), rd_b(w), rd_i(w)
-        en_all = np.broadcast_to(np.asarray(rd_en(w)), (32,))
+        en_all = lanes32(np.asarray(rd_en(w)))
         sa_all = rd_sa(w) if rd_sa else None
         sb_all = rd_sb(w) if rd_sb else None
         sd = int(np.asarray(rd_scale_d(w)).flat[0]) if rd_scale_d else 0
         for lane in active_index(w):  # single-thread issue: every active lane starts one MMA
-            taddr_d = int(np.broadcast_to(d_all, (32,))[lane])
-            a = int(np.broadcast_to(a_all, (32,))[lane])
-            b = int(np.broadcast_to(b_all, (32,))[lane])
-            idesc = idesc_of(int(np.broadcast_to(i_all, (32,))[lane]), kind)
+            taddr_d = int(lanes32(d_all)[lane])
+            a = int(lanes32(a_all)[lane])
+            b = int(lanes32(b_all)[lane])
+            idesc = idesc_of(int(lanes32(i_all)[lane]), kind)
             enable = bool(en_all[lane])
             sa = int(sa_all[lane]) if sa_all is not None else None
             sb = int(sb_all[lane]) if sb_all is not None else None
-            _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd)
+            _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd)
     return mma
 
 
-def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
+@functools.lru_cache(maxsize=256)
+def _d_footprint(m: int, n: int, cta_group: int, lane_base: int) -> tuple:
+    """Per CTA of the MMA: (distinct D columns relative to the D address, lane quarters written)."""
+    return tuple((np.unique(cols), frozenset((np.unique(lanes) // 32).tolist()))
+                 for _, lanes, cols in opnd.d_tmem_layout(m, n, cta_group, lane_base))
+
+
+class _AsyncReads:
+    """Shared-memory reads of one async-proxy operation: checked (no pending writer, no unfenced generic write)
+    and remembered as (smem, lo, hi) ranges the operation reserves until it completes."""
+
+    def __init__(self, w, ins: Instruction):
+        self.engine = engine_of(w)
+        self.reader = ins.opcode  # the error's "PTX line N:" prefix and text name the instruction itself
+        self.ranges: list = []
+
+    def gather(self, smem, addrs: np.ndarray) -> np.ndarray:
+        off = smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)
+        self.engine.check_async_read(smem, off, self.reader)
+        self.ranges.append((smem, int(off.min()), int(off.max()) + 1))
+        return smem.data[off]
+
+
+def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
+    line = ins.line
     m, n = idesc.m, idesc.n
     if idesc.sparse:
         raise UnsupportedInstructionError("sparse MMA (idesc bit 2)", line=line)
@@ -373,8 +400,8 @@ def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: 
     layout = opnd.d_tmem_layout(m, n, cta_group, taddr_d >> 16)
     col_d = taddr_d & 0xFFFF
     writes = []
-    for cta, (_, lanes, cols) in zip(ctas, layout):
-        used = np.unique(cols) + col_d
+    for cta, (ucols, quarters) in zip(ctas, _d_footprint(m, n, cta_group, taddr_d >> 16)):
+        used = ucols + col_d
         if used.max() >= TMEM_COLS:
             raise DescriptorError(f"MMA D tile (M={m}, N={n}) at column {col_d} runs past TMEM column 511", line=line)
         owned = np.zeros(TMEM_COLS, dtype=bool)
@@ -383,29 +410,48 @@ def _issue_mma(w, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: 
         if not owned[used].all():
             raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
                                  f"{cta.rank} that are not allocated", line=line)
-        writes.append((cta, used))
-
-    def run():
-        _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd,
-                     layout)
-    _queue(w, AsyncOp(run=run, issuer_rank=w.cta.rank, line=line, writes=writes))
+        check_pending_ld(cta, quarters, used, "tcgen05.mma")
+        writes.append((cta.tmem, used))
+    reads = _AsyncReads(w, ins)
+    _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
+                 reads)
+    _issue(w, line, ins.text, "tcgen05.mma", writes, reads.ranges)
 
 
 def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, fmt: str, major: str,
-                    packed_fp4: bool) -> np.ndarray:
+                    packed_fp4: bool, reads: _AsyncReads, cta_group_ctas: tuple = (None,)) -> np.ndarray:
     bits = opnd.ELEM_BITS[fmt]
     row_bytes = k * bits // 8 if (packed_fp4 or bits >= 8) else k  # 4/6-bit in f8f6f4: padded to 1 byte each
-    if in_tmem:  # A from TMEM: row m in lane (taddr lane + m), K packed into consecutive 32-bit columns
+    if in_tmem:  # A from TMEM: K packed into consecutive 32-bit columns, rows laid out like D's rows
         lane0, col0 = desc_or_taddr >> 16, desc_or_taddr & 0xFFFF
-        words = cta.tmem.data[lane0:lane0 + rows, col0:col0 + row_bytes // 4]
+        m = np.arange(rows)
+        # M = 64 (cta_group::1): 16-row groups in the four 32-lane sub-partitions, as D (layout F); else row m
+        # in lane m
+        lanes = lane0 + (m % 16 + 32 * (m // 16) if rows == 64 and len(cta_group_ctas) == 1 else m)
+        words = cta.tmem.data[lanes[:, None], col0 + np.arange(row_bytes // 4)[None, :]]
         raw = np.ascontiguousarray(words).view(np.uint8).reshape(rows, row_bytes)
     elif major == "K":
-        raw = opnd.gather(cta.smem, opnd.kmajor_addresses(desc_or_taddr, rows, row_bytes))
+        raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc_or_taddr, rows, row_bytes))
+    elif fmt == "e2m1" and not packed_fp4:
+        return _mn_major_padded_fp4(cta, desc_or_taddr, rows, k, reads)
     else:
         if bits < 8:
-            raise DescriptorError(f"MN-major {fmt} operands are not legal")
-        raw = opnd.gather(cta.smem, opnd.mnmajor_addresses(desc_or_taddr, rows, k, bits // 8))
+            raise DescriptorError(f"MN-major {fmt} operands are not emulated (only 8/16/32-bit types and fp4 in "
+                                  "the padded f8f6f4 layout)")
+        raw = reads.gather(cta.smem, opnd.mnmajor_addresses(desc_or_taddr, rows, k, bits // 8))
     return opnd.decode_rows(np.ascontiguousarray(raw), fmt, packed_fp4=packed_fp4)
+
+
+def _mn_major_padded_fp4(cta, desc: int, mn: int, k: int, reads: _AsyncReads) -> np.ndarray:
+    """Values [mn, k] of an MN-major e2m1 operand of kind::f8f6f4 / mxf8f6f4 (fp4 packed along M/N, what Triton
+    emits for `rhs_k_pack=False` and B200 runs): the padded layout puts 16 MN-consecutive values in the first 8
+    bytes of each 16-byte cell, so the cells sit where an 8-bit MN-major operand's would (T = 16 per cell) and
+    value x of a cell is nibble x % 2 (low first) of byte (x % 16) // 2."""
+    byte8 = opnd.mnmajor_addresses(desc, mn, k, 1)  # [mn, k] as if 8-bit
+    x = np.arange(mn)[:, None] % 16
+    raw = reads.gather(cta.smem, byte8 - x + x // 2)
+    codes = (raw >> (4 * (x % 2)).astype(np.uint8)) & 0xF
+    return opnd.decode_fp4_codes(codes)
 
 
 def _scales(cta, taddr: int, rows: int, nsf: int, sf_id: int, scale_type: str) -> np.ndarray:
@@ -418,7 +464,8 @@ def _scales(cta, taddr: int, rows: int, nsf: int, sf_id: int, scale_type: str) -
     return opnd.decode_scales(codes, scale_type)
 
 
-def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout):
+def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
+                 reads: _AsyncReads):
     m, n, k = idesc.m, idesc.n, idesc.k
     a_fmt, b_fmt = idesc.a_type, idesc.b_type
     if a_fmt is None or b_fmt is None or a_fmt.startswith("invalid") or b_fmt.startswith("invalid"):
@@ -429,8 +476,8 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
     ma, nb = m // nc, n // nc
     a_parts, b_parts = [], []
     for cta in ctas:  # cta_group::2: CTA v supplies A rows [v*M/2, ...) and B rows (N) [v*N/2, ...)
-        a_parts.append(_operand_values(cta, a, a_in_tmem, ma, k, a_fmt, idesc.a_major, packed))
-        b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed))
+        a_parts.append(_operand_values(cta, a, a_in_tmem, ma, k, a_fmt, idesc.a_major, packed, reads, ctas))
+        b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed, reads))
     A = np.concatenate(a_parts, axis=0)
     B = np.concatenate(b_parts, axis=0)
     if kind in BLOCK_SCALED:
@@ -453,7 +500,9 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
     if kind == "i8":
         prod = A.astype(np.int64) @ B.astype(np.int64).T
     else:
-        prod = A @ B.T
+        # einsum, not `@`: for these skinny shapes (K = 16..64) BLAS's thread start-up costs ~10x the product on
+        # a shared 2-core machine; float64 sums of the exact products are order-insensitive at f32 output
+        prod = np.einsum("mk,nk->mn", A, B)
     d_type = idesc.d_type
     for cta, (rows, lanes, cols) in zip(ctas, layout):
         part = prod[rows[0]:rows[1]]
@@ -519,20 +568,24 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
     def cp(w):
         taddr_all, desc_all = rd_t(w), rd_s(w)
         for lane in active_index(w):
-            taddr, desc = int(taddr_all[lane]), int(np.broadcast_to(desc_all, (32,))[lane])
+            taddr, desc = int(taddr_all[lane]), int(lanes32(desc_all)[lane])
             ctas = _pair(w, cta_group)
             cols = (taddr & 0xFFFF) + np.arange(ncols)
             lanes = (taddr >> 16) + dst_lanes
             if lanes.max() >= TMEM_LANES or cols.max() >= TMEM_COLS:
                 raise EmulationError("tcgen05.cp destination outside TMEM", where=w.where())
 
-            def run(ctas=ctas, desc=desc, lanes=lanes, cols=cols):
-                for cta in ctas:
-                    raw = opnd.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
-                    words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
-                    for copy in lanes:
-                        cta.tmem.data[copy[:, None], cols[None, :]] = words
-            _queue(w, AsyncOp(run=run, issuer_rank=w.cta.rank, line=line, writes=[(c, cols) for c in ctas]))
+            reads = _AsyncReads(w, ins)
+            quarters = set((np.unique(lanes) // 32).tolist())
+            # computed at issue, pending (columns unreadable) until its commit completes; ordered after earlier
+            # MMAs/cps of the same thread (one in-order tensor-core pipe), so no in-flight check against them
+            for cta in ctas:
+                check_pending_ld(cta, quarters, cols, "tcgen05.cp")
+                raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
+                words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
+                for copy in lanes:
+                    cta.tmem.data[copy[:, None], cols[None, :]] = words
+            _issue(w, line, ins.text, "tcgen05.cp", [(c.tmem, cols) for c in ctas], reads.ranges)
     return cp
 
 
@@ -540,7 +593,7 @@ def _wait(ins: Instruction) -> Callable:
     what = ins.modifiers[0] if ins.modifiers else ""
     if what == "ld":
         def wait_ld(w):
-            w.pending_ld.clear()
+            w.cta.tmem.pending_ld.pop(w.wid, None)
         return wait_ld
     return lambda w: None
 

@@ -2,60 +2,18 @@
 multicast) and stores (shared -> global), with tensor maps built from the launch's TensorDescriptor arguments."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 from ..ptx.ir import Instruction
+from .asyncops import AsyncOp, engine_of
+from .tensormap import SWIZZLE_CODES, TENSORMAP_BYTES, TensorMap, decode  # noqa: F401 (runner uses SWIZZLE_CODES)
 from .errors import EmulationError, UnsupportedInstructionError
-from .memops import active_index, address_reader
 from .memory import split_cluster_address
-from .operands import swizzle
-from .program import Program
+from .program import Program, active_index, address_reader, lanes32
 
 U32 = np.dtype(np.uint32)
-#: CUtensorMapSwizzle code (as in Triton's tensordesc_meta) -> swizzle span in bytes
-SWIZZLE_CODES = {0: 0, 1: 32, 2: 64, 3: 128}
-
-
-@dataclass
-class TensorMap:
-    """A tiled tensor map: dims/strides in tensor order (innermost last); strides in bytes."""
-
-    base: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    box: tuple[int, ...]
-    elem_bytes: int
-    swizzle: int = 0
-    name: str = ""
-
-    def offsets(self, coords: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(global byte addresses, in-bounds mask) of every box element in smem (row-major) order."""
-        grids = np.meshgrid(*[np.arange(b) for b in self.box], indexing="ij")
-        idx = [g.ravel() + c for g, c in zip(grids, coords)]
-        ok = np.ones(idx[0].shape, dtype=bool)
-        addr = np.full(idx[0].shape, self.base, dtype=np.int64)
-        for i, dim, stride in zip(idx, self.shape, self.strides):
-            ok &= (i >= 0) & (i < dim)
-            addr += np.where(ok, i, 0) * stride
-        return addr, ok
-
-    def smem_addresses(self, dst: int) -> np.ndarray:
-        """Shared addresses of each element's first byte (box rows packed, then swizzled)."""
-        n = int(np.prod(self.box))
-        off = np.arange(n, dtype=np.int64) * self.elem_bytes
-        if self.swizzle:
-            inner = self.box[-1] * self.elem_bytes
-            if inner > self.swizzle:
-                raise EmulationError(f"TMA box inner dimension of {inner} bytes exceeds the {self.swizzle}-byte "
-                                     "swizzle span")
-        return swizzle(dst + off, self.swizzle)
-
-    @property
-    def box_bytes(self) -> int:
-        return int(np.prod(self.box)) * self.elem_bytes
 
 
 def _coords_reader(op, prog: Program, ins: Instruction) -> tuple[Callable, list[Callable]]:
@@ -68,10 +26,20 @@ def _coords_reader(op, prog: Program, ins: Instruction) -> tuple[Callable, list[
 
 
 def tensormap_at(w, addr: int) -> TensorMap:
+    """The tensor map a TMA names: a host TensorDescriptor bound to a parameter, or a device-side object
+    (tensormap.replace + tensormap.cp_fenceproxy, tensormap.py) in global memory."""
     tm = w.launch.params.tensormaps.get(int(addr))
+    if tm is not None:
+        return tm
+    from .memops import mem_read
+    try:
+        raw = mem_read(w, "generic", np.array([int(addr)], dtype=np.uint64), TENSORMAP_BYTES)
+    except EmulationError:
+        raw = None
+    tm = decode(raw, f" at 0x{int(addr):x}") if raw is not None else None
     if tm is None:
         raise EmulationError(f"no tensor map at address 0x{int(addr):x}: pass a TensorDescriptor for this kernel "
-                             "argument (in-kernel tensormap creation is not emulated)", where=w.where())
+                             "argument, or build one in the kernel (tl.make_tensor_descriptor)", where=w.where())
     return tm
 
 
@@ -84,12 +52,11 @@ def _load(ins: Instruction, prog: Program) -> Callable:
     rd_bar = address_reader(ops[2], prog, ins)
     multicast = any(m.startswith("multicast") for m in ins.modifiers)
     rd_mask = prog.src(ops[3], np.dtype(np.uint16), ins) if multicast else None
-    line = ins.line
+    line, text = ins.line, ins.text
 
     def load(w):
-        from .tcgen05 import AsyncOp, _queue
-        dst_all, map_all, bar_all = rd_dst(w), np.broadcast_to(rd_map(w), (32,)), rd_bar(w)
-        coords_all = [np.broadcast_to(np.asarray(c(w)), (32,)) for c in rd_coords]
+        dst_all, map_all, bar_all = rd_dst(w), lanes32(rd_map(w)), rd_bar(w)
+        coords_all = [lanes32(np.asarray(c(w))) for c in rd_coords]
         for lane in active_index(w):  # single-thread issue
             tmap = tensormap_at(w, map_all[lane])
             coords = [int(c[lane]) for c in coords_all][::-1]  # PTX lists the innermost coordinate first
@@ -97,48 +64,135 @@ def _load(ins: Instruction, prog: Program) -> Callable:
             brank, bar = split_cluster_address(int(bar_all[lane]), w.cta.rank)
             ranks = [rank]
             if multicast:
-                mask = int(np.broadcast_to(np.asarray(rd_mask(w)), (32,))[lane])
+                mask = int(lanes32(np.asarray(rd_mask(w)))[lane])
                 ranks = [r for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
-            cluster = w.cta.cluster
+            ctas = [w.cta.cluster.ctas[r] for r in ranks]
+            # multicast: each destination CTA's mbarrier at the same offset gets the bytes
+            bars = [_mbarrier_at(w, c if multicast else w.cta.cluster.ctas[brank], bar, line) for c in ctas]
+            saddr = tmap.smem_addresses(dst)
+            se = tmap.smem_elem
+            cells = (ctas[0].smem.offsets(saddr, se)[:, None] + np.arange(se)).ravel()
+            lo, hi = int(cells.min()), int(cells.max()) + 1
+            idx = slice(lo, hi) if hi - lo == cells.size else cells
 
-            def run(tmap=tmap, coords=coords, ranks=ranks, dst=dst, bar=bar, brank=brank):
+            def finish(tmap=tmap, coords=coords, ctas=ctas, saddr=saddr):
                 gaddr, ok = tmap.offsets(coords)
                 eb = tmap.elem_bytes
-                data = np.zeros((len(gaddr), eb), dtype=np.uint8)
+                data = np.zeros((len(gaddr), tmap.smem_elem), dtype=np.uint8)  # fp4-padded: zero padding
                 if ok.any():
-                    data[ok] = w.launch.gmem.read(gaddr[ok].astype(np.uint64), eb)
-                saddr = tmap.smem_addresses(dst)
-                for r in ranks:
-                    cluster.ctas[r].smem.write(saddr, data)
-                    # multicast: each destination CTA's mbarrier at the same offset gets the bytes
-                    target = cluster.ctas[r if multicast else brank].mbarriers.get(bar)
-                    if target is None:
-                        raise EmulationError(f"TMA completes on an uninitialised mbarrier at 0x{bar:x}", line=line)
-                    target.complete_tx(tmap.box_bytes)
-            _queue(w, AsyncOp(run=run, issuer_rank=w.cta.rank, line=line))
+                    data[ok, :eb] = w.launch.gmem.read(gaddr[ok].astype(np.uint64), eb)
+                for c in ctas:
+                    c.smem.write(saddr, data)
+            op = AsyncOp(kind="TMA load", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
+                         writes=[(c.smem, idx) for c in ctas], tx=[(b, tmap.box_bytes) for b in bars],
+                         observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
+            for c in ctas:  # poison: the bytes are undefined until the load's completion is observed
+                c.smem.data[idx] = 0xFF
+            engine_of(w).issue(w, op)
     return load
+
+
+def _mbarrier_at(w, cta, local: int, line: int):
+    bar = cta.mbarriers.get(local)
+    if bar is None:
+        raise EmulationError(f"TMA completes on an uninitialised mbarrier at 0x{local:x} of CTA {cta.rank}",
+                             where=w.where())
+    return bar
+
+
+_STORE_OBSERVE = ("Issue cp.async.bulk.commit_group and cp.async.bulk.wait_group.read 0 in the issuing thread "
+                  "(then a barrier)")
 
 
 def _store(ins: Instruction, prog: Program) -> Callable:
     ops = ins.operands
     rd_map, rd_coords = _coords_reader(ops[0], prog, ins)
     rd_src = address_reader(ops[1], prog, ins)
-    reduce_op = next((m for m in ins.modifiers if m in ("add", "min", "max")), None) \
-        if ins.opcode.startswith("cp.reduce") else None
+    if ins.opcode.startswith("cp.reduce"):
+        raise UnsupportedInstructionError("cp.reduce.async.bulk.tensor (TMA reduce) is not emulated",
+                                          line=ins.line, text=ins.text)
+    line, text = ins.line, ins.text
+    reader = "the TMA store"
 
     def store(w):
-        map_all, src_all = np.broadcast_to(rd_map(w), (32,)), rd_src(w)
-        coords_all = [np.broadcast_to(np.asarray(c(w)), (32,)) for c in rd_coords]
+        map_all, src_all = lanes32(rd_map(w)), rd_src(w)
+        coords_all = [lanes32(np.asarray(c(w))) for c in rd_coords]
+        smem = w.cta.smem
         for lane in active_index(w):
             tmap = tensormap_at(w, map_all[lane])
             coords = [int(c[lane]) for c in coords_all][::-1]
-            gaddr, ok = tmap.offsets(coords)
-            data = w.cta.smem.read(tmap.smem_addresses(int(src_all[lane])), tmap.elem_bytes)
-            if reduce_op:
-                raise UnsupportedInstructionError("cp.reduce.async.bulk.tensor")
-            if ok.any():
-                w.launch.gmem.write(gaddr[ok].astype(np.uint64), data[ok])
+            eb = tmap.elem_bytes
+            cells = smem.offsets(tmap.smem_addresses(int(src_all[lane])), eb)[:, None] + np.arange(eb)  # data only
+            engine_of(w).check_async_read(smem, cells, reader)
+            data = smem.data[cells]
+
+            def finish(tmap=tmap, coords=coords, data=data):
+                gaddr, ok = tmap.offsets(coords)
+                if ok.any():
+                    w.launch.gmem.write(gaddr[ok].astype(np.uint64), data[ok])
+            op = AsyncOp(kind="TMA store", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
+                         reads=[(smem, int(cells.min()), int(cells.max()) + 1)], observe=_STORE_OBSERVE)
+            w.bulk_open.append(engine_of(w).issue(w, op))
     return store
+
+
+def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
+    """Non-tensor cp.async.bulk: global -> shared (mbarrier complete_tx) or shared -> global (bulk_group)."""
+    ops = ins.operands
+    spaces = [m for m in ins.modifiers if m in ("global", "shared::cluster", "shared::cta")]
+    to_global = spaces[:1] == ["global"]
+    if len(spaces) < 2 or (not to_global and spaces[1] != "global"):
+        raise UnsupportedInstructionError("cp.async.bulk between shared memories is not emulated", line=ins.line,
+                                          text=ins.text)
+    rd_dst, rd_src = address_reader(ops[0], prog, ins), address_reader(ops[1], prog, ins)
+    rd_n = prog.src(ops[2], U32, ins)
+    rd_bar = None if to_global else address_reader(ops[3], prog, ins)
+    line, text = ins.line, ins.text
+
+    def bulk(w):
+        dst_all, src_all = rd_dst(w), rd_src(w)
+        n_all = lanes32(np.asarray(rd_n(w)))
+        engine = engine_of(w)
+        for lane in active_index(w):
+            n = int(n_all[lane])
+            if to_global:
+                smem = w.cta.smem
+                off = smem.offsets(np.array([int(src_all[lane])]), n)[0] + np.arange(n)
+                engine.check_async_read(smem, off, "cp.async.bulk")
+                data, gaddr = smem.data[off][None, :], np.array([int(dst_all[lane])], dtype=np.uint64)
+                op = AsyncOp(kind="bulk copy to global", line=line, text=text, issuer=(w.cta.rank, w.wid),
+                             finish=lambda g=gaddr, d=data: w.launch.gmem.write(g, d),
+                             reads=[(smem, int(off[0]), int(off[-1]) + 1)], observe=_STORE_OBSERVE)
+                w.bulk_open.append(engine.issue(w, op))
+                continue
+            rank, dst = split_cluster_address(int(dst_all[lane]), w.cta.rank)
+            brank, bar = split_cluster_address(int(rd_bar(w)[lane]), w.cta.rank)
+            cta = w.cta.cluster.ctas[rank]
+            lo = int(cta.smem.offsets(np.array([dst]), n)[0])
+            src = np.array([int(src_all[lane])], dtype=np.uint64)
+
+            def finish(cta=cta, dst=dst, src=src, n=n):
+                cta.smem.write(np.array([dst]), w.launch.gmem.read(src, n))
+            op = AsyncOp(kind="bulk copy", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
+                         writes=[(cta.smem, slice(lo, lo + n))],
+                         tx=[(_mbarrier_at(w, w.cta.cluster.ctas[brank], bar, line), n)],
+                         observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
+            engine.issue(w, op)
+    return bulk
+
+
+def _bulk_commit(w):
+    w.bulk_groups.append(w.bulk_open)
+    w.bulk_open = []
+
+
+def _bulk_wait(ins: Instruction) -> Callable:
+    n = int(ins.operands[0].value) if ins.operands else 0  # type: ignore[arg-type]
+
+    def wait(w):
+        while len(w.bulk_groups) > n:
+            engine_of(w).complete_group(w.bulk_groups.pop(0))
+    return wait
 
 
 def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
@@ -149,8 +203,10 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
                                                              ("global", "shared::cluster", "shared::cta")):
             return _store(ins, prog)
         return _load(ins, prog)
-    if op in ("cp.async.bulk.commit_group", "cp.async.bulk.wait_group"):
-        return lambda w: None  # stores complete at issue
+    if op == "cp.async.bulk.commit_group":
+        return _bulk_commit
+    if op == "cp.async.bulk.wait_group":
+        return _bulk_wait(ins)
     if op == "cp.async.bulk":
-        raise UnsupportedInstructionError("non-tensor cp.async.bulk", line=ins.line, text=ins.text)
+        return _bulk_copy(ins, prog)
     return None

@@ -1,5 +1,5 @@
 """Per-warp state: program counter (or per-lane PCs while divergent), active mask, registers as numpy arrays over
-the 32 lanes, and the bookkeeping strictness checks need (pending tcgen05.ld registers, observed MMA work)."""
+the 32 lanes, and the bookkeeping strictness checks need (observed MMA work, open cp.async / bulk groups)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -28,12 +28,13 @@ class Warp:
         self.mask: Optional[np.ndarray] = None if self.live.all() else self.live.copy()
         self.done = not self.live.any()
         self.all_lanes = _ALL
-        self.pending_ld: set[int] = set()
         self.observed = 0                 # newest async-op sequence number whose completion this warp observed
         self.bar_wait: Optional[tuple[int, int]] = None
         self.cluster_gen: Optional[int] = None
         self.cp_open: list = []
         self.cp_groups: list = []
+        self.bulk_open: list = []      # TMA stores / bulk copies since the last cp.async.bulk.commit_group
+        self.bulk_groups: list = []
         self.blocked_on = ""
         self.executed = 0
         tx = tid_linear % ntid[0]

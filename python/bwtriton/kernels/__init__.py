@@ -2,22 +2,18 @@
 
 Every entry point validates its inputs up front (`bwtriton.errors.InputError` names the problem and the fix)
 and autotunes its launch configuration per GPU family on first use of a shape.
+
+Modules: `matmul` (bf16/fp16/fp8 dense GEMM), `blockscaled` (NVFP4/MX GEMMs), `decode` (weight-only NVFP4 for
+small M), `nvfp4_linear` (quantize-on-the-fly NVFP4 linear). Their shared pieces: `_common` (in-kernel helpers),
+`_launcher` (pipeline launch and cached launchers), `_validate` (input checks), `_device`, `_configs`, `_tiles`.
 """
 from __future__ import annotations
 
 from ._configs import GemmConfig, gemm_configs
+from .blockscaled import mxfp4_matmul, mxfp8_matmul, nvfp4_matmul
+from .decode import nvfp4_decode_matmul
 from .matmul import matmul, tuned_config
+from .nvfp4_linear import nvfp4_linear, nvfp4_linear_two_kernel, quantize_nvfp4_pdl
 
-__all__ = ["matmul", "tuned_config", "GemmConfig", "gemm_configs"]
-
-# --- block-scaled kernels (part B) ---
-# NVFP4 / MXFP kernels live in .blockscaled (and its helpers); exported here once that module exists.
-try:
-    from .blockscaled import *  # noqa: F401,F403,E402
-    from . import blockscaled as _blockscaled  # noqa: E402
-    __all__ += list(getattr(_blockscaled, "__all__", []))
-except ImportError as _exc:  # module not written yet, or its optional dependencies are missing
-    if getattr(_exc, "name", None) != f"{__name__}.blockscaled":
-        # The module exists but failed to import: keep matmul usable, but say why the rest is missing.
-        import warnings
-        warnings.warn(f"bwtriton.kernels: block-scaled kernels unavailable: {_exc}", ImportWarning, stacklevel=2)
+__all__ = ["matmul", "tuned_config", "GemmConfig", "gemm_configs", "nvfp4_matmul", "mxfp4_matmul", "mxfp8_matmul",
+           "nvfp4_decode_matmul", "nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]

@@ -78,6 +78,21 @@ def _hopper(in_bytes: float) -> list[GemmConfig]:
     ]
 
 
+def _hopper_fp8_extra() -> list[GemmConfig]:
+    """fp8-only Hopper candidates (issue 16: fp8 4096^3 at 0.72x of _scaled_mm while 8192^3 is at parity).
+
+    At 4096^3 a 128x256 tile lives for only 32 K steps of 128, so what each tile pays once (filling the ring,
+    then the epilogue store the MMAs do not overlap) is twice the share it is at 8192^3, and 512 tiles are 3.9
+    waves on 132 SMs. Hence: the transposed 256x128 tile, flattened so the ring spans tile boundaries (B tiles
+    re-read from L2 half as often along M; the shape cuBLAS's fp8 kernels use), and 128x128 with 5 stages,
+    flattened (7.8 waves instead of 3.9: a smaller last-wave loss, and a deeper ring per tile). The kernel's
+    epilogue takes EPILOGUE_SPLIT 1 or 2 only, so finer store slices are not an option here."""
+    return [
+        GemmConfig(256, 128, 128, 3, 8, flatten=True),
+        GemmConfig(128, 128, 128, 5, 8, flatten=True),
+    ]
+
+
 def _hopper_sweep(in_bytes: float) -> list[GemmConfig]:
     """Extra candidates tried only with BWTRITON_GEMM_SWEEP=1 (exploration on a GPU; too slow for every use)."""
     bk = int(128 // in_bytes)
@@ -115,6 +130,8 @@ def gemm_configs(capability: int, in_bytes: float, out_bytes: int) -> list[GemmC
     """
     family = capability // 10
     cands = _hopper(in_bytes) if family == 9 else _blackwell(in_bytes) if family == 10 else _fallback(in_bytes)
+    if family == 9 and in_bytes == 1:
+        cands += _hopper_fp8_extra()
     if family == 9 and os.environ.get("BWTRITON_GEMM_SWEEP") == "1":
         cands += _hopper_sweep(in_bytes)
     kept = [c for c in cands if fits(c, in_bytes, out_bytes, capability)]

@@ -245,6 +245,9 @@ def tma_friendly_empty(rows: int, cols: int, dtype: torch.dtype, device: "torch.
     return buf if padded == cols else buf[:, :cols]
 
 
+_TensorDescriptor = None  # triton.tools.tensor_descriptor.TensorDescriptor, imported on first use
+
+
 def tma_descriptor(t: torch.Tensor, block_shape: Sequence[int]) -> "TensorDescriptor":
     """A host-side TMA descriptor (`triton.tools.tensor_descriptor.TensorDescriptor`) for `t`.
 
@@ -252,19 +255,23 @@ def tma_descriptor(t: torch.Tensor, block_shape: Sequence[int]) -> "TensorDescri
     give them any value (e.g. a [1, K] view), so they are replaced by the next dim's padded extent. Call
     `InputChecker.tma_compatible` first: this function assumes the other rules hold.
     """
-    from triton.tools.tensor_descriptor import TensorDescriptor
+    global _TensorDescriptor
+    if _TensorDescriptor is None:
+        from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
+    TensorDescriptor = _TensorDescriptor
 
-    elem = t.element_size()
+    shape = list(t.shape)
     strides = list(t.stride())
-    if t.shape[-1] == 1:
-        strides[-1] = 1
-    for dim in range(t.dim() - 2, -1, -1):
-        if t.shape[dim] == 1:
-            extent = t.shape[dim + 1] * strides[dim + 1] * elem
-            strides[dim] = -(-extent // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES // elem
+    if 1 in shape:  # rare: only then do size-1 dims need their strides replaced
+        elem = t.element_size()
+        if shape[-1] == 1:
+            strides[-1] = 1
+        for dim in range(len(shape) - 2, -1, -1):
+            if shape[dim] == 1:
+                extent = shape[dim + 1] * strides[dim + 1] * elem
+                strides[dim] = -(-extent // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES // elem
     # Built without TensorDescriptor.__post_init__: its asserts repeat the checks above and cost several
     # microseconds per launch, which shows on small GEMMs (launch overhead is host time the GPU waits for).
     desc = object.__new__(TensorDescriptor)
-    desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = (
-        t, list(t.shape), strides, list(block_shape), "zero")
+    desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = (t, shape, strides, list(block_shape), "zero")
     return desc

@@ -7,25 +7,23 @@ Every kernel here uses `tl.dot_scaled`, so:
   `kind::mxf4` / `kind::mxf8f6f4` for MX). With the 128x4 ("blocked") scale layout the TMA kernel loads the
   scales as the 5-D tiles cuBLAS uses and Triton moves them to TMEM with `tcgen05.cp ... 32x128b.warpx4`.
 * Hopper (sm_90) and other targets get bwtriton's `lower-nvfp4-portable` pass for NVFP4 (Triton 3.6 itself
-  crashes there) and Triton's own decomposition for MX. Kernels are launched through `bwtriton_pipeline()`,
-  which installs bwtriton's stage hook for the launch (compiles once; later launches hit Triton's JIT cache).
+  crashes there) and Triton's own decomposition for MX. Kernels are launched through `_launcher.CachedLauncher`:
+  the first launch per shape compiles inside `bwtriton_pipeline()` (bwtriton's stage hook), later ones call the
+  compiled kernel directly.
 
-Also holds the small helpers shared with `nvfp4_linear` and `decode` (pipeline launch, scale offsets, e2m1 decode);
-their input checks live in `_validate`.
+The helpers these kernels share with `nvfp4_linear` and `decode` (scale offsets, E2M1 decode, alpha) live in
+`_common`, the pipeline launch in `_launcher`, the input checks in `_validate`.
 """
 from __future__ import annotations
-
-import contextlib
-import functools
-import os
-from typing import Iterator
 
 import torch
 import triton
 import triton.language as tl
 
 from ..errors import InputError
-from ._device import device_capability
+from ._common import alpha_tensor, scale_offsets, tcgen05_block_scaled
+# bwtriton_pipeline: re-exported because tests/test_nvfp4_lowering.py imports it from this module.
+from ._launcher import CachedLauncher, bwtriton_pipeline  # noqa: F401
 from ._tiles import grouped_tile_coords
 from ._validate import CPU_REFERENCE_HINT, InputChecker, check_out_dtype, check_quantized
 
@@ -33,110 +31,6 @@ __all__ = ["nvfp4_matmul", "mxfp4_matmul", "mxfp8_matmul"]
 
 #: tl.dot_scaled element format per QuantizedTensor format.
 _DOT_FORMAT = {"nvfp4": "e2m1", "mxfp4": "e2m1", "mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2"}
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Launching through bwtriton's pipeline
-# --------------------------------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def _selection_for(capability: int):
-    from ..pipeline import resolve_passes
-    from ..targets import target_for_capability
-    target = target_for_capability(capability)
-    return resolve_passes(None, target), target
-
-
-@contextlib.contextmanager
-def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
-    """Compile any kernel launched inside this block through bwtriton's passes for `device`'s target.
-
-    The on-disk cache moves to a folder keyed by the pass selection (Triton's key does not see hooks), exactly as
-    `bwtriton.enable()` does, but only for this block, and without clearing other kernels' JIT caches: our kernels
-    are only ever launched inside this block, so their in-memory cache entries are always pipeline-compiled."""
-    from triton import knobs
-
-    from ..pipeline import stages_hook
-    selection, target = _selection_for(device_capability(device))
-    previous_dir = knobs.cache.dir
-    knobs.cache.dir = os.path.join(str(previous_dir), f"bwtriton-{selection.key()}")
-    try:
-        with stages_hook(selection, target):
-            yield
-    finally:
-        knobs.cache.dir = previous_dir
-
-
-def tcgen05_block_scaled(device: torch.device) -> bool:
-    """Whether `device` has block-scaled tcgen05 MMA with scales in TMEM (sm_100a / sm_103a), which the TMA kernel
-    needs. Not `Target.native_block_scaled`: that also holds for sm_120a, whose block-scaled MMA is mma.sync."""
-    return device_capability(device) in (100, 103)
-
-
-def alpha_tensor(a_q, b_q, device) -> torch.Tensor:
-    """fp32 [1] tensor holding the product of the NVFP4 global decode scales (1 for MX), read by the epilogue."""
-    alpha = torch.ones((), dtype=torch.float32, device=device)
-    for q in (a_q, b_q):
-        if q.global_scale is not None:
-            alpha = alpha * q.global_scale.to(device=device, dtype=torch.float32)
-    return alpha.reshape(1)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# In-kernel helpers
-# --------------------------------------------------------------------------------------------------------------
-
-@triton.jit
-def scale_offsets(rows, kb, n_kb, BLOCKED: tl.constexpr):
-    """Byte offsets of scale (row, k-block) in the plain [rows, n_kb] or the 128x4 blocked layout (ref. §6d)."""
-    if BLOCKED:
-        n_col_tiles = (n_kb + 3) // 4
-        return ((rows // 128) * (n_col_tiles * 512) + (kb // 4) * 512 + (rows % 32) * 16
-                + ((rows % 128) // 32) * 4 + (kb % 4))
-    else:
-        return rows * n_kb + kb
-
-
-@triton.jit
-def _e2m1x4_to_bf16(packed, scale):
-    """Four packed bytes (8 E2M1 codes) -> (low-nibble values, high-nibble values) in bf16, times the per-byte
-    bf16 `scale`, exactly.
-
-    Each code goes to bf16 bits (sign at 15, exponent/mantissa bits at 8..6): that pattern reads as value * 2^-126,
-    so one fma by 2^126 (0x7E80) rebiases it (bf16 fma keeps subnormals), and a second multiplies by the scale
-    (exact: at most 2 x 4 significant bits). prmt spreads bytes 0,1 (2,3) into the two 16-bit halves. About 4
-    instructions per weight, against ~10 for the same decode written with Triton integer ops."""
-    return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t, u, m, s, bias, nz;
-        mov.b32 bias, 0x7E807E80;
-        mov.b32 nz, 0x80008000;
-        prmt.b32 t, $4, 0, 0x4140;
-        prmt.b32 u, $4, 0, 0x4342;
-        and.b32 m, t, 0x00070007; shl.b32 m, m, 6; and.b32 s, t, 0x00080008; shl.b32 s, s, 12; or.b32 $0, m, s;
-        and.b32 m, u, 0x00070007; shl.b32 m, m, 6; and.b32 s, u, 0x00080008; shl.b32 s, s, 12; or.b32 $1, m, s;
-        and.b32 m, t, 0x00700070; shl.b32 m, m, 2; and.b32 s, t, 0x00800080; shl.b32 s, s, 8; or.b32 $2, m, s;
-        and.b32 m, u, 0x00700070; shl.b32 m, m, 2; and.b32 s, u, 0x00800080; shl.b32 s, s, 8; or.b32 $3, m, s;
-        fma.rn.bf16x2 $0, $0, bias, nz; fma.rn.bf16x2 $0, $0, $5, nz;
-        fma.rn.bf16x2 $1, $1, bias, nz; fma.rn.bf16x2 $1, $1, $6, nz;
-        fma.rn.bf16x2 $2, $2, bias, nz; fma.rn.bf16x2 $2, $2, $5, nz;
-        fma.rn.bf16x2 $3, $3, bias, nz; fma.rn.bf16x2 $3, $3, $6, nz;
-        }""",
-        constraints="=r,=r,=r,=r,r,r,r",
-        args=[packed, scale],
-        dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-
-
-@triton.jit
-def dequant_nvfp4_bf16(packed, scales):
-    """uint8 [R, KH] (two E2M1 codes per byte, element 2i low) and fp8e4nv scales [R, 2*KH//16] -> bf16 [R, 2*KH]
-    equal to e2m1 * scale exactly (the global scale is left to the epilogue)."""
-    R: tl.constexpr = packed.shape[0]
-    KH: tl.constexpr = packed.shape[1]
-    s = scales.to(tl.float32).to(tl.bfloat16)                        # UE4M3 -> bf16 is exact
-    s = tl.reshape(tl.broadcast_to(s[:, :, None], (R, KH // 8, 8)), (R, KH))  # one scale per byte (8 per block)
-    lo, hi = _e2m1x4_to_bf16(packed, s)
-    return tl.reshape(tl.join(lo, hi), (R, 2 * KH))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -239,6 +133,10 @@ def pointer_signature(fmt: str, blocked: bool = False, block_m: int = 128, block
 # Torch entry points
 # --------------------------------------------------------------------------------------------------------------
 
+_POINTER = CachedLauncher(block_scaled_matmul_kernel)
+_TMA = CachedLauncher(block_scaled_matmul_tma_kernel)
+
+
 def _scales_for_kernel(q) -> torch.Tensor:
     """Scales as the kernel reads them: fp8e4nv for NVFP4, uint8 (e8m0 bytes) for MX."""
     return q.scales if q.format == "nvfp4" else q.scales.view(torch.uint8)
@@ -278,11 +176,10 @@ def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tup
         return c
     block_m, block_n, block_k = _pick_blocks(m, n, k)
     grid = ((m // block_m) * (n // block_n),)
-    with bwtriton_pipeline(device):
-        block_scaled_matmul_kernel[grid](
-            a_q.data, _scales_for_kernel(a_q), b_q.data, _scales_for_kernel(b_q), c, alpha, m, n, k,
-            FMT=fmt, VEC=a_q.block_size, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            GROUP_M=8, num_warps=8, num_stages=3)
+    _POINTER.launch(("ptr", m, n, k, fmt, a_q.format, blocked, out_dtype), grid, device,
+                    (a_q.data, _scales_for_kernel(a_q), b_q.data, _scales_for_kernel(b_q), c, alpha, m, n, k),
+                    dict(FMT=fmt, VEC=a_q.block_size, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n,
+                         BLOCK_K=block_k, GROUP_M=8, num_warps=8, num_stages=3))
     return c
 
 
@@ -301,10 +198,9 @@ def _launch_tma(a_q, b_q, c, alpha, fmt: str) -> None:
     a_desc = TensorDescriptor.from_tensor(a_q.data, [block_m, block_k // epb])
     b_desc = TensorDescriptor.from_tensor(b_q.data, [block_n, block_k // epb])
     grid = ((m // block_m) * (n // block_n),)
-    with bwtriton_pipeline(c.device):
-        block_scaled_matmul_tma_kernel[grid](a_desc, scale_desc(a_q, m), b_desc, scale_desc(b_q, n), c, alpha,
-                                             m, n, k, FMT=fmt, VEC=vec, BLOCK_M=block_m, BLOCK_N=block_n,
-                                             BLOCK_K=block_k, NUM_STAGES=3, num_warps=4)
+    _TMA.launch(("tma", m, n, k, fmt, a_q.format, c.dtype), grid, c.device,
+                (a_desc, scale_desc(a_q, m), b_desc, scale_desc(b_q, n), c, alpha, m, n, k),
+                dict(FMT=fmt, VEC=vec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NUM_STAGES=3, num_warps=4))
 
 
 def nvfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -323,10 +219,3 @@ def mxfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Ten
 def mxfp8_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """C = dequant(a_q) @ dequant(b_q)^T for MXFP8 operands (E4M3 or E5M2 data, UE8M0 scales per 32)."""
     return _block_scaled_matmul("mxfp8_matmul", a_q, b_q, out_dtype, ("mxfp8_e4m3", "mxfp8_e5m2"))
-
-
-# Re-exported so `bwtriton.kernels` exposes the whole block-scaled family (its __init__ imports this module).
-from .decode import nvfp4_decode_matmul  # noqa: E402
-from .nvfp4_linear import nvfp4_linear, nvfp4_linear_two_kernel, quantize_nvfp4_pdl  # noqa: E402
-
-__all__ += ["nvfp4_decode_matmul", "nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]

@@ -19,11 +19,19 @@ the first run, 80-97 us in the second. The spread between runs (same code, same 
 overhead (Python validation + Triton launch) is part of these numbers; the 2.5x goal (<= 17.6 us) is not met.
 Per weight the GEMV issues ~4 decode + M FMA + ~0.5 other instructions, ~11 us of issue at M = 1 if the SMs were
 saturated, so M = 1 is latency/occupancy-bound, not issue-bound.
+Auto path (this version): the first call per shape times `decode_candidates` (GEMV with 1/2/4 rows per thread,
+wide 2x16-byte loads per row (GROUPS_PER_THREAD 4), two K steps in flight, tensor cores with BLOCK_N 32/64 and
+split-K) under CUDA-graph replay and keeps the fastest (`TUNING_LOG` has every time); later calls with the same
+signature replay a plan (no validation, one allocation, one launch). BWTRITON_DECODE_TUNE=0 keeps the heuristic
+`default_config`. Register budget of the GEMV candidates from `ptxas -v` (see `_GEMV_VALUE_BUDGET`).
 Earlier tensor-core finding (kept): a variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
 17 of 18 layout conversions but measured slower (106-205 us): Triton then read the bytes from shared memory one
 at a time (ld.shared.b8) in the MMA operand layout.
 """
 from __future__ import annotations
+
+import weakref
+from typing import Callable
 
 import torch
 import triton
@@ -34,7 +42,8 @@ from triton.experimental.gluon import language as gl
 from ..errors import InputError
 from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
-from .blockscaled import dequant_nvfp4_bf16, scale_offsets
+from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets
+from ._launcher import CachedLauncher, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_decode_matmul", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -130,24 +139,25 @@ def _gemv_step(acc, w, xp, s):
 def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                       SCALE_BLOCKED: gl.constexpr, BLOCK_M: gl.constexpr, ROWS_PER_THREAD: gl.constexpr,
                       THREADS_N: gl.constexpr, SPLIT_K: gl.constexpr,
-                      TWO_STEPS: gl.constexpr = False):
+                      TWO_STEPS: gl.constexpr = False, GROUPS_PER_THREAD: gl.constexpr = 2):
     """out[m, n] = alpha * sum_g s[n, g] * sum_{k in g} e2m1[n, k] x[m, k] on CUDA cores, fp32 throughout.
 
     One 4-D layout [BLOCK_M, rows, groups, 8 bytes] holds everything: a thread owns ROWS_PER_THREAD weight rows x
-    two 16-element groups (16 bytes per row) and all BLOCK_M activation rows of the same K range, so the decode
+    GROUPS_PER_THREAD 16-element groups (8 bytes each: 2 groups = one 16-byte load per row, 4 = two adjacent
+    16-byte loads, more bytes in flight per thread) and all BLOCK_M activation rows of the same K range, so the decode
     is paid once per weight and each activation load serves ROWS_PER_THREAD rows. x_ptr is the bf16 activation
     viewed as int32 pairs [M, K/2] (stride_xm in pairs): pair p meets byte p's low and high nibble. The 8-byte
     partial dots get their UE4M3 scale in one FMA per group; groups and K are summed once at the end."""
     THREADS_K: gl.constexpr = 32 // THREADS_N
-    L4: gl.constexpr = gl.BlockedLayout([BLOCK_M, ROWS_PER_THREAD, 2, 8], [1, THREADS_N, THREADS_K, 1],
-                                        [1, gl.num_warps(), 1, 1], [3, 2, 1, 0])
+    L4: gl.constexpr = gl.BlockedLayout([BLOCK_M, ROWS_PER_THREAD, GROUPS_PER_THREAD, 8],
+                                        [1, THREADS_N, THREADS_K, 1], [1, gl.num_warps(), 1, 1], [3, 2, 1, 0])
     LW: gl.constexpr = gl.SliceLayout(0, L4)       # [BLOCK_N, G, 8] weight bytes
     LX: gl.constexpr = gl.SliceLayout(1, L4)       # [BLOCK_M, G, 8] activation pairs
     LACC: gl.constexpr = gl.SliceLayout(3, L4)     # [BLOCK_M, BLOCK_N, G]
     LS: gl.constexpr = gl.SliceLayout(0, LACC)     # [BLOCK_N, G] scales
     LOUT: gl.constexpr = gl.SliceLayout(2, LACC)   # [BLOCK_M, BLOCK_N]
     BLOCK_N: gl.constexpr = ROWS_PER_THREAD * THREADS_N * gl.num_warps()
-    G: gl.constexpr = 2 * THREADS_K
+    G: gl.constexpr = GROUPS_PER_THREAD * THREADS_K
     KH: gl.constexpr = 8 * G                       # bytes (= activation pairs) per row per step
     pid_n = gl.program_id(0)
     pid_k = gl.program_id(1)
@@ -230,15 +240,200 @@ def gemv_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
             "SPLIT_K": split, "num_warps": warps, "TWO_STEPS": False}
 
 
+#: Largest M for which the tuner tries the CUDA-core GEMV path (BLOCK_M 16 spills there: see `_gemv_fits`).
+GEMV_TUNE_MAX_M = 8
+
+#: Per-thread register budget of the GEMV in "values": BLOCK_M * ROWS_PER_THREAD * GROUPS_PER_THREAD * steps in
+#: flight. From `ptxas -v` on sm_90a (num_warps 4): budgets <= 16 compile without spills (M = 1: all 9 shapes
+#: below, 32-103 registers; M = 4: 100-165 registers; M = 8: R1 G2, 198 registers), while 32 spills (M = 8 with
+#: R4 G2: 500 bytes of spill stores).
+_GEMV_VALUE_BUDGET = 16
+
+#: (ROWS_PER_THREAD, GROUPS_PER_THREAD, TWO_STEPS) shapes the tuner tries: one 16-byte load per row (G2), two
+#: adjacent loads per row (G4: wider per-thread loads), or two K steps' loads issued before decoding either.
+#: Wide loads and two steps together (1, 4, True), (2, 4, True) put 4x the bytes of R1 G2 in flight per thread
+#: (73 / 96 registers at M = 1): a CTA at M = 1 lives for only K / 1024 steps, each waiting a full HBM latency.
+_GEMV_SHAPES = ((1, 2, False), (2, 2, False), (4, 2, False), (1, 4, False), (2, 4, False), (1, 2, True),
+                (2, 2, True), (1, 4, True), (2, 4, True))
+
+
+def _gemv_fits(m: int, rows: int, groups: int, two_steps: bool) -> bool:
+    return triton.next_power_of_2(m) * rows * groups * (2 if two_steps else 1) <= _GEMV_VALUE_BUDGET
+
+
+def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int, two_steps: bool) -> "dict | None":
+    """A GEMV config of that shape which tiles (N, K), K split until >= 2 CTAs per SM; None if none tiles."""
+    warps = 4
+    for threads_n in (1, 2, 4):
+        block_n = rows * threads_n * warps
+        block_k = 512 * groups // threads_n * (2 if two_steps else 1)
+        if n % block_n == 0 and k % block_k == 0:
+            split = 1
+            while (n // block_n) * split < 2 * num_sms and k % (split * 2 * block_k) == 0 and split < 8:
+                split *= 2
+            return {"path": "gemv", "BLOCK_M": triton.next_power_of_2(m), "ROWS_PER_THREAD": rows,
+                    "THREADS_N": threads_n, "SPLIT_K": split, "num_warps": warps, "TWO_STEPS": two_steps,
+                    "GROUPS_PER_THREAD": groups}
+    return None
+
+
+def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
+    """Every config the auto path times for this shape (each a full config with its 'path')."""
+    cands = []
+    if m <= GEMV_TUNE_MAX_M:
+        for rows, groups, two_steps in _GEMV_SHAPES:
+            if _gemv_fits(m, rows, groups, two_steps):
+                cfg = _gemv_candidate(m, n, k, num_sms, rows, groups, two_steps)
+                if cfg is not None and cfg not in cands:
+                    cands.append(cfg)
+    base = decode_config(m, n, k, num_sms)
+    for block_n, split_factor in ((32, 1), (64, 1), (32, 2)):
+        cfg = dict(base, path="mma", BLOCK_N=block_n)
+        split = cfg["SPLIT_K"] * split_factor
+        if n % block_n == 0 and k % (split * cfg["BLOCK_K"]) == 0:
+            cfg["SPLIT_K"] = split
+            if cfg not in cands:
+                cands.append(cfg)
+    return cands
+
+
+def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+    """The untuned choice (used under CUDA-graph capture before a shape was tuned, or with
+    BWTRITON_DECODE_TUNE=0): GEMV for M <= GEMV_MAX_M, tensor cores above."""
+    if m <= GEMV_MAX_M:
+        return dict(gemv_config(m, n, k, num_sms), path="gemv", GROUPS_PER_THREAD=2)
+    return dict(decode_config(m, n, k, num_sms), path="mma")
+
+
+#: Tuned config per (capability, M, N, K, scale layout, out dtype); TUNING_LOG keeps every candidate's time (us).
+_TUNED: dict[tuple, dict] = {}
+TUNING_LOG: dict[tuple, dict[str, float]] = {}
+
+_MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
+_GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
+
+
+def config_label(cfg: dict) -> str:
+    """Short name of a config, e.g. 'gemv R2 G2 split1' or 'mma BN32 split2'."""
+    if cfg["path"] == "gemv":
+        return (f"gemv R{cfg['ROWS_PER_THREAD']} G{cfg.get('GROUPS_PER_THREAD', 2)} T{cfg['THREADS_N']}"
+                f"{' 2step' if cfg.get('TWO_STEPS') else ''} split{cfg['SPLIT_K']}")
+    return f"mma BN{cfg['BLOCK_N']} BK{cfg['BLOCK_K']} w{cfg['num_warps']} split{cfg['SPLIT_K']}"
+
+
+def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: int) -> dict:
+    import os
+    key = (device.index, m, n, k, w_q.scale_layout, out_dtype)
+    cfg = _TUNED.get(key)
+    if cfg is not None:
+        return cfg
+    if os.environ.get("BWTRITON_DECODE_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
+        return default_config(m, n, k, num_sms)  # not cached: a later call outside capture still tunes
+    timings = {}
+    for cand in decode_candidates(m, n, k, num_sms):
+        try:
+            _decode(op, x, w_q, cand, out_dtype, device)  # compile + warm up outside the timing
+            us = kernel_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device))
+            timings[config_label(cand)] = (us, cand)
+        except Exception:  # noqa: BLE001 - a candidate that fails to compile or launch is skipped
+            continue
+    if not timings:
+        cfg = default_config(m, n, k, num_sms)
+    else:
+        cfg = min(timings.values(), key=lambda tc: tc[0])[1]
+    TUNING_LOG[key] = {label: t for label, (t, _) in timings.items()}
+    _TUNED[key] = cfg
+    return cfg
+
+
+def tuned_decode_config(m: int, n: int, k: int, *, device_index: int = 0, scale_layout: str = "plain",
+                        out_dtype: torch.dtype = torch.bfloat16) -> "dict | None":
+    """The config the auto path settled on for this shape (None before its first call)."""
+    return _TUNED.get((device_index, m, n, k, scale_layout, out_dtype))
+
+
 def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.bfloat16,
                         config: dict | None = None) -> torch.Tensor:
     """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (M <= 64) and an NVFP4 weight w_q [N, K].
 
-    The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. `config`
-    overrides the launch configuration: 'path' ('gemv' for the CUDA-core kernel, default for M <= GEMV_MAX_M, or
-    'mma' for tensor cores) plus any keys of that path's defaults (`gemv_config` / `decode_config`)."""
+    The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. Without
+    `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
+    keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
+    for the CUDA-core kernel, or 'mma' for tensor cores; default as `default_config`) plus any keys of that
+    path's defaults (`gemv_config` / `decode_config`, and GROUPS_PER_THREAD for the GEMV).
+
+    Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
+    earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
+    if config is None and isinstance(x, torch.Tensor):
+        plan = _PLANS.get((id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype))
+        if plan is not None:
+            return plan(x)
     op = "nvfp4_decode_matmul"
-    check_quantized(op, "w_q", w_q, ("nvfp4",))
+    m, n, k, device = _validated(op, x, w_q, out_dtype)
+    num_sms = sm_count(device)
+    if config is None:
+        cfg = _tuned(op, x, w_q, m, n, k, out_dtype, device, num_sms)
+    else:
+        cfg = _user_config(op, config, m, n, k, num_sms)
+    out, entry = _decode(op, x, w_q, cfg, out_dtype, device)
+    if config is None and cfg is _TUNED.get((device.index, m, n, k, w_q.scale_layout, out_dtype)):
+        _remember_plan(x, w_q, cfg, entry, out_dtype, device)
+    return out
+
+
+#: Replayable launches per call signature (see `nvfp4_decode_matmul`); an entry goes when its weight does.
+_PLANS: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
+
+
+def _remember_plan(x: torch.Tensor, w_q, cfg: dict, entry: tuple, out_dtype: torch.dtype,
+                   device: torch.device) -> None:
+    key = (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype)
+    if key in _PLANS or len(_PLANS) >= 4096:
+        return
+    m, k = x.shape
+    n = w_q.shape[0]
+    split, gemv = cfg["SPLIT_K"], cfg["path"] == "gemv"
+    grid = (n // _block_n(cfg), split, 1)
+    w_data, w_scales, w_stride = w_q.data, w_q.scales, w_q.data.stride(0)
+    alpha = decode_scale_arg(w_q, device)
+    alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
+
+    def plan(x: torch.Tensor) -> torch.Tensor:
+        out = alloc((m, n), dtype=buf_dtype, device=device)
+        if gemv:
+            xp = _as_int32_pairs(x)
+            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, m, n, k, xp.stride(0), w_stride, n))
+        else:
+            run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, m, n, k, x.stride(0), n))
+        return out.to(out_dtype) if split > 1 else out
+
+    _PLANS[key] = plan
+    weakref.finalize(w_q, _PLANS.pop, key, None)  # the plan holds the weight's tensors: drop it with the weight
+
+
+def _block_n(cfg: dict) -> int:
+    if cfg["path"] == "gemv":
+        return cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
+    return cfg["BLOCK_N"]
+
+
+def _as_int32_pairs(x: torch.Tensor) -> torch.Tensor:
+    """x bf16 [M, K] viewed as int32 pairs [M, K/2] (even element in the low half), as the GEMV reads it."""
+    try:
+        return x.view(torch.int32)
+    except RuntimeError:  # odd row stride or storage offset: copy into a fresh contiguous buffer
+        return x.clone(memory_format=torch.contiguous_format).view(torch.int32)
+
+
+_VALIDATED: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+
+
+def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]:
+    """Input checks; the weight's (the expensive part) once per QuantizedTensor object (it is frozen, and its
+    tensors are checked for shape/dtype, which in-place edits cannot change)."""
+    if _VALIDATED.get(id(w_q)) is not w_q:
+        check_quantized(op, "w_q", w_q, ("nvfp4",))
+        _VALIDATED[id(w_q)] = w_q
     m, n, k = check_bf16_activations(op, x, w_q)
     if not 1 <= m <= MAX_DECODE_M:
         raise InputError(f"{op}: M={m} is outside the decode range 1..{MAX_DECODE_M}; use nvfp4_linear or "
@@ -246,45 +441,64 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     if n % 64 or k % 256:
         raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 256; pad the weight")
     check_out_dtype(op, out_dtype)
-    device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales})
-    num_sms = sm_count(device)
-    user = dict(config or {})
+    device = x.device
+    if device.type != "cuda" or w_q.data.device != device or w_q.scales.device != device:
+        device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales})
+    return m, n, k, device
+
+
+def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) -> dict:
+    user = dict(config)
     path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma")
     if path not in ("gemv", "mma"):
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores) or 'mma' (tensor cores), got {path!r}")
-    defaults = gemv_config(m, n, k, num_sms) if path == "gemv" else decode_config(m, n, k, num_sms)
+    if path == "gemv":
+        defaults = dict(gemv_config(m, n, k, num_sms), GROUPS_PER_THREAD=2)
+    else:
+        defaults = decode_config(m, n, k, num_sms)
     unknown = set(user) - set(defaults)
     if unknown:
         raise InputError(f"{op}: unknown config keys {sorted(unknown)} for path '{path}'; valid keys: "
                          f"{sorted(defaults)} and 'path'")
-    cfg = dict(defaults, **user)
+    return dict(defaults, path=path, **user)
+
+
+def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
+            device: torch.device) -> tuple[torch.Tensor, tuple]:
+    """One launch of `cfg` (validated inputs); fp32 atomics into a zeroed buffer when K is split. Returns the
+    output and the launcher entry (for a plan)."""
+    m, k = x.shape
+    n = w_q.shape[0]
     split = cfg["SPLIT_K"]
-    out = (torch.zeros if split > 1 else torch.empty)((m, n), dtype=torch.float32 if split > 1 else out_dtype,
-                                                       device=device)
-    alpha = w_q.global_scale.to(device=device, dtype=torch.float32).reshape(1)
+    if split > 1:
+        out = torch.zeros((m, n), dtype=torch.float32, device=device)
+    else:
+        out = torch.empty((m, n), dtype=out_dtype, device=device)
+    alpha = decode_scale_arg(w_q, device)
     blocked = w_q.scale_layout == "blocked_128x4"
-    if path == "gemv":
-        _launch_gemv(op, x, w_q, out, alpha, cfg, blocked)
+    kwargs = {key: v for key, v in cfg.items() if key != "path"}
+    if cfg["path"] == "gemv":
+        entry = _launch_gemv(op, x, w_q, out, alpha, kwargs, blocked)
     else:
         grid = (n // cfg["BLOCK_N"], split)
-        nvfp4_decode_kernel[grid](x, w_q.data, w_q.scales, out, alpha, m, n, k, x.stride(0), out.stride(0),
-                                  SCALE_BLOCKED=blocked, **cfg)
-    return out.to(out_dtype) if split > 1 else out
+        args = (x, w_q.data, w_q.scales, out, alpha, m, n, k, x.stride(0), out.stride(0))
+        key = ("mma", m, n, k, x.stride(0), out.dtype, blocked, tuple(sorted(kwargs.items())))
+        entry = _MMA_LAUNCHER.launch(key, grid, device, args, dict(kwargs, SCALE_BLOCKED=blocked))
+    return (out.to(out_dtype) if split > 1 else out), entry
 
 
 def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, cfg: dict,
-                 blocked: bool) -> None:
+                 blocked: bool) -> tuple:
     m, k = x.shape
     n = w_q.shape[0]
     block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
-    block_k = 1024 // cfg["THREADS_N"] * (2 if cfg.get("TWO_STEPS") else 1)
+    block_k = 512 * cfg.get("GROUPS_PER_THREAD", 2) // cfg["THREADS_N"] * (2 if cfg.get("TWO_STEPS") else 1)
     if n % block_n or k % (block_k * cfg["SPLIT_K"]) or cfg["BLOCK_M"] < m:
         raise InputError(f"{op}: gemv config {cfg} does not tile M={m}, N={n}, K={k}: N must be a multiple of "
                          f"ROWS_PER_THREAD*THREADS_N*num_warps={block_n}, K of {block_k}*SPLIT_K, BLOCK_M >= M")
-    try:  # the kernel reads activations as int32 pairs (even element in the low half)
-        x_pairs = x.view(torch.int32)
-    except RuntimeError:  # odd row stride or storage offset: copy once into an aligned buffer
-        x_pairs = x.clone().view(torch.int32)
+    x_pairs = _as_int32_pairs(x)
     grid = (n // block_n, cfg["SPLIT_K"])
-    nvfp4_gemv_kernel[grid](x_pairs, w_q.data, w_q.scales, out, alpha, m, n, k, x_pairs.stride(0),
-                            w_q.data.stride(0), out.stride(0), SCALE_BLOCKED=blocked, **cfg)
+    args = (x_pairs, w_q.data, w_q.scales, out, alpha, m, n, k, x_pairs.stride(0), w_q.data.stride(0),
+            out.stride(0))
+    key = ("gemv", m, n, k, x_pairs.stride(0), out.dtype, blocked, tuple(sorted(cfg.items())))
+    return _GEMV_LAUNCHER.launch(key, grid, x.device, args, dict(cfg, SCALE_BLOCKED=blocked))

@@ -15,12 +15,15 @@ When each wins (H200, N = K = 4096, x global scale given, two runs): fused 234/3
 M = 16 (fused 1.12-1.16x faster: one launch, no x_q round trip); at M = 256 fused loses (343/467 vs 243/424 us)
 and at M = 4096 clearly (2.1-2.3 ms vs 1.0-1.1 ms): the fused kernel re-quantizes each x tile once per column of
 output tiles (N / BLOCK_N = 32 times here) and its quantizer's integer work sits in the MMA loop, while the
-two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So: fuse for decode-like M, use the
-two-kernel path from a few hundred rows on. PDL vs plain launches measured within noise (0.98-1.08x).
+two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So `nvfp4_linear` (form='auto')
+times both forms once per (M rounded up to a power of two, N, K, bias, scale layout) under CUDA-graph replay and
+keeps the faster; `FUSED_MAX_M` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
+PDL vs plain launches measured within noise (0.98-1.08x). Repeated calls with one signature replay a plan.
 """
 from __future__ import annotations
 
-from typing import Optional
+import weakref
+from typing import Callable, Optional
 
 import torch
 import triton
@@ -30,7 +33,8 @@ from ..errors import InputError
 from ..language.quant import quantize_nvfp4_tile
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
-from .blockscaled import bwtriton_pipeline, scale_offsets
+from ._common import decode_scale_arg, scale_offsets
+from ._launcher import CachedLauncher, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -127,6 +131,45 @@ def nvfp4_linear_pdl_gemm_kernel(xq_ptr, xs_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec
 # Torch entry points
 # --------------------------------------------------------------------------------------------------------------
 
+_FUSED = CachedLauncher(nvfp4_linear_fused_kernel)
+_QUANT = CachedLauncher(quantize_nvfp4_pdl_kernel)
+_PDL_GEMM = CachedLauncher(nvfp4_linear_pdl_gemm_kernel)
+
+#: fp32 [1] device tensors of given encode scales, per (x_global_scale, device): a float argument is converted
+#: (a host->device copy) once, not on every call.
+_ENCODE_SCALES: dict[tuple, torch.Tensor] = {}
+
+
+def amax_encode_scale(x: torch.Tensor) -> torch.Tensor:
+    """S_enc = min(2688 / amax(x), FLT_MAX) (1 if amax is 0) as fp32 [1], bit-equal to
+    `bwtriton.formats.nvfp4_global_encode_scale` but with no host->device copy (that one builds its 2688 with
+    torch.tensor on the device), so it can be captured in a CUDA graph. full_like / div is a true fp32
+    division; `2688 / tensor` in torch is reciprocal-then-multiply, which can differ in the last bit."""
+    from ..formats.nvfp4 import E4M3_MAX, FP32_MAX
+    from ..formats.e2m1 import E2M1_MAX
+    amax = x.abs().amax().float().reshape(1)
+    s_enc = torch.div(torch.full_like(amax, E4M3_MAX * E2M1_MAX), amax).clamp(max=FP32_MAX)
+    return torch.where(amax == 0, torch.ones_like(s_enc), s_enc)
+
+
+def _encode_scale(x: torch.Tensor, x_global_scale, device: torch.device) -> torch.Tensor:
+    if x_global_scale is None:
+        return amax_encode_scale(x)
+    if isinstance(x_global_scale, torch.Tensor):
+        g = x_global_scale.to(device=device, dtype=torch.float32).reshape(1)
+        return 1.0 / g
+    key = (float(x_global_scale), device)
+    s_enc = _ENCODE_SCALES.get(key)
+    if s_enc is None:
+        g = torch.tensor([float(x_global_scale)], dtype=torch.float32, device=device)
+        s_enc = 1.0 / g
+        # Entries are never evicted: a CUDA graph captured with one keeps reading it. A caller passing a new
+        # float every call gets fresh (uncached) tensors once 1024 are cached, instead of unbounded growth.
+        if len(_ENCODE_SCALES) < 1024:
+            _ENCODE_SCALES[key] = s_enc
+    return s_enc
+
+
 def _validate(op: str, x, w_q, bias, x_global_scale):
     check_quantized(op, "w_q", w_q, ("nvfp4",))
     m, n, k = check_bf16_activations(op, x, w_q)
@@ -135,14 +178,10 @@ def _validate(op: str, x, w_q, bias, x_global_scale):
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,)):
         raise InputError(f"{op}: bias must be a tensor of shape ({n},), got "
                          f"{tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}")
+    if bias is not None and bias.stride(0) != 1:
+        raise InputError(f"{op}: bias must be contiguous; pass bias.contiguous()")
     device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales, "bias": bias})
-    if x_global_scale is None:
-        from ..formats import nvfp4_global_encode_scale
-        s_enc = nvfp4_global_encode_scale(x)
-    else:
-        g = torch.as_tensor(x_global_scale, dtype=torch.float32, device=device)
-        s_enc = 1.0 / g
-    return m, n, k, device, s_enc.to(device=device, dtype=torch.float32).reshape(1)
+    return m, n, k, device, _encode_scale(x, x_global_scale, device)
 
 
 def _blocks(m: int, n: int) -> tuple[int, int, int]:
@@ -151,52 +190,175 @@ def _blocks(m: int, n: int) -> tuple[int, int, int]:
     return block_m, block_n, 128
 
 
+def _fused(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+    w_dec = decode_scale_arg(w_q, device)
+    block_m, block_n, block_k = _blocks(m, n)
+    grid = (triton.cdiv(m, block_m) * (n // block_n),)
+    blocked = w_q.scale_layout == "blocked_128x4"
+    args = (x, s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out, out, m, n, k, x.stride(0))
+    kwargs = dict(HAS_BIAS=bias is not None, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n,
+                  BLOCK_K=block_k, GROUP_M=8, num_warps=8, num_stages=3)
+    entry = _FUSED.launch(("fused", m, n, k, x.stride(0), bias is not None,
+                           bias.dtype if bias is not None else None, blocked), grid, device, args, kwargs)
+    return out, (entry,)
+
+
+def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> tuple[torch.Tensor, tuple]:
+    xq, xs, q_entry = _quantize(x, s_enc, use_pdl, device)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+    w_dec = decode_scale_arg(w_q, device)
+    block_m, block_n, block_k = _blocks(m, n)
+    grid = (n // block_n, triton.cdiv(m, block_m))
+    blocked = w_q.scale_layout == "blocked_128x4"
+    args = (xq, xs, s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out, out, m, n, k)
+    kwargs = dict(HAS_BIAS=bias is not None, SCALE_BLOCKED=blocked, USE_PDL=use_pdl, BLOCK_M=block_m,
+                  BLOCK_N=block_n, BLOCK_K=block_k, num_warps=8, num_stages=3, launch_pdl=use_pdl)
+    entry = _PDL_GEMM.launch(("gemm", m, n, k, bias is not None, bias.dtype if bias is not None else None, blocked,
+                              use_pdl), grid, device, args, kwargs)
+    return out, (q_entry, entry)
+
+
+#: Chosen form ('fused' or 'two_kernel') per (device, M bucket, N, K, bias, scale layout); TUNING_LOG: the
+#: kernel times (us, CUDA-graph replay) both forms got when the choice was made.
+_FORM: dict[tuple, str] = {}
+TUNING_LOG: dict[tuple, dict[str, float]] = {}
+
+#: Without tuning (under graph capture, or BWTRITON_LINEAR_TUNE=0): fused up to this M. Measured on the H200
+#: (module docstring): fused 1.12-1.16x faster at M = 16, slower from M = 256 on.
+FUSED_MAX_M = 64
+
+
+def _m_bucket(m: int) -> int:
+    return triton.next_power_of_2(m)
+
+
+def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
+    import os
+    key = (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout)
+    form = _FORM.get(key)
+    if form is not None:
+        return form
+    if os.environ.get("BWTRITON_LINEAR_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
+        return "fused" if m <= FUSED_MAX_M else "two_kernel"
+    runs = {"fused": lambda: _fused(x, w_q, bias, m, n, k, device, s_enc),
+            "two_kernel": lambda: _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)}
+    times = {}
+    for name, fn in runs.items():
+        fn()  # compile + warm up
+        times[name] = kernel_time_us(fn)
+    TUNING_LOG[key] = times
+    form = _FORM[key] = min(times, key=times.get)
+    return form
+
+
 def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
-                 x_global_scale: Optional[float] = None) -> torch.Tensor:
-    """y = quant_nvfp4(x) @ dequant(w_q)^T + bias in bf16, one fused kernel.
+                 x_global_scale: "Optional[float | torch.Tensor]" = None, form: str = "auto") -> torch.Tensor:
+    """y = quant_nvfp4(x) @ dequant(w_q)^T + bias in bf16.
 
     x: bf16 [M, K]; w_q: NVFP4 QuantizedTensor [N, K] (plain or blocked scales); bias: [N] or None.
     x_global_scale: the activations' global decode scale (amax / 2688, e.g. calibrated); None computes it from
-    amax(x), as `bwtriton.formats.quantize_nvfp4(x)` does, so the result matches quantizing x with it."""
-    m, n, k, device, s_enc = _validate("nvfp4_linear", x, w_q, bias, x_global_scale)
-    out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-    w_dec = w_q.global_scale.to(device=device, dtype=torch.float32).reshape(1)
-    block_m, block_n, block_k = _blocks(m, n)
-    grid = (triton.cdiv(m, block_m) * (n // block_n),)
-    with bwtriton_pipeline(device):
-        nvfp4_linear_fused_kernel[grid](x, s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out,
-                                        out, m, n, k, x.stride(0), HAS_BIAS=bias is not None,
-                                        SCALE_BLOCKED=w_q.scale_layout == "blocked_128x4", BLOCK_M=block_m,
-                                        BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=8, num_stages=3)
+    amax(x), as `bwtriton.formats.quantize_nvfp4(x)` does, so the result matches quantizing x with it.
+    form: 'fused' (one kernel quantizes x tiles in the GEMM's prologue), 'two_kernel' (quantize kernel + GEMM
+    chained with PDL) or 'auto': the first call per (M rounded up to a power of two, N, K) times both under
+    CUDA-graph replay and keeps the faster (same numerics either way)."""
+    if isinstance(x, torch.Tensor):
+        plan = _PLANS.get(_plan_key(x, w_q, bias, x_global_scale, form))
+        if plan is not None:
+            return plan(x, bias, _encode_scale(x, x_global_scale, x.device))
+    op = "nvfp4_linear"
+    if form not in ("auto", "fused", "two_kernel"):
+        raise InputError(f"{op}: form must be 'auto', 'fused' or 'two_kernel', got {form!r}")
+    m, n, k, device, s_enc = _validate(op, x, w_q, bias, x_global_scale)
+    chosen = _pick_form(x, w_q, bias, m, n, k, device, s_enc) if form == "auto" else form
+    if chosen == "fused":
+        out, entries = _fused(x, w_q, bias, m, n, k, device, s_enc)
+    else:
+        out, entries = _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
+    if form != "auto" or (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout) in _FORM:
+        _remember_plan(_plan_key(x, w_q, bias, x_global_scale, form), w_q, chosen, entries, m, n, k, device)
     return out
+
+
+#: Replayable launches per call signature: a call whose weight object, x (shape, strides, dtype, device,
+#: alignment), bias signature, kind of x scale and form match an earlier one skips validation and dispatch.
+_PLANS: dict[tuple, Callable] = {}
+
+
+def _tensor_sig(t: "torch.Tensor | None") -> tuple:
+    return () if t is None else (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16)
+
+
+def _plan_key(x: torch.Tensor, w_q, bias, x_global_scale, form: str) -> tuple:
+    scale_kind = "amax" if x_global_scale is None else "tensor" if isinstance(x_global_scale, torch.Tensor) else "float"
+    return (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16,
+            _tensor_sig(bias) if isinstance(bias, torch.Tensor) else bias, scale_kind, form)
+
+
+def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k: int,
+                   device: torch.device) -> None:
+    if key in _PLANS or len(_PLANS) >= 4096:
+        return
+    w_data, w_scales, w_dec = w_q.data, w_q.scales, decode_scale_arg(w_q, device)
+    block_m, block_n, _ = _blocks(m, n)
+    bf16 = torch.bfloat16
+    if form == "fused":
+        (entry,) = entries
+        grid = (triton.cdiv(m, block_m) * (n // block_n), 1, 1)
+
+        def plan(x, bias, s_enc):
+            out = torch.empty((m, n), dtype=bf16, device=device)
+            run_entry(entry, grid, device, (x, s_enc, w_data, w_scales, w_dec, out if bias is None else bias, out,
+                                            m, n, k, x.stride(0)))
+            return out
+    else:
+        q_entry, g_entry = entries
+        q_grid, g_grid = (triton.cdiv(m, 32), k // 128, 1), (n // block_n, triton.cdiv(m, block_m), 1)
+
+        def plan(x, bias, s_enc):
+            xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
+            xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
+            run_entry(q_entry, q_grid, device, (x, s_enc, xq, xs, m, k, x.stride(0)))
+            out = torch.empty((m, n), dtype=bf16, device=device)
+            run_entry(g_entry, g_grid, device, (xq, xs, s_enc, w_data, w_scales, w_dec,
+                                                out if bias is None else bias, out, m, n, k))
+            return out
+    _PLANS[key] = plan
+    weakref.finalize(w_q, _PLANS.pop, key, None)  # the plan holds the weight's tensors: drop it with the weight
+
+
+def _quantize(x, s_enc, use_pdl: bool, device) -> tuple[torch.Tensor, torch.Tensor]:
+    m, k = x.shape
+    xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
+    xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
+    block_m, block_k = 32, 128
+    entry = _QUANT.launch(("quant", m, k, x.stride(0), use_pdl), (triton.cdiv(m, block_m), k // block_k), device,
+                          (x, s_enc, xq, xs, m, k, x.stride(0)),
+                          dict(BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl, num_warps=4, launch_pdl=use_pdl))
+    return xq, xs, entry
 
 
 def quantize_nvfp4_pdl(x: torch.Tensor, s_enc: torch.Tensor, *,
                        use_pdl: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_q uint8 [M, K/2], scales fp8e4nv [M, K/16]) from bf16 x with encode scale `s_enc` (fp32 [1])."""
-    m, k = x.shape
-    xq = torch.empty((m, k // 2), dtype=torch.uint8, device=x.device)
-    xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=x.device)
-    block_m, block_k = 32, 128
-    quantize_nvfp4_pdl_kernel[(triton.cdiv(m, block_m), k // block_k)](
-        x, s_enc, xq, xs, m, k, x.stride(0), BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl,
-        num_warps=4, launch_pdl=use_pdl)
-    return xq, xs
+    """(x_q uint8 [M, K/2], scales fp8e4nv [M, K/16]) from bf16 x [M, K] (K a multiple of 128) with encode
+    scale `s_enc` (fp32 [1]), on the GPU; the bit-exact twin of `bwtriton.formats.quantize_nvfp4` given the same
+    encode scale (use that on CPU)."""
+    op = "quantize_nvfp4_pdl"
+    check = InputChecker(op)
+    check.tensor("x", x, ndim=2, dtypes=(torch.bfloat16,), dtype_hint="convert with x.to(torch.bfloat16)")
+    check.inner_contiguous("x", x)
+    check.multiple_of("K (x.shape[1])", x.shape[1], 128)
+    check.tensor("s_enc", s_enc, dtypes=(torch.float32,), dtype_hint="convert with s_enc.float()")
+    if s_enc.numel() != 1:
+        raise check.fail(f"s_enc must hold one value (the global encode scale), got shape {tuple(s_enc.shape)}")
+    device = check.on_cuda({"x": x, "s_enc": s_enc},
+                           hint="on CPU, bwtriton.formats.quantize_nvfp4 computes the same bytes")
+    return _quantize(x, s_enc.reshape(1), use_pdl, device)[:2]
 
 
 def nvfp4_linear_two_kernel(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
-                            x_global_scale: Optional[float] = None, use_pdl: bool = True) -> torch.Tensor:
+                            x_global_scale: "Optional[float | torch.Tensor]" = None,
+                            use_pdl: bool = True) -> torch.Tensor:
     """Same result as `nvfp4_linear`, as quantize kernel + GEMM chained with PDL (`use_pdl=False`: plain launches)."""
     m, n, k, device, s_enc = _validate("nvfp4_linear_two_kernel", x, w_q, bias, x_global_scale)
-    xq, xs = quantize_nvfp4_pdl(x, s_enc, use_pdl=use_pdl)
-    out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-    w_dec = w_q.global_scale.to(device=device, dtype=torch.float32).reshape(1)
-    block_m, block_n, block_k = _blocks(m, n)
-    grid = (n // block_n, triton.cdiv(m, block_m))
-    with bwtriton_pipeline(device):
-        nvfp4_linear_pdl_gemm_kernel[grid](xq, xs, s_enc, w_q.data, w_q.scales, w_dec,
-                                           bias if bias is not None else out, out, m, n, k,
-                                           HAS_BIAS=bias is not None, SCALE_BLOCKED=w_q.scale_layout == "blocked_128x4",
-                                           USE_PDL=use_pdl, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                           num_warps=8, num_stages=3, launch_pdl=use_pdl)
-    return out
+    return _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl)[0]

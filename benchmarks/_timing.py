@@ -1,0 +1,92 @@
+"""How the benchmarks time things: kernel time under CUDA-graph replay, and host time per call.
+
+`graph_ms(calls)` captures one CUDA graph that runs the callables in `calls` round-robin (each typically the same
+operation on a different copy of the inputs, so that the working set exceeds L2 and every replay reads from HBM,
+as a layer in a real model does) and times its replays with CUDA events: host overhead is out of the number. If
+capture fails (an operation that syncs with the host), it falls back to `triton.testing.do_bench` and says so.
+
+`host_us(fn)` is the wall time per call of a loop of calls, with a problem small enough that the GPU never holds
+the loop back: what Python, the wrappers and the launch cost per call.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+
+def _sync() -> None:
+    import torch
+    torch.cuda.synchronize()
+
+
+def graph_ms(calls: Sequence[Callable[[], Any]], *, target_ms: float = 20.0, replays: int = 5) -> tuple[float, str]:
+    """(median ms per call, timer name) for the callables in `calls`, run round-robin inside one CUDA graph of
+    about `target_ms`. The timer name is "graph" or, when capture was impossible, "eager"."""
+    import torch
+    import triton.testing
+
+    stream = torch.cuda.Stream()
+    try:
+        with torch.cuda.stream(stream):
+            for fn in calls:  # compile, autotune and allocate outside capture
+                fn()
+            stream.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for i in range(5 * len(calls)):
+                calls[i % len(calls)]()
+            end.record()
+            end.synchronize()
+            estimate = max(start.elapsed_time(end) / (5 * len(calls)), 1e-3)
+            n = max(len(calls), min(2000, int(target_ms / estimate)))
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                for i in range(n):
+                    calls[i % len(calls)]()
+            graph.replay()  # first replay uploads the graph
+            stream.synchronize()
+            times = []
+            for _ in range(replays):
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / n)
+        del graph
+        return statistics.median(times), "graph"
+    except Exception:  # noqa: BLE001 - capture not possible for this operation: time it eagerly
+        _sync()
+        fn = calls[0]
+        return float(triton.testing.do_bench(fn, warmup=10, rep=50)), "eager"
+
+
+def host_us(fn: Callable[[], Any], *, calls: int = 2000) -> float:
+    """Wall-clock microseconds per call of `fn` in a tight loop (after a warm-up call), the GPU synchronised
+    before and after. With a GPU-cheap problem this is the host cost per call."""
+    fn()
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + bytes written per second) of a `nbytes` buffer,
+    timed under graph replay: the practical ceiling for a kernel that streams memory."""
+    import torch
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    ms, _ = graph_ms([lambda: dst.copy_(src)], target_ms=50.0)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def l2_copies(bytes_per_copy: int, *, at_most: int = 16) -> int:
+    """How many copies of an input make the round-robin working set >= 3x the GPU's L2 (so that replays read
+    HBM, not L2)."""
+    import torch
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    return max(1, min(at_most, -(-3 * l2 // max(1, bytes_per_copy))))

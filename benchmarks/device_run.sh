@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One GPU session for the kernels: their GPU tests (three pytest processes in parallel, so the first-use compiles
+# use several CPU cores), then the whole benchmark table. Run from the repository root:
+#
+#     bash benchmarks/device_run.sh [OUT_DIR]      # default: $OUT, else ./device_out
+#
+# Budget on a fresh H200 (cold Triton cache): tests <= 4 min, benchmarks <= 5.7 min (each under `timeout`, 580 s in all).
+# Writes OUT_DIR/tests_*.log, OUT_DIR/bench/bench.{md,json,csv,txt} and prints the test totals and the table.
+set -u
+OUT_DIR="${1:-${OUT:-device_out}}"
+mkdir -p "$OUT_DIR/bench"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)/python"
+PYTEST=(python -m pytest -q -m gpu -p no:cacheprovider)
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || true
+start=$(date +%s)
+timeout 240 "${PYTEST[@]}" tests/test_kernels_matmul.py >"$OUT_DIR/tests_matmul.log" 2>&1 &
+timeout 240 "${PYTEST[@]}" tests/test_kernels_blockscaled.py >"$OUT_DIR/tests_blockscaled.log" 2>&1 &
+timeout 240 "${PYTEST[@]}" tests/test_torch_ops.py tests/test_kernels_launcher.py tests/test_formats_cuda.py \
+    tests/test_gpu_examples.py >"$OUT_DIR/tests_other.log" 2>&1 &
+# every other GPU-marked test of the suite (CLC fallback, pair-ctas, formats, tutorials ...)
+timeout 240 "${PYTEST[@]}" tests --ignore=tests/test_kernels_matmul.py --ignore=tests/test_kernels_blockscaled.py \
+    --ignore=tests/test_torch_ops.py --ignore=tests/test_kernels_launcher.py --ignore=tests/test_formats_cuda.py \
+    --ignore=tests/test_gpu_examples.py >"$OUT_DIR/tests_rest.log" 2>&1 &
+wait
+for log in "$OUT_DIR"/tests_*.log; do
+    echo "== $log: $(tail -n 1 "$log")"
+    grep -E "^(FAILED|ERROR)" "$log" | head -n 20
+done
+echo "tests took $(( $(date +%s) - start )) s"
+
+timeout 340 python benchmarks/run_all.py --out "$OUT_DIR/bench" >"$OUT_DIR/bench.log" 2>&1
+echo "benchmarks exit $? after $(( $(date +%s) - start )) s in total (progress: $OUT_DIR/bench.log)"
+grep -E "ERROR|Traceback" "$OUT_DIR/bench.log" | head -n 10
+cat "$OUT_DIR/bench/bench.md" 2>/dev/null || tail -n 40 "$OUT_DIR/bench.log"

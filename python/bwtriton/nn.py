@@ -1,0 +1,108 @@
+"""`NVFP4Linear`: a drop-in `torch.nn.Linear` replacement whose weight is stored in NVFP4 (4.5 bits per weight).
+
+    layer = NVFP4Linear.from_linear(linear)          # quantizes linear.weight once
+    y = layer(x)                                     # bf16 x [..., in] -> bf16 [..., out]
+
+The forward pass is the `bwtriton::nvfp4_linear` custom op (`bwtriton.torch_ops`): the activations are quantized
+to NVFP4 on the fly and multiplied with the stored weight, fused in one kernel on the GPU (or the torch reference
+on CPU). The layer compiles under `torch.compile(fullgraph=True)` and replays in CUDA graphs. Its state (weight
+bytes, scales, global scale, bias, the scale layout and the activations' calibrated scale) round-trips through
+`state_dict()` / `load_state_dict()`.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from . import torch_ops  # noqa: F401  (registers torch.ops.bwtriton.*)
+from .errors import InputError
+from .formats import QuantizedTensor, blocked_shape, quantize_nvfp4
+
+__all__ = ["NVFP4Linear"]
+
+#: Feature sizes the NVFP4 linear kernels tile without masks: N (out) by 64, K (in) by 128.
+OUT_MULTIPLE, IN_MULTIPLE = 64, 128
+
+
+class NVFP4Linear(torch.nn.Module):
+    """y = quant_nvfp4(x) @ dequant(W)^T + b with W [out_features, in_features] stored as NVFP4.
+
+    Buffers: `weight_data` (uint8 [out, in/2]), `weight_scales` (float8_e4m3fn, plain [out, in/16] or 128x4
+    blocked), `weight_global_scale` (fp32 []), `bias` (bf16 [out] or None). `x_global_scale` (float or None) fixes
+    the activations' global decode scale (amax / 2688 from calibration); None derives it from each input's amax.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, scale_layout: str = "plain",
+                 x_global_scale: Optional[float] = None, device: "torch.device | str | None" = None):
+        super().__init__()
+        _check_features(in_features, out_features)
+        if scale_layout not in ("plain", "blocked_128x4"):
+            raise InputError(f"NVFP4Linear: scale_layout must be 'plain' or 'blocked_128x4', got {scale_layout!r}")
+        self.in_features, self.out_features = in_features, out_features
+        self.scale_layout = scale_layout
+        self.x_global_scale = None if x_global_scale is None else float(x_global_scale)
+        n_kb = in_features // 16
+        scale_shape = (out_features, n_kb) if scale_layout == "plain" else blocked_shape(out_features, n_kb)
+        self.register_buffer("weight_data", torch.zeros(out_features, in_features // 2, dtype=torch.uint8,
+                                                        device=device))
+        self.register_buffer("weight_scales", torch.zeros(scale_shape, dtype=torch.float8_e4m3fn, device=device))
+        self.register_buffer("weight_global_scale", torch.ones((), dtype=torch.float32, device=device))
+        self.register_buffer("bias", torch.zeros(out_features, dtype=torch.bfloat16, device=device) if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, *, scale_layout: str = "plain",
+                    x_global_scale: Optional[float] = None) -> "NVFP4Linear":
+        """An NVFP4Linear with `linear`'s weight quantized once (on the weight's device) and its bias in bf16."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise InputError(f"NVFP4Linear.from_linear takes a torch.nn.Linear, got {type(linear).__name__}")
+        weight = linear.weight.detach()
+        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                    scale_layout=scale_layout, x_global_scale=x_global_scale, device=weight.device)
+        q = quantize_nvfp4(weight.float(), blocked=scale_layout == "blocked_128x4")
+        layer.weight_data.copy_(q.data)
+        layer.weight_scales.copy_(q.scales)
+        layer.weight_global_scale.copy_(q.global_scale.reshape(()))
+        if linear.bias is not None:
+            layer.bias.copy_(linear.bias.detach().to(torch.bfloat16))
+        return layer
+
+    @property
+    def weight_q(self) -> QuantizedTensor:
+        """The stored weight as a `QuantizedTensor` (views of the buffers, no copy)."""
+        return QuantizedTensor(data=self.weight_data, scales=self.weight_scales, scale_layout=self.scale_layout,
+                               global_scale=self.weight_global_scale, format="nvfp4",
+                               shape=(self.out_features, self.in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise InputError(f"NVFP4Linear: input has {x.shape[-1]} features in its last dim, the layer takes "
+                             f"{self.in_features}")
+        if x.dtype != torch.bfloat16:
+            raise InputError(f"NVFP4Linear: input must be bfloat16, got {x.dtype}; convert with "
+                             f"x.to(torch.bfloat16) (the layer's output is bf16 too)")
+        return torch.ops.bwtriton.nvfp4_linear(x, self.weight_data, self.weight_scales, self.weight_global_scale,
+                                               self.bias, self.x_global_scale, self.scale_layout)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"scale_layout": self.scale_layout, "x_global_scale": self.x_global_scale}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        if state["scale_layout"] != self.scale_layout:
+            raise InputError(f"NVFP4Linear: the state_dict was saved with scale_layout={state['scale_layout']!r} "
+                             f"but this layer uses {self.scale_layout!r}; construct it with "
+                             f"scale_layout={state['scale_layout']!r}")
+        self.x_global_scale = state["x_global_scale"]
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"scale_layout={self.scale_layout}, x_global_scale={self.x_global_scale}")
+
+
+def _check_features(in_features: int, out_features: int) -> None:
+    if in_features <= 0 or in_features % IN_MULTIPLE:
+        raise InputError(f"NVFP4Linear: in_features={in_features} must be a positive multiple of {IN_MULTIPLE} "
+                         f"(the kernels' K tile); pad the layer or keep it in bf16")
+    if out_features <= 0 or out_features % OUT_MULTIPLE:
+        raise InputError(f"NVFP4Linear: out_features={out_features} must be a positive multiple of "
+                         f"{OUT_MULTIPLE} (the kernels' N tile); pad the layer or keep it in bf16")

@@ -1,0 +1,337 @@
+"""`bwtriton snapshot`: compile a corpus of kernels for some targets and record what was emitted (see census.py),
+one record per kernel x config x target, in parallel and incrementally.
+
+Kernels come from files that declare ``BWTRITON_SPECS = {"kernel": spec | [spec, ...]}`` (a spec is what
+`bwtriton.compile` takes: signature, constexprs, num_warps, ...; an optional "name" labels the config), from
+``FILE.py:KERNEL``, or from PTX corpus modules that define ``corpus_kernels()`` (name -> callable returning sm_100a
+PTX; these are recorded for sm_100a only).
+
+Incremental: each worker compiles (Triton's own cache makes an unchanged compile cheap), hashes the stages, and
+reuses the cached analysis (ptxas -v, SASS, verifier, census) when the cache entry for kernel+config+target+passes+
+Triton version has the same stage hashes.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import importlib.util
+import json
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..errors import BwTritonError, InputError
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    """One thing to compile and record (picklable, so it can go to a worker process)."""
+
+    file: str
+    kernel: str
+    config: str
+    config_index: int
+    target: str
+    passes: str
+    kind: str = "jit"  # "jit" (BWTRITON_SPECS) or "ptx" (a corpus_kernels() entry)
+
+    @property
+    def key(self) -> str:
+        return f"{self.file}:{self.kernel}[{self.config}]@{self.target}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Finding the kernels
+# --------------------------------------------------------------------------------------------------------------
+
+def import_file(path: str) -> Any:
+    """Import a Python file by path (once per process; @triton.jit needs the module in sys.modules)."""
+    resolved = str(Path(path).resolve())
+    name = "_bwtriton_snapshot_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None:
+        raise InputError(f"{path}: cannot import (not a Python file)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(Path(resolved).parent))  # corpus modules import their neighbours
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(Path(resolved).parent))
+    return module
+
+
+def kernel_configs(module: Any, kernel: str) -> list[dict]:
+    """The configs of `kernel` in the module's BWTRITON_SPECS (a dict is one config, a list several)."""
+    entry = getattr(module, "BWTRITON_SPECS", {}).get(kernel)
+    if entry is None:
+        return []
+    return [dict(entry)] if isinstance(entry, dict) else [dict(e) for e in entry]
+
+
+def _config_name(spec: dict, index: int, count: int) -> str:
+    return str(spec.get("name") or ("default" if count == 1 else f"cfg{index}"))
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def discover_jobs(inputs: Iterable[str], targets: list[str], passes: str) -> list[Job]:
+    """Jobs for every kernel config in `inputs` (files, FILE.py:KERNEL, folders) x `targets`."""
+    jobs: list[Job] = []
+    for item in inputs:
+        path_text, _, only = item.rpartition(":") if ".py:" in item else (item, "", "")
+        path = Path(path_text)
+        if not path.exists():
+            raise InputError(f"{path}: no such file or folder")
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            jobs.extend(_jobs_of_file(file, only, targets, passes))
+    if not jobs:
+        raise InputError(f"no kernels found in {' '.join(inputs)}: declare BWTRITON_SPECS = {{'kernel': {{"
+                         f"'signature': ..., 'constexprs': ...}}}} in the file, or give a corpus module with "
+                         f"corpus_kernels()")
+    return jobs
+
+
+def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str) -> list[Job]:
+    text = file.read_text()
+    if "BWTRITON_SPECS" not in text and "def corpus_kernels" not in text:
+        return []
+    module = import_file(str(file))
+    shown = _display_path(file)
+    jobs = []
+    for kernel in getattr(module, "BWTRITON_SPECS", {}):
+        if only and kernel != only:
+            continue
+        configs = kernel_configs(module, kernel)
+        for i, spec in enumerate(configs):
+            jobs += [Job(shown, kernel, _config_name(spec, i, len(configs)), i, t, passes) for t in targets]
+    if hasattr(module, "corpus_kernels") and "sm_100a" in targets:
+        for name in module.corpus_kernels():
+            if not only or name == only:
+                jobs.append(Job(shown, name, "ptx", 0, "sm_100a", passes, kind="ptx"))
+    if only and not jobs:
+        raise InputError(f"{file} has no kernel {only!r} in BWTRITON_SPECS or corpus_kernels()")
+    return jobs
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Compiling one job
+# --------------------------------------------------------------------------------------------------------------
+
+def _compile_plain(fn: Any, spec: dict, target: str) -> Any:
+    """Triton alone, no bwtriton hook (works with Triton versions our pipeline hook was not written for)."""
+    import triton
+    from ..driver import build_source
+    from ..targets import get_target
+    src = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), None)
+    opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas") if k in spec}
+    kernel = triton.compile(src, target=get_target(target).gpu_target(), options=opts)
+    return {**kernel.asm, "_metadata": kernel.metadata._asdict()}
+
+
+def compile_job(job: Job) -> tuple[dict[str, Any], float]:
+    """Stage name -> text/bytes for one job, and the compile wall time in seconds."""
+    module = import_file(job.file)
+    start = time.perf_counter()
+    if job.kind == "ptx":
+        asm = {"ptx": module.corpus_kernels()[job.kernel]()}
+        return asm, time.perf_counter() - start
+    spec = kernel_configs(module, job.kernel)[job.config_index]
+    fn = getattr(module, job.kernel)
+    if job.passes == "none":
+        asm = dict(_compile_plain(fn, spec, job.target))
+    else:
+        from ..driver import compile as bw_compile
+        opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas", "two_cta") if k in spec}
+        res = bw_compile(fn, signature=spec.get("signature", {}), constexprs=spec.get("constexprs", {}),
+                         target=job.target, passes=None if job.passes == "default" else job.passes, **opts)
+        asm = dict(res.asm)
+        asm["_metadata"] = res.metadata
+    return asm, time.perf_counter() - start
+
+
+def _metadata(asm: dict) -> dict:
+    md = asm.get("_metadata")
+    if md is None and "json" in asm:
+        md = json.loads(asm["json"]) if isinstance(asm["json"], str) else asm["json"]
+    return md or {}
+
+
+def analyse(job: Job, asm: dict[str, Any]) -> dict[str, Any]:
+    """Everything a record holds except timing, from the compiled stages."""
+    from bwtriton.ptx import parse_ptx
+    from ..targets import get_target
+    from . import census
+    tgt = get_target(job.target)
+    ptx = asm["ptx"]
+    module = parse_ptx(ptx)
+    resources, cubin = census.ptxas_resources(ptx, job.target, tgt.capability)
+    md = _metadata(asm)
+    resources.update({"shared_bytes": md.get("shared"), "tmem_columns": md.get("tmem_size"),
+                      "num_warps": md.get("num_warps"), "num_ctas": md.get("num_ctas")})
+    sass_text = _sass(asm.get("cubin") or cubin)
+    stages = {k: v for k, v in asm.items() if not k.startswith("_") and k != "cubin"}
+    return {"ptx_version": module.version, "census": census.ptx_census(module),
+            "descriptors": census.decoded_descriptors(module, job.target) if tgt.has_tcgen05 else {},
+            "resources": resources, "sass": census.sass_histogram(sass_text),
+            "findings": census.verifier_findings(module, job.target),
+            "hashes": census.stage_hashes({**stages, "sass": sass_text})}
+
+
+def _sass(cubin: bytes) -> str:
+    from triton.tools.disasm import get_sass
+    return get_sass(cubin) if cubin else ""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Cache
+# --------------------------------------------------------------------------------------------------------------
+
+def analysis_digest() -> str:
+    """Hash of the code that turns compiled stages into a record (regress/, verify/, ptx/). Compiler changes,
+    bwtriton's passes included, show up in the stage hashes instead, so they need not invalidate the cache."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for sub in ("regress", "verify", "ptx"):
+        for path in sorted((root / sub).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _versions() -> dict[str, str]:
+    import triton
+    from .. import __version__
+    return {"triton": triton.__version__, "bwtriton": __version__, "analysis": analysis_digest()}
+
+
+def _cache_file(cache_dir: str, job: Job, spec_text: str) -> Path:
+    v = _versions()
+    text = json.dumps([asdict(job), spec_text, v["triton"], v["analysis"], FORMAT_VERSION])
+    return Path(cache_dir) / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
+
+
+def _validity_hashes(asm: dict[str, Any]) -> dict[str, str]:
+    """Hashes of every stage as compiled (cubin bytes included): equal means the analysis is still right."""
+    return {k: hashlib.sha256(v if isinstance(v, bytes) else str(v).encode()).hexdigest()[:16]
+            for k, v in sorted(asm.items()) if not k.startswith("_") and k not in ("json", "source")}
+
+
+def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
+    """Compile and record one job (the worker function); errors become a record with 'error'."""
+    from .diagnostics import captured_stderr
+    native: list[str] = []
+    try:
+        with captured_stderr() as native:  # Triton's C++ diagnostics and reproducers: quoted on failure only
+            asm, seconds = compile_job(job)
+        spec_text = repr(kernel_configs(import_file(job.file), job.kernel)[job.config_index]) if job.kind == "jit" \
+            else job.kernel
+        valid = _validity_hashes(asm)
+        cache = _cache_file(cache_dir, job, spec_text) if cache_dir else None
+        if cache and cache.exists():
+            cached = json.loads(cache.read_text())
+            if cached.get("validity") == valid:
+                return {**cached["record"], "compile_seconds": round(seconds, 3), "cached": True}
+        record = {"file": job.file, "kernel": job.kernel, "config": job.config, "target": job.target,
+                  "passes": job.passes, **analyse(job, asm)}
+        if cache:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps({"validity": valid, "record": record}, default=str))
+        return {**record, "compile_seconds": round(seconds, 3), "cached": False}
+    except (BwTritonError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, ImportError,
+            FileNotFoundError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        cause = next((l.strip() for l in "".join(native).splitlines() if ": error: " in l
+                      and "Failures have been detected" not in l), "")
+        cause = f" ({cause.split(': error: ', 1)[1][:200]})" if cause else ""
+        return {"file": job.file, "kernel": job.kernel, "config": job.config, "target": job.target,
+                "passes": job.passes, "error": f"{type(exc).__name__}: {first[:300]}{cause}"}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Running a corpus
+# --------------------------------------------------------------------------------------------------------------
+
+def _progress(done: int, total: int, label: str, stream=sys.stderr) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    bar = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}"
+    if stream.isatty():  # redraw one line; logs get one line per kernel
+        stream.write(f"\r{bar[:110]:110s}" + ("\n" if done == total else ""))
+    else:
+        stream.write(bar + "\n")
+    stream.flush()
+
+
+def take_snapshot(jobs: list[Job], *, jobs_n: int = 1, cache_dir: str | None = None,
+                  progress: Callable[[int, int, str], None] | None = _progress) -> dict[str, Any]:
+    """Run every job (in `jobs_n` worker processes) and return the snapshot document."""
+    records: dict[str, dict] = {}
+    started = time.perf_counter()
+
+    def collect(job: Job, rec: dict, n: int) -> None:
+        records[job.key] = rec
+        if progress:
+            progress(n, len(jobs), job.key + (" (cached)" if rec.get("cached") else ""))
+
+    if jobs_n <= 1:
+        for n, job in enumerate(jobs, 1):
+            collect(job, run_job(job, cache_dir), n)
+    else:
+        # fork: workers inherit the imported modules; Triton holds no GPU state offline.
+        ctx = multiprocessing.get_context("fork")
+        with cf.ProcessPoolExecutor(max_workers=jobs_n, mp_context=ctx) as pool:
+            futures = {pool.submit(run_job, job, cache_dir): job for job in jobs}
+            for n, fut in enumerate(cf.as_completed(futures), 1):
+                collect(futures[fut], fut.result(), n)
+    return {"format": FORMAT_VERSION, **_versions(), "passes": jobs[0].passes if jobs else None,
+            "targets": sorted({j.target for j in jobs}), "wall_seconds": round(time.perf_counter() - started, 2),
+            "records": dict(sorted(records.items()))}
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("BWTRITON_SNAPSHOT_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bwtriton", "snapshots")
+
+
+VOLATILE_FIELDS = ("compile_seconds", "cached")
+
+
+def without_timing(doc: dict) -> dict:
+    """The snapshot without what changes from run to run (compile times, cache hits): for checked-in files."""
+    records = {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in doc["records"].items()}
+    return {**{k: v for k, v in doc.items() if k != "wall_seconds"}, "records": records}
+
+
+def write_snapshot(doc: dict, path: str) -> None:
+    """Write a snapshot as sorted, indented JSON (line-oriented, so `git diff` of it reads well)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def load_snapshot(path: str) -> dict:
+    """Read a snapshot written by `bwtriton snapshot`; clear errors for files that are not one."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file")
+    try:
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON ({exc}); expected a file written by `bwtriton snapshot`") from None
+    if not isinstance(doc, dict) or "records" not in doc:
+        raise InputError(f"{path}: not a bwtriton snapshot (no 'records'); write one with `bwtriton snapshot`")
+    return doc

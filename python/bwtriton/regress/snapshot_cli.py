@@ -1,0 +1,68 @@
+"""Command lines of `bwtriton snapshot` and `bwtriton diff`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
+    s = subparsers.add_parser("snapshot", help="compile a kernel corpus and record what was emitted (JSON)")
+    s.add_argument("kernels", nargs="+", help="files with BWTRITON_SPECS, FILE.py:KERNEL, folders, or PTX corpus "
+                   "modules with corpus_kernels()")
+    s.add_argument("--targets", default="sm_100a", help="comma-separated targets (default sm_100a)")
+    s.add_argument("--passes", default="default", help="'default' (bwtriton's passes), 'none' (Triton alone, "
+                   "no bwtriton hook), or a pass spec such as 'plan-tmem{max_columns=256}'")
+    s.add_argument("--out", "-o", required=True, help="snapshot file to write (.json)")
+    s.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
+    s.add_argument("--cache", help="incremental cache folder (default $BWTRITON_SNAPSHOT_CACHE or "
+                   "~/.cache/bwtriton/snapshots)")
+    s.add_argument("--no-cache", action="store_true", help="analyse every kernel again")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    s.add_argument("--no-timing", action="store_true", help="leave compile times out (for checked-in snapshots)")
+    s.set_defaults(func=cmd_snapshot)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from ..targets import get_target
+    from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, without_timing, write_snapshot
+    targets = [get_target(t.strip()).name for t in args.targets.split(",") if t.strip()]
+    if args.jobs < 1:
+        from ..errors import InputError
+        raise InputError(f"--jobs must be at least 1, got {args.jobs}")
+    jobs = discover_jobs(args.kernels, targets, args.passes)
+    doc = take_snapshot(jobs, jobs_n=args.jobs, cache_dir=None if args.no_cache else (args.cache or
+                                                                                       default_cache_dir()),
+                        progress=None if args.quiet else _progress)
+    write_snapshot(without_timing(doc) if args.no_timing else doc, args.out)
+    errors = [k for k, r in doc["records"].items() if "error" in r]
+    cached = sum(1 for r in doc["records"].values() if r.get("cached"))
+    print(f"wrote {args.out}: {len(doc['records'])} records ({cached} from cache, {len(errors)} failed to "
+          f"compile) in {doc['wall_seconds']:.1f} s with Triton {doc['triton']}")
+    for key in errors:
+        print(f"  {key}: {doc['records'][key]['error']}", file=sys.stderr)
+    return 0
+
+
+def add_diff_parser(subparsers: argparse._SubParsersAction) -> None:
+    d = subparsers.add_parser("diff", help="compare two snapshots kernel by kernel")
+    d.add_argument("old")
+    d.add_argument("new")
+    d.add_argument("--fail-on", default="", help="exit 1 when a change matches: comma-separated rules such as "
+                   "spills,registers>+8,findings,tcgen05 (see docs/regression_testing.md)")
+    d.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    d.add_argument("--out", "-o", help="write the report here instead of stdout")
+    d.set_defaults(func=cmd_diff)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .diff import diff_snapshots, parse_fail_on, render
+    from .snapshot import load_snapshot
+    rules = parse_fail_on(args.fail_on)
+    result = diff_snapshots(load_snapshot(args.old), load_snapshot(args.new), rules)
+    text = render(result, args.format)
+    if args.out:
+        from pathlib import Path
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 1 if result["failing"] else 0

@@ -1,0 +1,2 @@
+"""bwtriton's version (a leaf module, so any module can read it without importing the package root)."""
+__version__ = "0.1.0"

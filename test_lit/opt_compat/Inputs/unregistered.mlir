@@ -1,0 +1,6 @@
+module {
+  tt.func @f() {
+    "test.op"() : () -> ()
+    tt.return
+  }
+}

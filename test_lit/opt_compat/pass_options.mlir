@@ -1,0 +1,18 @@
+// RUN: %triton-opt %s '--tritongpu-hoist-tmem-alloc=hoist-out-of-if=true' | FileCheck %s --check-prefix=APPLIED
+// RUN: not %triton-opt %s '--canonicalize=region-simplify=disabled' 2>&1 | FileCheck %s --check-prefix=REFUSED
+// RUN: not %triton-opt %s --tritongpu-test-pipeline-lower-loop 2>&1 | FileCheck %s --check-prefix=UNREACHABLE
+// RUN: not %triton-opt %s %S/Inputs/unregistered.mlir -cse 2>&1 | FileCheck %s --check-prefix=ARGS
+
+// An option given to a Triton pass is applied through its Python adder, or refused with the reason.
+
+// APPLIED-LABEL: tt.func @noop
+// REFUSED: bwtriton-opt: error: pass canonicalize: option region-simplify=disabled cannot be applied
+// REFUSED-SAME: passes.common.add_canonicalizer() does not take it
+// UNREACHABLE: unknown pass or flag 'tritongpu-test-pipeline-lower-loop'
+// UNREACHABLE-SAME: not reachable from Python
+// ARGS: one input file expected
+module attributes {"ttg.num-warps" = 4 : i32, "ttg.num-ctas" = 1 : i32, "ttg.target" = "cuda:100"} {
+  tt.func @noop() {
+    tt.return
+  }
+}

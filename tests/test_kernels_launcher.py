@@ -1,0 +1,333 @@
+"""Host-side machinery of the kernels, without a GPU: cached launchers (launch path mocked), decode's tuning
+candidates, nvfp4_linear's dispatch inputs, the import structure of the kernels package, and clear errors."""
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from bwtriton.errors import InputError
+from bwtriton.formats import nvfp4_global_encode_scale, quantize_nvfp4
+from bwtriton.kernels import _launcher
+
+decode = importlib.import_module("bwtriton.kernels.decode")
+linear = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+KERNELS_DIR = Path(importlib.import_module("bwtriton.kernels").__file__).parent
+
+
+class _FakeCompiled:
+    function = "fn-handle"
+    packed_metadata = ("meta",)
+
+    def __init__(self):
+        self.calls = []
+        self.metadata_calls = 0
+
+    def run(self, *call):
+        self.calls.append(call)
+
+    def launch_metadata(self, grid, stream, *args):
+        self.metadata_calls += 1
+        return {"grid": grid}
+
+
+@pytest.fixture
+def fake_launcher(monkeypatch):
+    """A CachedLauncher for the GEMV kernel whose JIT path and stream lookup are replaced by fakes."""
+    compiled = _FakeCompiled()
+    launcher = _launcher.CachedLauncher(decode.nvfp4_gemv_kernel, pipeline=False)
+    jit_calls = []
+
+    def fake_jit(grid, device, args, kwargs):
+        jit_calls.append((tuple(grid), kwargs))
+        launcher.jit_launches += 1
+        return compiled, launcher._tail(len(args), kwargs)
+
+    monkeypatch.setattr(launcher, "_jit_launch", fake_jit)
+    monkeypatch.setattr(_launcher, "_current_stream", lambda device: 1234)
+    return launcher, compiled, jit_calls
+
+
+def _gemv_args(x=None):
+    x = torch.zeros(1, 128, dtype=torch.int32) if x is None else x
+    return (x, torch.zeros(8, 256, dtype=torch.uint8), torch.zeros(8, 32, dtype=torch.uint8),
+            torch.zeros(1, 8), torch.ones(1), 1, 8, 512, 128, 256, 8)
+
+
+_GEMV_KW = dict(SCALE_BLOCKED=False, BLOCK_M=1, ROWS_PER_THREAD=2, THREADS_N=1, SPLIT_K=1, num_warps=4)
+
+
+def test_tail_is_constexprs_in_signature_order_with_defaults():
+    launcher = _launcher.CachedLauncher(decode.nvfp4_gemv_kernel, pipeline=False)
+    tail = launcher._tail(11, dict(_GEMV_KW, THREADS_N=2))
+    # SCALE_BLOCKED, BLOCK_M, ROWS_PER_THREAD, THREADS_N, SPLIT_K, then the defaults TWO_STEPS, GROUPS_PER_THREAD
+    assert tail == (False, 1, 2, 2, 1, False, 2)
+
+
+def test_first_call_compiles_later_calls_launch_the_compiled_kernel(fake_launcher):
+    launcher, compiled, jit_calls = fake_launcher
+    device = torch.device("cuda", 0)
+    args = _gemv_args()
+    for _ in range(3):
+        launcher.launch(("k",), (4,), device, args, _GEMV_KW)
+    assert len(jit_calls) == 1 and launcher.jit_launches == 1 and len(launcher) == 1
+    assert len(compiled.calls) == 2
+    call = compiled.calls[0]
+    assert call[:7] == (4, 1, 1, 1234, "fn-handle", ("meta",), None)  # grid padded to 3-D, no launch metadata
+    assert call[9:9 + len(args)] == args
+    assert call[9 + len(args):] == (False, 1, 2, 1, 1, False, 2)
+
+
+def test_misaligned_pointer_is_its_own_entry(fake_launcher):
+    """Triton specialises pointers on 16-byte alignment, so a view at an odd offset must not reuse the
+    aligned compile."""
+    launcher, compiled, jit_calls = fake_launcher
+    device = torch.device("cuda", 0)
+    base = torch.zeros(1, 129, dtype=torch.int32)
+    launcher.launch(("k",), (4,), device, _gemv_args(base[:, :128]), _GEMV_KW)
+    launcher.launch(("k",), (4,), device, _gemv_args(base[:, 1:]), _GEMV_KW)
+    assert len(jit_calls) == 2 and len(launcher) == 2
+
+
+def test_launch_enter_hook_gets_metadata(fake_launcher, monkeypatch):
+    from triton import knobs
+    launcher, compiled, _ = fake_launcher
+    device = torch.device("cuda", 0)
+    launcher.launch(("k",), (4, 2), device, _gemv_args(), _GEMV_KW)
+    hook = lambda meta: None  # noqa: E731
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
+    launcher.launch(("k",), (4, 2), device, _gemv_args(), _GEMV_KW)
+    assert compiled.metadata_calls == 1
+    assert compiled.calls[-1][:2] == (4, 2) and compiled.calls[-1][6] == {"grid": (4, 2, 1)}
+    assert compiled.calls[-1][7] is hook
+
+
+# ----------------------------------------------------------------------------------------- decode tuning
+_SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 64])
+@pytest.mark.parametrize("n,k", _SHAPES)
+def test_decode_candidates_tile_the_shape_and_fit_registers(m, n, k):
+    cands = decode.decode_candidates(m, n, k, num_sms=132)
+    assert cands and len(cands) <= 12  # tuning must stay quick
+    for cfg in cands:
+        if cfg["path"] == "gemv":
+            groups = cfg["GROUPS_PER_THREAD"]
+            block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
+            block_k = 512 * groups // cfg["THREADS_N"] * (2 if cfg["TWO_STEPS"] else 1)
+            assert n % block_n == 0 and k % (block_k * cfg["SPLIT_K"]) == 0 and cfg["BLOCK_M"] >= m
+            assert decode._gemv_fits(m, cfg["ROWS_PER_THREAD"], groups, cfg["TWO_STEPS"])
+        else:
+            assert n % cfg["BLOCK_N"] == 0 and k % (cfg["BLOCK_K"] * cfg["SPLIT_K"]) == 0
+    labels = [decode.config_label(c) for c in cands]
+    assert len(set(labels)) == len(labels)
+    assert any(c["path"] == "mma" for c in cands)
+
+
+def test_decode_candidates_at_m1_cover_gemv_rows_wide_loads_and_tensor_cores():
+    cands = decode.decode_candidates(1, 8192, 8192)
+    gemv = {(c["ROWS_PER_THREAD"], c["GROUPS_PER_THREAD"], c["TWO_STEPS"]) for c in cands if c["path"] == "gemv"}
+    assert {(1, 2, False), (2, 2, False), (4, 2, False), (1, 4, False), (1, 2, True)} <= gemv
+    assert not any(c["path"] == "gemv" for c in decode.decode_candidates(16, 8192, 8192))
+
+
+def test_decode_user_config_errors_name_the_keys():
+    with pytest.raises(InputError, match=r"unknown config keys \['BOGUS'\]"):
+        decode._user_config("nvfp4_decode_matmul", {"BOGUS": 1}, 1, 8192, 8192, 132)
+    with pytest.raises(InputError, match="'gemv' .* or 'mma'"):
+        decode._user_config("nvfp4_decode_matmul", {"path": "simt"}, 1, 8192, 8192, 132)
+
+
+def test_decode_rejects_cpu_inputs_after_caching_the_weight_check():
+    w_q = quantize_nvfp4(torch.randn(64, 256))
+    for _ in range(2):  # the second call takes the cached weight check and must still refuse CPU tensors
+        with pytest.raises(InputError, match="runs on a CUDA GPU"):
+            decode.nvfp4_decode_matmul(torch.randn(1, 256).bfloat16(), w_q)
+
+
+# --------------------------------------------------------------------------------------------- linear
+@pytest.mark.parametrize("x", [torch.randn(7, 33), torch.zeros(3, 16), torch.full((2, 16), 1e-40),
+                               torch.randn(5, 16) * 1e30])
+def test_capturable_encode_scale_is_bit_equal_to_formats(x):
+    assert torch.equal(linear.amax_encode_scale(x.bfloat16()).reshape(()), nvfp4_global_encode_scale(x.bfloat16()))
+
+
+def test_linear_form_must_be_known():
+    w_q = quantize_nvfp4(torch.randn(64, 128))
+    with pytest.raises(InputError, match="form must be 'auto', 'fused' or 'two_kernel'"):
+        linear.nvfp4_linear(torch.randn(2, 128).bfloat16(), w_q, form="fast")
+
+
+@pytest.mark.parametrize("x,s_enc,match", [
+    (torch.randn(4, 256).bfloat16(), torch.ones(1), "runs on a CUDA GPU.*quantize_nvfp4 computes the same"),
+    (torch.randn(4, 256), torch.ones(1), "x has dtype float32"),
+    (torch.randn(4, 200).bfloat16(), torch.ones(1), "must be a positive multiple of 128"),
+    (torch.randn(4, 256).bfloat16(), torch.ones(2), "s_enc must hold one value"),
+    (torch.randn(4, 256).bfloat16(), torch.ones(1, dtype=torch.float64), "s_enc has dtype float64"),
+])
+def test_quantize_nvfp4_pdl_without_gpu_gives_clear_errors(x, s_enc, match):
+    with pytest.raises(InputError, match=match):
+        linear.quantize_nvfp4_pdl(x, s_enc)
+
+
+# ------------------------------------------------------------------------------------ package structure
+def _kernel_imports(module: str) -> set[str]:
+    tree = ast.parse((KERNELS_DIR / f"{module}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_nvfp4_kernel_modules_do_not_import_each_other():
+    peers = {"blockscaled", "decode", "nvfp4_linear"}
+    for module in peers:
+        assert not (_kernel_imports(module) & (peers - {module})), module
+
+
+def test_package_exports_every_entry_point_without_fallback_imports():
+    import bwtriton.kernels as kernels
+    for name in ("matmul", "nvfp4_matmul", "mxfp4_matmul", "mxfp8_matmul", "nvfp4_decode_matmul",
+                 "nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"):
+        assert callable(getattr(kernels, name)) and name in kernels.__all__
+    tree = ast.parse((KERNELS_DIR / "__init__.py").read_text())
+    assert not any(isinstance(node, ast.Try) for node in ast.walk(tree))
+
+
+def test_decode_scale_arg_views_fp32_and_caches_conversions_weakly():
+    import gc
+
+    from bwtriton.formats import QuantizedTensor
+    from bwtriton.kernels._common import _DECODE_SCALES, decode_scale_arg
+    cpu = torch.device("cpu")
+    q = quantize_nvfp4(torch.randn(16, 32))
+    arg = decode_scale_arg(q, cpu)
+    q.global_scale.mul_(2)  # a view: in-place edits of the weight's scale are seen
+    assert arg.shape == (1,) and arg.item() == q.global_scale.item()
+    q64 = QuantizedTensor(data=q.data, scales=q.scales, scale_layout="plain", format="nvfp4", shape=q.shape,
+                          global_scale=torch.tensor(0.25, dtype=torch.float64))
+    first = decode_scale_arg(q64, cpu)
+    assert first.dtype == torch.float32 and first.item() == 0.25 and decode_scale_arg(q64, cpu) is first
+    q64.global_scale.fill_(0.5)  # bumps the version counter: converted again
+    assert decode_scale_arg(q64, cpu).item() == 0.5
+    before = len(_DECODE_SCALES)
+    del q64, first
+    gc.collect()
+    assert len(_DECODE_SCALES) == before - 1  # the entry went with its scale tensor
+
+
+# ------------------------------------------------------------------ plans launch what the slow path launches
+class _Recorder(_FakeCompiled):
+    def __init__(self):
+        super().__init__()
+        self.runs = []
+
+    def run(self, *call):
+        self.runs.append(call[9:])  # the kernel arguments (positional + constexpr tail)
+
+
+@pytest.fixture
+def cpu_launch(monkeypatch):
+    """Kernels 'launch' on CPU tensors into a recorder: device checks pass for CPU, the JIT path is faked."""
+    from bwtriton.kernels import _validate
+    rec = _Recorder()
+
+    def fake_jit(self, grid, device, args, kwargs):
+        params = {k: v for k, v in kwargs.items() if k not in _launcher._LAUNCH_OPTIONS}
+        return rec, self._tail(len(args), params)
+
+    monkeypatch.setattr(_launcher.CachedLauncher, "_jit_launch", fake_jit)
+    monkeypatch.setattr(_launcher, "_current_stream", lambda device: 0)
+    monkeypatch.setattr(_validate.InputChecker, "on_cuda", lambda self, tensors, hint="": torch.device("cpu"))
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
+    yield rec
+    # Forget the fake entries and the CPU plans, so no later test can meet them.
+    mm = importlib.import_module("bwtriton.kernels.matmul")
+    for launcher in (decode._GEMV_LAUNCHER, decode._MMA_LAUNCHER, linear._FUSED, linear._QUANT, linear._PDL_GEMM,
+                     mm._LAUNCHER):
+        for key in [key for key, entry in launcher._entries.items() if entry[0] is rec]:
+            del launcher._entries[key]
+    for plans in (decode._PLANS, linear._PLANS):
+        for key in [key for key in plans if torch.device("cpu") in key]:
+            del plans[key]
+
+
+def _same_launch(a: tuple, b: tuple) -> bool:
+    """Equal kernel arguments: tensors by dtype/shape/strides (and pointer for weights: `keep`), descriptors by
+    their base's layout and block, scalars by value."""
+    def norm(v):
+        if isinstance(v, torch.Tensor):
+            return ("T", v.dtype, tuple(v.shape), v.stride())
+        if hasattr(v, "block_shape"):
+            return ("D", v.base.dtype, tuple(v.shape), tuple(v.strides), tuple(v.block_shape))
+        return v
+    return len(a) == len(b) and all(norm(x) == norm(y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("path", ["gemv", "mma"])
+def test_decode_plan_launches_what_the_slow_path_does(cpu_launch, path, monkeypatch):
+    m, n, k = 2, 256, 2048
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    cfg = decode.default_config(m, n, k) if path == "gemv" else dict(decode.decode_config(m, n, k), path="mma")
+    monkeypatch.setitem(decode._TUNED, (None, m, n, k, "plain", torch.bfloat16), cfg)
+    x1, x2 = torch.randn(m, k).bfloat16(), torch.randn(m, k).bfloat16()
+    decode.nvfp4_decode_matmul(x1, w_q)              # slow path: makes the launcher entry and the plan
+    plans = len(decode._PLANS)
+    decode.nvfp4_decode_matmul(x2, w_q)              # plan
+    assert len(decode._PLANS) == plans
+    decode.nvfp4_decode_matmul(x2, w_q, config=cfg)  # slow path again (config given: no plan)
+    plan_args, slow_args = cpu_launch.runs[-2], cpu_launch.runs[-1]
+    assert _same_launch(plan_args, slow_args)
+    assert plan_args[1] is w_q.data and plan_args[2] is w_q.scales
+    assert plan_args[0].data_ptr() == x2.data_ptr()
+
+
+@pytest.mark.parametrize("form,with_bias", [("fused", False), ("two_kernel", True)])
+def test_linear_plan_launches_what_the_slow_path_does(cpu_launch, form, with_bias):
+    m, n, k = 16, 128, 256
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    bias = torch.randn(n).bfloat16() if with_bias else None
+    x1, x2 = torch.randn(m, k).bfloat16(), torch.randn(m, k).bfloat16()
+    linear.nvfp4_linear(x1, w_q, bias, x_global_scale=0.01, form=form)   # slow path + plan
+    plans = len(linear._PLANS)
+    before = len(cpu_launch.runs)
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=0.01, form=form)   # plan
+    assert len(linear._PLANS) == plans
+    plan_runs = cpu_launch.runs[before:]
+    linear._PLANS.clear()
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=0.01, form=form)   # slow path (entries exist: run_entry)
+    slow_runs = cpu_launch.runs[before + len(plan_runs):]
+    assert len(plan_runs) == len(slow_runs) == (1 if form == "fused" else 2)
+    for p, s in zip(plan_runs, slow_runs):
+        assert _same_launch(p, s)
+    args = plan_runs[-1]  # fused: (x, s_enc, w, ws, w_dec, bias, out, ..); GEMM: (xq, xs, s_enc, w, ..)
+    w_at = 2 if form == "fused" else 3
+    assert args[w_at] is w_q.data and args[w_at + 1] is w_q.scales
+    # without a bias the output pointer stands in for it (HAS_BIAS=False never reads it)
+    assert args[w_at + 3] is bias if with_bias else args[w_at + 3] is args[w_at + 4]
+
+
+def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch):
+    mm = importlib.import_module("bwtriton.kernels.matmul")
+    monkeypatch.setattr(mm, "sm_count", lambda device: 132)
+    monkeypatch.setattr(mm, "device_capability", lambda device: 90)
+    a1, a2 = torch.randn(256, 512).bfloat16(), torch.randn(256, 512).bfloat16()
+    b = torch.randn(384, 512).bfloat16().t()  # column-major B, the fast layout
+    cfg = mm.gemm_configs(90, 2, 2)[0]
+    facts = mm._facts(a1, b, None, None, None)
+    monkeypatch.setitem(mm._TUNED, mm._tuning_key(a1, facts), cfg)
+    mm.matmul(a1, b)                 # slow path + plan
+    assert "plan" in facts
+    mm.matmul(a2, b)                 # plan
+    mm.matmul(a2, b, config=cfg)     # slow path (config given)
+    plan_args, slow_args = cpu_launch.runs[-2], cpu_launch.runs[-1]
+    assert _same_launch(plan_args, slow_args)
+    assert plan_args[0].base is a2 and plan_args[1].base.data_ptr() == b.data_ptr()
+    facts.pop("plan")
