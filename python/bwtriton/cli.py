@@ -1,5 +1,5 @@
-"""The `bwtriton` command line: compile, opt, passes, demo, and the subcommands features register
-(`check` from the verifier, `emulate` from the emulator)."""
+"""The `bwtriton` command line: compile, passes, demo, and the subcommands features register
+(`check` from the verifier, `emulate` from the emulator, `opt`/`snapshot`/`diff` from the regression tools)."""
 from __future__ import annotations
 
 import argparse
@@ -84,19 +84,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_opt(args: argparse.Namespace) -> int:
-    from .opt import run_opt
-    res = run_opt(args.input, args.passes, target=args.target, num_stages=args.num_stages)
-    sys.stdout.write(res.text if res.text.endswith("\n") else res.text + "\n")
-    if args.report:
-        from bwtriton.pipeline import all_passes
-        registry = all_passes()
-        for name, report in res.reports.items():
-            print(f"// ----- bwtriton report: {name} -----")
-            print(registry[name].render_report(report))
-    return 0
-
-
 def cmd_passes(args: argparse.Namespace) -> int:
     from bwtriton.pipeline import all_passes
     from .targets import TARGETS
@@ -152,14 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "matplotlib)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compile)
-
-    o = sub.add_parser("opt", help="run passes (ours and Triton's) over an IR file and print it")
-    o.add_argument("input")
-    o.add_argument("--passes", required=True, help="ordered, comma-separated pass names")
-    o.add_argument("--target", type=target_name, help="default: from the module (ttg.target / .target), else sm_100a")
-    o.add_argument("--num-stages", type=int, default=3)
-    o.add_argument("--report", action="store_true", help="print our passes' reports after the IR")
-    o.set_defaults(func=cmd_opt)
 
     ps = sub.add_parser("passes", help="list the pass registry")
     ps.add_argument("--json", action="store_true")
