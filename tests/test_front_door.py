@@ -175,6 +175,18 @@ def test_tmem_over_the_limit_is_a_compile_error():
     assert kept.summary()["tmem_columns"] == 768
 
 
+def test_cli_reports_the_limit_and_can_keep_the_kernel(tmp_path, capsys):
+    spec = tmp_path / "three.py"
+    spec.write_text("from test_front_door import MULTI_ACC_SIGNATURE, multi_acc_kernel\n"
+                    "BWTRITON_SPECS = {'multi_acc_kernel': {'signature': MULTI_ACC_SIGNATURE, 'num_stages': 2,\n"
+                    "    'num_warps': 8, 'constexprs': dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=3)}}\n")
+    argv = ["compile", f"{spec}:multi_acc_kernel", "--passes", "none"]
+    assert main(argv) == 1 and "allocates 768 TMEM columns per CTA; sm_100a has 512" in capsys.readouterr().err
+    assert main(argv + ["--no-check-limits", "--json"]) == 0
+    import json
+    assert json.loads(capsys.readouterr().out)["summary"]["tmem_columns"] == 768
+
+
 def test_limits_come_from_the_target():
     from bwtriton.targets import TARGETS
     assert TARGETS["sm_100a"].max_shared_bytes == 232448 and TARGETS["sm_100a"].tmem_columns == 512

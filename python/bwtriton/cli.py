@@ -39,7 +39,8 @@ def _compile_from_args(args: argparse.Namespace):
     """Compile what `bwtriton compile`'s arguments name (an IR file, or FILE.py:KERNEL with its spec)."""
     from .driver import compile as bw_compile
     from .loading import compile_keywords, load_kernel
-    options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta)
+    options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta,
+                                   check_limits=not args.no_check_limits)
     if args.input.endswith((".ttir", ".ttgir")):
         return bw_compile(args.input, **options, **_ir_launch_options(args))
     fn, spec = load_kernel(args.input)
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print a pass's report (e.g. tmem, plan-tmem, verify-tcgen05, all)")
     c.add_argument("--tmem-map", metavar="PATH", help="write the plan-tmem TMEM map picture (.svg, or .png with "
                    "matplotlib)")
+    c.add_argument("--no-check-limits", action="store_true", help="keep a kernel over the target's shared-memory "
+                   "or TMEM limit (it cannot launch) to inspect what Triton emitted for it")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compile)
 
