@@ -189,3 +189,26 @@ def test_unknown_instruction_is_unsupported_with_its_line(tma):
     line = _line_of(bad, r"frobnicate")
     with pytest.raises(emu.UnsupportedInstructionError, match=rf"PTX line {line}:.*frobnicate"):
         _run(case, bad)
+
+
+def test_tma_refill_of_generically_written_bytes_needs_no_fence(tma):
+    """Once a TMA load overwrites bytes, their newest writer is the async proxy: an earlier st.shared to them (here
+    a scratch store into stage 0 after TMEM allocation, barriers later) must not count as an unfenced generic
+    write."""
+    case, text = tma
+    store = "\n\tst.shared.b32 [global_smem+64], %r1;\n\tst.shared.b32 [global_smem+16384], %r1;"
+    at = re.search(r"tcgen05\.relinquish_alloc_permit[^\n]*", text)
+    assert at
+    err, tol = _run(case, text[:at.end()] + store + text[at.end():])
+    assert err <= tol
+
+
+def test_generic_store_racing_a_pending_tma_load_is_caught(tma):
+    """The same stores placed right before the first TMA (no barrier between them and warp 0's issue): another
+    warp's st.shared overwrites bytes the pending TMA owns."""
+    case, text = tma
+    store = "\tst.shared.b32 [global_smem+64], %r1;\n"
+    first_tma = re.search(r"\n[^\n]*@%p\d+ cp\.async\.bulk\.tensor", text)
+    with pytest.raises(AsyncOverwriteError, match=r"st writes shared memory .* TMA load at PTX line \d+ .* is "
+                                                  r"still writing"):
+        _run(case, text[:first_tma.start() + 1] + store + text[first_tma.start() + 1:])

@@ -290,3 +290,14 @@ def test_progress_meter_reports_clusters_and_rate():
     quiet = io.StringIO()
     ProgressMeter(3, enabled=None, stream=quiet).tick(Launch())  # not a terminal: silent
     assert quiet.getvalue() == ""
+
+
+def test_run_time_lookup_failure_is_unsupported_not_keyerror(monkeypatch):
+    """A family that trips over an unforeseen form at run time reports the PTX line, not a raw KeyError."""
+    from bwtriton.emu import alu
+    monkeypatch.setitem(alu._CMP, "lt", None)
+    del alu._CMP["lt"]  # setp.lt now fails inside the closure
+    text = HEADER + "  setp.lt.u32 %p1, %r2, %r3;\n  ret;\n}\n"
+    line = next(i + 1 for i, ln in enumerate(text.splitlines()) if "setp.lt" in ln)
+    with pytest.raises(emu.UnsupportedInstructionError, match=rf"PTX line {line}: this form of `setp.lt.u32`"):
+        emu.run(text, (1,), torch.zeros(32, 2, dtype=torch.int32), torch.zeros(32, 2, dtype=torch.int32))

@@ -103,6 +103,8 @@ class AsyncEngine:
             seg = smem.poison[idx]
             smem.poison[idx] = np.where(seg == op.seq, 0, seg)
             smem.n_poison -= 1
+            if smem.any_unfenced:  # the bytes' newest writer is this operation, not an earlier generic store
+                smem.unfenced[idx] = 0
         for smem, lo, hi in op.reads:
             smem.async_reads = [r for r in smem.async_reads if r[2] is not op]
         for tm, cols in op.tmem:

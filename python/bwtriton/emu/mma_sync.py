@@ -1,6 +1,6 @@
 """Warp-level `mma.sync.aligned` (the pre-tcgen05 tensor-core path Triton 3.6 still uses for int8 `tl.dot` on
-sm_100): m16n8k16 (f16/bf16 -> f32/f16) and m16n8k32 / m16n8k16 (s8/u8 -> s32), row.col, with the PTX ISA
-fragment layouts (groupID g = lane>>2, t = lane%4)."""
+sm_100, and for tiles below the tcgen05 minimum): m16n8k16 / m16n8k8 (f16/bf16 -> f32), m16n8k8 (tf32 -> f32),
+m16n8k32 / m16n8k16 (s8/u8 -> s32), row.col, with the PTX ISA fragment layouts (groupID g = lane>>2, t = lane%4)."""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -28,12 +28,14 @@ def _elements(regs: list[np.ndarray], bits: int, kind: str) -> np.ndarray:
         return nx.bf16_bits_to_f32(parts.astype(np.uint16)).astype(np.float64)
     if kind == "s8":
         return parts.astype(np.uint8).view(np.int8).astype(np.int64)
+    if kind == "tf32":  # the tensor core reads the top 19 bits of each f32
+        return nx.tf32_truncate(parts.astype(np.uint32).view(np.float32)).astype(np.float64)
     return parts.astype(np.int64)
 
 
 def _a_coords(k: int, per: int) -> tuple[np.ndarray, np.ndarray]:
     """(row, col) [32, elements] of the A fragment (16 x k, row-major) for 16-bit (per=2) / 8-bit (per=4)."""
-    regs = 4 if k == 16 * (per // 2) else 2  # m16n8k16 f16: 4 regs; m16n8k32 s8: 4 regs; m16n8k16 s8: 2 regs
+    regs = k // (2 * per)  # 16 x k elements over 32 lanes: f16 k16 / s8 k32 / tf32 k8 -> 4 regs, f16 k8 -> 2
     rows, cols = [], []
     for r in range(regs):
         for e in range(per):
@@ -63,12 +65,13 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
         return None
     mods = ins.modifiers
     shape = next((m for m in mods if m.startswith("m16n8k")), None)
-    if shape not in ("m16n8k16", "m16n8k32") or "row" not in mods or "col" not in mods or len(ins.types) != 4:
-        raise UnsupportedInstructionError(f"`{ins.full_opcode}` is not emulated (only m16n8k16/k32 row.col)",
+    if shape not in ("m16n8k8", "m16n8k16", "m16n8k32") or "row" not in mods or "col" not in mods or \
+            len(ins.types) != 4:
+        raise UnsupportedInstructionError(f"`{ins.full_opcode}` is not emulated (only m16n8k8/k16/k32 row.col)",
                                           line=ins.line, text=ins.text)
     d_t, a_t, b_t, c_t = ins.types
     k = int(shape[6:])
-    per = 2 if a_t in ("f16", "bf16") else 4
+    per = 2 if a_t in ("f16", "bf16") else 1 if a_t == "tf32" else 4
     if per == 4 and a_t not in ("s8", "u8") or per == 2 and d_t not in ("f32",):
         raise UnsupportedInstructionError(f"`{ins.full_opcode}` types are not emulated", line=ins.line,
                                           text=ins.text)

@@ -223,6 +223,8 @@ class Program:
 
 
 def _with_error_context(f: Callable, ins: Instruction) -> Callable:
+    """Errors raised while executing `ins` name its PTX line; a lookup failure inside a family (a form of the
+    instruction its decoder did not foresee) becomes UnsupportedInstructionError, never a raw KeyError."""
     def run(w):
         try:
             return f(w)
@@ -231,6 +233,10 @@ def _with_error_context(f: Callable, ins: Instruction) -> Callable:
                 exc.line = ins.line
                 exc.args = (f"PTX line {ins.line}: {exc.args[0]}\n    {short(ins.text, 200)}",)
             raise
+        except (KeyError, IndexError) as exc:
+            raise UnsupportedInstructionError(f"this form of `{ins.full_opcode}` is not emulated "
+                                              f"({type(exc).__name__}: {exc})", line=ins.line, text=ins.text,
+                                              where=w.where()) from exc
     return run
 
 
