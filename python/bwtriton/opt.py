@@ -351,6 +351,8 @@ def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation,
                 # split input, as in triton-opt: a failing piece prints its error and the next pieces still run
                 print(f"error: {exc}", file=sys.stderr)
                 out = None
+        if out is not None and first_line and out.startswith("\n" * first_line):  # text passes keep the padding
+            out = out[first_line:]
         return out, _named_input(err[0], tmp, shown), _named_input(_render_reports(inv, reports), tmp, shown)
     finally:
         if tmp:
