@@ -10,6 +10,8 @@ Two command lines are accepted:
 MLIR inputs (.ttir/.ttgir/.mlir, stdin) take our TTIR/TTGIR passes and Triton's MLIR passes; text inputs
 (.ptx, .ll) take our PTX/LLIR passes. Options of Triton's passes are applied through the Python adders or
 refused (`bwtriton.regress.triton_options`); passes Triton's Python bindings do not expose are an error.
+With ``-split-input-file`` each ``// -----`` piece runs on its own: its output is followed by its own ``--report``,
+and an error of one of our passes fails that piece (exit status 1) while the later pieces still run.
 """
 from __future__ import annotations
 
