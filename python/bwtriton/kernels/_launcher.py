@@ -39,24 +39,12 @@ def _selection_for(capability: int):
 def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
     """Compile any kernel launched inside this block through bwtriton's passes for `device`'s target.
 
-    The on-disk cache moves to a folder keyed by the pass selection (Triton's key does not see hooks), as
-    `bwtriton.enable()` does, but only for this block, and without clearing other kernels' JIT caches: our kernels
-    are only ever launched inside this block, so their in-memory cache entries are always pipeline-compiled.
-    The folder name must stay the one `bwtriton.pipeline` uses for `enable()` (pipeline.py offers no scoped form
-    of that switch yet), so kernels compiled either way share one cache entry."""
-    import os
-
-    from triton import knobs
-
-    from ..pipeline import stages_hook
+    `pipeline.scoped`: the hook and the selection's cache folder (shared with `enable()`), no JIT-cache clear (our
+    kernels are only ever launched inside this block, so their in-memory cache entries are pipeline-compiled)."""
+    from ..pipeline import scoped
     selection, target = _selection_for(device_capability(device))
-    previous_dir = knobs.cache.dir
-    knobs.cache.dir = os.path.join(str(previous_dir), f"bwtriton-{selection.key()}")
-    try:
-        with stages_hook(selection, target):
-            yield
-    finally:
-        knobs.cache.dir = previous_dir
+    with scoped(selection, target):
+        yield
 
 
 def _current_stream(device: torch.device) -> int:
