@@ -132,6 +132,15 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
     writers = [prog.dst(d, ins) for d in dests]
 
     def ld(w):
+        if w.mask is None:  # every lane: no gather of active lanes, no zero fill
+            raw = mem_read(w, space, rd_addr(w), width * n)
+            vals = raw.view(dt).reshape(32, n)
+            if n == 1:
+                writers[0](w, vals.reshape(32))
+            else:
+                for i, wr in enumerate(writers):
+                    wr(w, vals[:, i].copy())
+            return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
         raw = mem_read(w, space, addr, width * n)  # [k, width*n]
@@ -151,6 +160,15 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     rd_addr = address_reader(ins.operands[0], prog, ins)
 
     def st(w):
+        if w.mask is None:
+            if len(srcs) == 1:
+                col = lanes32(np.asarray(convert(srcs[0](w), dt)))
+                data = np.ascontiguousarray(col).view(np.uint8).reshape(32, -1)
+            else:
+                data = np.stack([lanes32(np.asarray(convert(s(w), dt))) for s in srcs], axis=1)
+                data = data.view(np.uint8).reshape(32, -1)
+            mem_write(w, space, rd_addr(w), data)
+            return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
         cols = [lanes32(np.asarray(convert(s(w), dt)))[idx] for s in srcs]
