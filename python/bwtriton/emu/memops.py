@@ -8,7 +8,7 @@ import numpy as np
 from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import MemoryFaultError, UnsupportedInstructionError
-from .memory import CLUSTER_WINDOW, PARAM_BASE
+from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
 from .program import NP_TYPES, Program, active_index, address_reader, convert, lanes32
 
 U64 = np.dtype(np.uint64)
@@ -77,7 +77,7 @@ def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.n
 def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
     """A generic-proxy access of one CTA's shared memory: reads must not see bytes a pending asynchronous write
     owns; writes must not hit bytes a pending asynchronous operation uses, and are remembered as unfenced."""
-    if data is None and not smem.n_poison:
+    if data is None and (not smem.n_poison or not _span_poisoned(smem, a, nbytes)):
         return smem.read(a, nbytes)
     cells = smem.offsets(a, nbytes)[:, None] + np.arange(nbytes)
     if data is None:
@@ -88,6 +88,16 @@ def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
     smem.data[cells] = data
     smem.mark_generic_write(cells, _line(w))
     return None
+
+
+def _span_poisoned(smem, a: np.ndarray, nbytes: int) -> bool:
+    """Whether any byte between the lowest and highest accessed offset is owned by a pending asynchronous write
+    (one contiguous slice: cheaper than the per-byte check, which runs only when this says yes)."""
+    if not a.size:
+        return False
+    lo = max(int(a.min()) - SMEM_BASE, 0)
+    hi = min(int(a.max()) - SMEM_BASE + nbytes, smem.size)
+    return lo < hi and bool(smem.poison[lo:hi].any())
 
 
 def _line(w) -> int:
