@@ -200,12 +200,15 @@ class Program:
                                               text=ins.text)
         s = self.slot(op.name, ins)
         cdt = self.slot_dtypes[s]
+        width = cdt.itemsize if cdt.kind in "iu" and cdt.shape == () else -1
 
         def write(w, v):
             if type(v) is not np.ndarray:
                 v = np.asarray(v)
             if v.dtype != cdt:
-                v = convert(v, cdt)
+                vdt = v.dtype
+                # same-width numbers (f64 results into b64 registers): a view, what `convert` would do
+                v = v.view(cdt) if vdt.itemsize == width and vdt.kind in "fiu" else convert(v, cdt)
             if v.shape != (32,):
                 v = np.full(32, v, dtype=cdt)
             m = w.mask
