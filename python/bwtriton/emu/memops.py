@@ -8,7 +8,7 @@ import numpy as np
 from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import MemoryFaultError, UnsupportedInstructionError
-from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
+from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
 from .program import NP_TYPES, Program, active_index, address_reader, convert, lanes32
 
 U64 = np.dtype(np.uint64)
@@ -26,6 +26,10 @@ def space_of(ins: Instruction) -> str:
 
 def mem_read(w, space: str, addr: np.ndarray, nbytes: int) -> np.ndarray:
     """Bytes [len(addr), nbytes] at per-lane addresses in a state space (generic resolves by address)."""
+    if space == "shared":
+        raw = _own_shared_read(w, addr, nbytes)
+        if raw is not None:
+            return raw
     if space == "global":
         return w.launch.gmem.read(addr, nbytes)
     if space in ("shared", "shared::cluster"):
@@ -52,6 +56,24 @@ def mem_write(w, space: str, addr: np.ndarray, data: np.ndarray) -> None:
 def _param_origin(addr: np.ndarray) -> int:
     # ld.param takes param offsets (from the param symbol); generic param addresses start at PARAM_BASE
     return PARAM_BASE if int(addr.max(initial=0)) >= PARAM_BASE else 0
+
+
+def _own_shared_read(w, addr: np.ndarray, nbytes: int) -> Optional[np.ndarray]:
+    """The common ld.shared: every address inside this CTA's own window, no pending asynchronous write on the
+    accessed span. One min/max pass decides it; None sends anything else (faults, cluster addresses, poisoned
+    bytes) down the full path, which reports it."""
+    if not addr.size:
+        return None
+    smem = w.cta.smem
+    off = addr.astype(np.int64) - SMEM_BASE
+    lo, hi = int(off.min()), int(off.max()) + nbytes
+    if lo < 0 or hi > smem.size:
+        return None
+    if smem.n_poison and smem.poison[lo:hi].any():
+        return None
+    if nbytes == 1:
+        return smem.data[off][:, None]
+    return smem.data[off[:, None] + byte_range(nbytes)]
 
 
 def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):

@@ -149,7 +149,7 @@ class SharedMemory:
         off = self.offsets(addr, nbytes)
         if nbytes == 1:
             return self.data[off][:, None]
-        return self.data[off[:, None] + _byte_range(nbytes)]
+        return self.data[off[:, None] + byte_range(nbytes)]
 
     def write(self, addr: np.ndarray, data: np.ndarray) -> None:
         off = self.offsets(addr, data.shape[1])
@@ -267,13 +267,13 @@ class TensorMemory:
         return None
 
 
-_BYTE_RANGES: dict[int, np.ndarray] = {}
+BYTE_RANGES: dict[int, np.ndarray] = {}
 
 
-def _byte_range(nbytes: int) -> np.ndarray:
+def byte_range(nbytes: int) -> np.ndarray:
     """np.arange(nbytes), made once per width (accesses use a handful of widths, millions of times)."""
-    r = _BYTE_RANGES.get(nbytes)
+    r = BYTE_RANGES.get(nbytes)
     if r is None:
-        r = _BYTE_RANGES[nbytes] = np.arange(nbytes)
+        r = BYTE_RANGES[nbytes] = np.arange(nbytes)
         r.flags.writeable = False
     return r
