@@ -54,7 +54,7 @@ def fake_launcher(monkeypatch):
 def _gemv_args(x=None):
     x = torch.zeros(1, 128, dtype=torch.int32) if x is None else x
     return (x, torch.zeros(8, 256, dtype=torch.uint8), torch.zeros(8, 32, dtype=torch.uint8),
-            torch.zeros(1, 8), torch.ones(1), 1, 8, 512, 128, 256, 8)
+            torch.zeros(1, 8), torch.ones(1), torch.zeros(8), 1, 8, 512, 128, 256, 8)
 
 
 _GEMV_KW = dict(SCALE_BLOCKED=False, BLOCK_M=1, ROWS_PER_THREAD=2, THREADS_N=1, SPLIT_K=1, num_warps=4)
@@ -62,9 +62,10 @@ _GEMV_KW = dict(SCALE_BLOCKED=False, BLOCK_M=1, ROWS_PER_THREAD=2, THREADS_N=1, 
 
 def test_tail_is_constexprs_in_signature_order_with_defaults():
     launcher = _launcher.CachedLauncher(decode.nvfp4_gemv_kernel, pipeline=False)
-    tail = launcher._tail(11, dict(_GEMV_KW, THREADS_N=2))
-    # SCALE_BLOCKED, BLOCK_M, ROWS_PER_THREAD, THREADS_N, SPLIT_K, then the defaults TWO_STEPS, GROUPS_PER_THREAD
-    assert tail == (False, 1, 2, 2, 1, False, 2)
+    tail = launcher._tail(12, dict(_GEMV_KW, THREADS_N=2))
+    # SCALE_BLOCKED, BLOCK_M, ROWS_PER_THREAD, THREADS_N, SPLIT_K, then the defaults TWO_STEPS, GROUPS_PER_THREAD,
+    # HAS_BIAS
+    assert tail == (False, 1, 2, 2, 1, False, 2, False)
 
 
 def test_first_call_compiles_later_calls_launch_the_compiled_kernel(fake_launcher):
@@ -78,7 +79,7 @@ def test_first_call_compiles_later_calls_launch_the_compiled_kernel(fake_launche
     call = compiled.calls[0]
     assert call[:7] == (4, 1, 1, 1234, "fn-handle", ("meta",), None)  # grid padded to 3-D, no launch metadata
     assert call[9:9 + len(args)] == args
-    assert call[9 + len(args):] == (False, 1, 2, 1, 1, False, 2)
+    assert call[9 + len(args):] == (False, 1, 2, 1, 1, False, 2, False)
 
 
 def test_misaligned_pointer_is_its_own_entry(fake_launcher):
