@@ -64,7 +64,8 @@ def quant_dequant_nvfp4_kernel(x_ptr, s_enc_ptr, w_dec_ptr, alpha_ptr, out_ptr, 
     s_enc = tl.load(s_enc_ptr)
     x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
     xq, xs = quantize_nvfp4_tile(x, s_enc)
-    xd = dequantize_nvfp4_tile(xq, xs, 1.0)  # fp32, exact; the bf16 cast below is exact too (module docstring)
+    # fp32 e2m1 * scale, exact; so is the bf16 cast below (module docstring)
+    xd = dequantize_nvfp4_tile(xq, xs, tl.full((), 1.0, tl.float32))
     tl.store(out_ptr + rm[:, None].to(tl.int64) * K + rk[None, :], xd.to(tl.bfloat16), mask=mask)
     if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
         tl.store(alpha_ptr, tl.math.div_rn(1.0, s_enc) * tl.load(w_dec_ptr))
@@ -76,13 +77,18 @@ def amax_encode_scale_kernel(x_ptr, s_enc_ptr, M, K, stride_xm, BLOCK_M: tl.cons
     rm0 = tl.arange(0, BLOCK_M)
     rk0 = tl.arange(0, BLOCK_K)
     best = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-    for m in range(0, M, BLOCK_M):
+    # while loops, not range(): Triton 3.6's interpreter cannot take a runtime range bound with numpy >= 2.
+    m = 0
+    while m < M:
         rm = m + rm0
-        for k in range(0, K, BLOCK_K):
+        k = 0
+        while k < K:
             rk = k + rk0
             mask = (rm[:, None] < M) & (rk[None, :] < K)
             x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
             best = tl.maximum(best, tl.abs(x.to(tl.float32)))
+            k += BLOCK_K
+        m += BLOCK_M
     amax = tl.max(tl.max(best, axis=1), axis=0)
     s_enc = tl.minimum(tl.math.div_rn(_NVFP4_MAX, amax), _FLT_MAX)  # 2688 / tiny = inf -> FLT_MAX, as torch's clamp
     tl.store(s_enc_ptr, tl.where(amax == 0.0, 1.0, s_enc))
