@@ -11,6 +11,10 @@ Every kernel here uses `tl.dot_scaled`, so:
   the first launch per shape compiles inside `bwtriton_pipeline()` (bwtriton's stage hook), later ones call the
   compiled kernel directly.
 
+On Hopper, `nvfp4_matmul` takes a third way for large shapes (`use_dequant_gemm`): both operands dequantized
+exactly to bf16 (`nvfp4_dequant`, global scales left out) and `kernels.matmul` with alpha on the fp32
+accumulator; H200, 8192^3: the dot_scaled kernel ran at 189 TFLOP/s, the bf16 GEMM at 682.
+
 The helpers these kernels share with `nvfp4_linear` and `decode` (scale offsets, E2M1 decode, alpha) live in
 `_common`, the pipeline launch in `_launcher`, the input checks in `_validate`.
 """

@@ -1,6 +1,11 @@
 """NVFP4 linear layer: y = x @ dequant(w_q)^T (+ bias) with the activations quantized to NVFP4 on the fly.
 
-Two ways, same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
+Three forms. The third, 'dequant_decode' (M <= 64, for targets without a native NVFP4 MMA such as Hopper),
+quantizes x and dequantizes it straight back to exact bf16 values in one small kernel (`nvfp4_dequant`), then
+runs the weight-only decode kernel (`decode.decode_scaled`) with alpha = S_dec(x) * S_dec(w) and the bias in its
+epilogue: at small M the linear is a weight read, and the decode kernels read the weight at close to the
+bandwidth limit, where the forms below run an emulated NVFP4 MMA (~100 us at M = 16, N = K = 4096 on the H200).
+The first two, same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
 `bwtriton.formats.quantize_nvfp4` given the same global encode scale):
 
 * `nvfp4_linear` (fused): the GEMM's prologue loads a bf16 x tile, quantizes it in registers and feeds
@@ -238,8 +243,8 @@ def _dequant_decode(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor,
     return out, (q_entry, replay)
 
 
-#: Chosen form ('fused', 'two_kernel' or 'dequant_decode') per (device, M bucket, N, K, bias, scale layout); TUNING_LOG: the
-#: kernel times (us, CUDA-graph replay) both forms got when the choice was made.
+#: Chosen form ('fused', 'two_kernel' or 'dequant_decode') per (device, M bucket, N, K, bias, scale layout);
+#: TUNING_LOG: the kernel times (us, CUDA-graph replay) every form got when the choice was made.
 _FORM: dict[tuple, str] = {}
 TUNING_LOG: dict[tuple, dict[str, float]] = {}
 
