@@ -259,8 +259,9 @@ def cpu_launch(monkeypatch):
     yield rec
     # Forget the fake entries and the CPU plans, so no later test can meet them.
     mm = importlib.import_module("bwtriton.kernels.matmul")
+    dq = importlib.import_module("bwtriton.kernels.nvfp4_dequant")
     for launcher in (decode._GEMV_LAUNCHER, decode._MMA_LAUNCHER, linear._FUSED, linear._QUANT, linear._PDL_GEMM,
-                     mm._LAUNCHER):
+                     mm._LAUNCHER, dq._QDQ, dq._AMAX, dq._DEQUANT):
         for key in [key for key, entry in launcher._entries.items() if entry[0] is rec]:
             del launcher._entries[key]
     for plans in (decode._PLANS, linear._PLANS):
@@ -321,6 +322,36 @@ def test_linear_plan_launches_what_the_slow_path_does(cpu_launch, form, with_bia
     assert args[w_at] is w_q.data and args[w_at + 1] is w_q.scales
     # without a bias the output pointer stands in for it (HAS_BIAS=False never reads it)
     assert args[w_at + 3] is bias if with_bias else args[w_at + 3] is args[w_at + 4]
+
+
+@pytest.mark.parametrize("with_bias,scale", [(False, 0.01), (True, None)])
+def test_linear_dequant_decode_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch, with_bias, scale):
+    """quantize-dequantize x, then the decode kernel reading the alpha that the first kernel wrote (and, with the
+    x scale from amax, the single-CTA amax kernel first); the plan repeats exactly those launches."""
+    m, n, k = 16, 128, 256
+    monkeypatch.setitem(decode._TUNED, (None, m, n, k, "plain", torch.bfloat16),
+                        dict(decode.decode_config(m, n, k), path="mma"))
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    bias = torch.randn(n).bfloat16() if with_bias else None
+    x1, x2 = torch.randn(m, k).bfloat16(), torch.randn(m, k).bfloat16()
+    form = "dequant_decode"
+    linear.nvfp4_linear(x1, w_q, bias, x_global_scale=scale, form=form)   # slow path + plan
+    before = len(cpu_launch.runs)
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=scale, form=form)   # plan
+    plan_runs = cpu_launch.runs[before:]
+    linear._PLANS.clear()
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=scale, form=form)   # slow path
+    slow_runs = cpu_launch.runs[before + len(plan_runs):]
+    assert len(plan_runs) == len(slow_runs) == (2 if scale is not None else 3)
+    for p, s in zip(plan_runs, slow_runs):
+        assert _same_launch(p, s)
+    qdq, dec = plan_runs[-2], plan_runs[-1]
+    assert qdq[0].data_ptr() == x2.data_ptr()
+    assert dec[0] is qdq[4] and dec[4] is qdq[3]  # decode reads the bf16 x and the alpha the first kernel wrote
+    assert dec[1] is w_q.data and dec[2] is w_q.scales
+    assert dec[5] is bias if with_bias else dec[5] is dec[3]
+    if scale is None:  # the amax kernel's S_enc feeds the quantizer
+        assert qdq[1] is plan_runs[0][1]
 
 
 def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch):
