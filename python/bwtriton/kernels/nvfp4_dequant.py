@@ -31,9 +31,10 @@ from ._launcher import CachedLauncher
 
 __all__ = ["dequantize_nvfp4_bf16", "quant_dequant_nvfp4", "device_encode_scale", "DEVICE_AMAX_MAX_ELEMENTS"]
 
-#: Largest activation (elements) whose amax the single-CTA kernel computes; above it torch's multi-CTA reduction
-#: is faster and the host cost of its few launches is small next to the GEMM.
-DEVICE_AMAX_MAX_ELEMENTS = 1 << 20
+#: Largest activation (elements) whose amax the single-CTA kernel computes. One SM streams ~32 KiB per loop step
+#: (one HBM latency, ~1 us), so 2^17 bf16 elements (256 KiB, e.g. M = 32, K = 4096) take ~8 steps; above that
+#: torch's multi-CTA reduction is faster on the GPU and its few launches' host cost is small next to the GEMM.
+DEVICE_AMAX_MAX_ELEMENTS = 1 << 17
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
 _NVFP4_MAX = tl.constexpr(2688.0)  # 448 (E4M3 max) * 6 (E2M1 max)
@@ -134,5 +135,5 @@ def device_encode_scale(x: torch.Tensor) -> torch.Tensor:
     m, k = x.shape
     s_enc = torch.empty(1, dtype=torch.float32, device=x.device)
     _AMAX.launch(("amax", m, k, x.stride(0)), (1,), x.device, (x, s_enc, m, k, x.stride(0)),
-                 dict(BLOCK_M=16, BLOCK_K=256, num_warps=8))
+                 dict(BLOCK_M=32, BLOCK_K=512, num_warps=16))
     return s_enc
