@@ -334,7 +334,10 @@ def _tensor_sig(t: "torch.Tensor | None") -> tuple:
 
 
 def _plan_key(x: torch.Tensor, w_q, bias, x_global_scale, form: str) -> tuple:
-    scale_kind = "amax" if x_global_scale is None else "tensor" if isinstance(x_global_scale, torch.Tensor) else "float"
+    if x_global_scale is None or isinstance(x_global_scale, torch.Tensor):
+        scale_kind = "amax" if x_global_scale is None else "tensor"
+    else:  # the value itself: a plan then has one constant x scale (see the dequant_decode plan's alpha)
+        scale_kind = ("float", x_global_scale) if isinstance(x_global_scale, (int, float)) else "other"
     return (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16,
             _tensor_sig(bias) if isinstance(bias, torch.Tensor) else bias, scale_kind, form)
 
@@ -359,9 +362,15 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
         q_entry, replay = entries
         q_grid = (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
 
+        # A float x scale is part of the plan key, so alpha = S_dec(x) * S_dec(w) is the same on every call of this
+        # plan: one buffer per plan saves an allocation (each call rewrites it with the same bits, which also
+        # follows an in-place edit of the weight's global scale). Tensor / amax scales change per call.
+        is_float = isinstance(key[-2], tuple) and key[-2][0] == "float"
+        fixed_alpha = torch.empty(1, dtype=torch.float32, device=device) if is_float else None
+
         def plan(x, bias, s_enc):
             xd = torch.empty((m, k), dtype=bf16, device=device)
-            alpha = torch.empty(1, dtype=torch.float32, device=device)
+            alpha = fixed_alpha if fixed_alpha is not None else torch.empty(1, dtype=torch.float32, device=device)
             run_entry(q_entry, q_grid, device, (x, s_enc, w_dec, alpha, xd, m, k, x.stride(0)))
             return replay(xd, alpha, bias)
     else:
