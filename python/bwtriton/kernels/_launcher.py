@@ -19,6 +19,7 @@ import functools
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+from triton import knobs as _knobs  # at import: a function-level import costs ~1 us per launch in run_entry
 
 from ._device import device_capability
 
@@ -68,9 +69,9 @@ def run_entry(entry: tuple[Any, tuple], grid: tuple[int, int, int], device: torc
               args: Sequence[Any]) -> None:
     """Launch a `CachedLauncher` entry on `grid` (3-D) with `args` (the positional arguments of its key: same
     shapes, dtypes, alignment and integer values as when the entry was made, pointers may differ)."""
-    from triton import knobs
     compiled, tail = entry
-    enter, exit_ = _hook(knobs.runtime.launch_enter_hook), _hook(knobs.runtime.launch_exit_hook)
+    runtime = _knobs.runtime
+    enter, exit_ = _hook(runtime.launch_enter_hook), _hook(runtime.launch_exit_hook)
     stream = _current_stream(device)
     meta = None if enter is None and exit_ is None else compiled.launch_metadata(grid, stream, *args, *tail)
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, meta, enter, exit_,
