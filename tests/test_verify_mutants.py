@@ -42,7 +42,10 @@ def _mutants():
     one = corpus_ptx("gluon_one_mma")
     tma = corpus_ptx("tma_scaled_nvfp4")
     w8 = _matmul_w8()
+    ws = corpus_ptx("ws_tma_matmul")
     return [
+        ("P21 epilogue fence.proxy.async removed before the TMA store", ws,
+         _sub(ws, r"fence\.proxy\.async\.shared::cta", "\t// fence removed"), {}, "tma-store-unfenced"),
         ("T4 TMA wait removed before the MMA", tma,
          _sub(tma, r"mbarrier\.try_wait", "\tmov.pred complete, -1;"), {}, "async-copy-unwaited"),
         ("P11 accumulator wait on the TMA barrier", t39,
