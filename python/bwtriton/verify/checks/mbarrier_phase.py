@@ -6,7 +6,7 @@ completed (PTX ISA #parallel-synchronization-and-communication-instructions-mbar
 that waits on the same barrier every iteration with the same parity therefore waits only the first time: from
 the second iteration on the completed phase of that parity is still the last one seen and the wait falls through
 before the producer's next completion (a race, typically reading a stage the TMA is still writing). A phase
-completes when the pending arrival count, set to the init count (#...-mbarrier-init), reaches zero: a barrier
+completes when the pending arrival count, set to the init count (#parallel-synchronization-and-communication-instructions-mbarrier-init), reaches zero: a barrier
 whose init count exceeds every arrival the kernel can make never completes (deadlock).
 """
 from __future__ import annotations
