@@ -35,6 +35,20 @@ def _matmul_w8() -> str:
     return compile_matmul_kernel("fp16", "fp16", num_warps=8).asm["ptx"]
 
 
+def _hoisted_barrier_init(text: str) -> str:
+    """Single-stage tl.dot re-initialises its MMA barrier every iteration (so parity 0 is right); hoist the init
+    out of the loop and drop the inval, keeping parity 0: the T6 bug."""
+    lines = text.splitlines()
+    init = next(i for i, s in enumerate(lines) if "mbarrier.init" in s)
+    addr = re.search(r"\[(%r\d+)\]", lines[init]).group(1)
+    define = next(s for s in lines[:init] if re.match(rf"\s*add\.s32\s+{addr},", s))
+    head = next(i for i, s in enumerate(lines) if re.match(r"\s*bra\.uni\s+\$L__BB0_3;", s))
+    out = [("\t// init hoisted" if i == init else "\t// inval dropped" if "mbarrier.inval" in s else s)
+           for i, s in enumerate(lines)]
+    out[head:head] = [define, lines[init]]
+    return "\n".join(out) + "\n"
+
+
 def _mutants():
     """(rule, original PTX, mutant PTX, verify kwargs, the check that must fire)."""
     t39 = TRITON39.read_text()
@@ -42,7 +56,15 @@ def _mutants():
     one = corpus_ptx("gluon_one_mma")
     tma = corpus_ptx("tma_scaled_nvfp4")
     w8 = _matmul_w8()
+    ws = corpus_ptx("ws_tma_matmul")
+    s1 = compile_matmul_kernel("fp16", "fp16", num_stages=1).asm["ptx"]
     return [
+        ("T6 barrier init hoisted out of the loop, parity left 0", s1, _hoisted_barrier_init(s1), {},
+         "mbarrier-parity-stuck"),
+        ("T7 init count above the elected arrivals of 4 warps", one,
+         _sub(one, r"mbarrier\.init", lambda s: s.replace("], 1;", "], 5;")), {}, "mbarrier-arrivals-short"),
+        ("P21 epilogue fence.proxy.async removed before the TMA store", ws,
+         _sub(ws, r"fence\.proxy\.async\.shared::cta", "\t// fence removed"), {}, "tma-store-unfenced"),
         ("T4 TMA wait removed before the MMA", tma,
          _sub(tma, r"mbarrier\.try_wait", "\tmov.pred complete, -1;"), {}, "async-copy-unwaited"),
         ("P11 accumulator wait on the TMA barrier", t39,

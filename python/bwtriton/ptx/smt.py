@@ -321,6 +321,17 @@ class Facts:
         m = solver.model()
         return {str(d): m[d].as_long() for d in m.decls() if z3.is_bv_value(m[d])}
 
+    def unsat(self, extra: list) -> bool:
+        """True only when z3 proves the constraints `extra` (with the size assumptions) unsatisfiable; then no
+        set of facts can make them satisfiable, which lets a caller skip the per-path queries."""
+        if self._tr is None:
+            return False
+        solver = z3.Solver()
+        solver.set("timeout", _TIMEOUT_MS)
+        solver.add(*extra)
+        solver.add(*self._tr.size_bounds())
+        return solver.check() == z3.unsat
+
     def feasible(self, facts: Iterable[Fact], new: Optional[Iterable[Fact]] = None) -> Optional[bool]:
         """False when the value facts provably contradict each other (z3 unsat), True when z3 finds a model of
         the translation (or there is nothing to relate), None when the solver gave up (timeout). With `new`

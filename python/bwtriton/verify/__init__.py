@@ -25,7 +25,7 @@ from bwtriton.ptx.values import ValueResolver
 
 from bwtriton.errors import InputError
 
-from .checks import ALL_CHECKS, Ctx, LdHazard, check_trap_only, discover_tmem, ld_wait_hazards
+from .checks import ALL_CHECKS, UNGATED_CHECKS, Ctx, LdHazard, check_trap_only, discover_tmem, ld_wait_hazards
 from .checks.clc import check_clc
 from .checks.resources import check_resources, check_target_isa
 from .findings import Finding
@@ -103,6 +103,8 @@ def verify_module(mod: Module, target: str = "sm_100a", *, shared_bytes: Optiona
         report.functions.append(ctx.func.name)
         check_trap_only(ctx)
         check_clc(ctx)  # CLC (rules C1-C5) needs no tcgen05 in the function
+        for check in UNGATED_CHECKS:  # P21, T6, T7: TMA stores and mbarriers exist without tcgen05 too
+            check(ctx)
         if any(i.is_tcgen05 for i in ctx.func.instructions):
             for check in ALL_CHECKS:
                 check(ctx)

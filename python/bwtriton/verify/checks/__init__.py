@@ -16,6 +16,8 @@ from .lanes import check_lane_quarter_by_warp
 from .launch import check_cluster, check_leader_issue, check_cta_group, check_single_thread_issue, check_sync_aligned, check_trap_only
 from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier, check_ld_wait, check_proxy_fence,
                    check_st_wait, ld_wait_hazards)
+from .mbarrier_phase import check_arrival_count, check_parity_alternates
+from .tma_store import check_tma_store_fence
 from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_st_shapes
 
 ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
@@ -25,5 +27,9 @@ ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_lane_quarter_by_warp, check_leader_issue,
 )
 
+#: checks of generic async-proxy / mbarrier rules, run on every function whether it uses tcgen05 or not
+UNGATED_CHECKS: tuple[Callable[[Ctx], None], ...] = (
+    check_tma_store_fence, check_parity_alternates, check_arrival_count,
+)
 
-__all__ = ["ALL_CHECKS", "Ctx", "LdHazard", "check_trap_only", "cta_group_of", "discover_tmem", "ld_wait_hazards"]
+__all__ = ["ALL_CHECKS", "UNGATED_CHECKS", "Ctx", "LdHazard", "check_trap_only", "cta_group_of", "discover_tmem", "ld_wait_hazards"]

@@ -29,6 +29,10 @@ class Ctx:
     facts_oracle: Facts = field(default_factory=Facts)   # z3 feasibility of branch facts (cached per function)
     current_facts: frozenset = frozenset()   # branch facts of the path being replayed (run_dataflow)
     exact: bool = True   # False while a path check reports from a path not known to be feasible
+    #: (block id, facts) -> how the facts evolve through the block and which guarded instructions they skip;
+    #: the same for every path check of the function (run_dataflow), so computed once
+    block_replay: dict = field(default_factory=dict)
+    path_values: Optional[object] = None   # dataflow.PathValues of the function (built on first use)
 
     def __post_init__(self) -> None:
         self.numbering = ValueNumbering(self.func)

@@ -232,7 +232,9 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
     known feasible; `ctx.add` turns errors on other bundles into warnings.
     """
     func = ctx.func
-    pv = PathValues(ctx)
+    if ctx.path_values is None:
+        ctx.path_values = PathValues(ctx)
+    pv = ctx.path_values
     oracle = ctx.facts_oracle
 
     def norm(bundles) -> frozenset:
@@ -243,22 +245,36 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
             return frozenset([(frozenset([IMPRECISE]), join(list(by_facts.values())))])
         return frozenset(by_facts.items())
 
+    def replay(block, facts):
+        """(per-instruction (skip, facts before it), facts after the block) for a bundle entering with `facts`."""
+        key = (block.id, facts)
+        hit = ctx.block_replay.get(key)
+        if hit is not None:
+            return hit
+        relevant = pv.relevant
+        known = dict(f for f in facts if f[0][0] in ("eq", "ge", "reg")) if facts else {}
+        steps = []
+        for ins in block.instructions:
+            skip = ins.guard is not None and bool(known) and _guard_contradicts(ctx, ins, known)
+            steps.append((skip, facts))
+            if ins.index in relevant:
+                facts = pv.step(facts, ins)
+                known = dict(f for f in facts if f[0][0] in ("eq", "ge", "reg")) if facts else {}
+        ctx.block_replay[key] = hit = (steps, facts)
+        return hit
+
     def run_block(block, bundles, emit):
         out = []
         for facts, payload in bundles:
             if emit:
                 ctx.exact = IMPRECISE not in facts
-            relevant = pv.relevant
-            known = dict(f for f in facts if f[0][0] in ("eq", "ge", "reg")) if facts else {}
-            for ins in block.instructions:
+            steps, after = replay(block, facts)
+            for ins, (skip, before) in zip(block.instructions, steps):
                 if emit:
-                    ctx.current_facts = facts
-                if ins.guard is None or not known or not _guard_contradicts(ctx, ins, known):
-                    payload = step(payload, ins, emit)   # skipped: the guard is false on this path
-                if ins.index in relevant:
-                    facts = pv.step(facts, ins)
-                    known = dict(f for f in facts if f[0][0] in ("eq", "ge", "reg")) if facts else {}
-            out.append((facts, payload))
+                    ctx.current_facts = before
+                if not skip:   # skipped: the guard is false on this path
+                    payload = step(payload, ins, emit)
+            out.append((after, payload))
         ctx.exact = True
         return out
 

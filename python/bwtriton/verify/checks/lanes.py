@@ -83,7 +83,7 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
     tr = ctx.facts_oracle.translator
     ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
 
-    def violation(ins: Instruction, facts) -> Optional[dict]:
+    def constraints(ins: Instruction) -> list:
         key, offset, lanes = todo[ins.index]
         t = tr.tid()
         taddr = tr.term(key, 32) + offset
@@ -94,7 +94,22 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
             if name[0].startswith("('tmem.base'"):
                 b = tr.names[name]
                 extra += [z3.LShR(b, 16) == 0, z3.ULT(b & 0xFFFF, 512)]
-        return ctx.facts_oracle.solve(facts, extra)
+        return extra
+
+    never: dict[tuple, bool] = {}      # lane expression -> no thread leaves its quarter under any facts
+    answers: dict[tuple, Optional[dict]] = {}
+
+    def violation(ins: Instruction, facts) -> Optional[dict]:
+        """A model (thread, values) in which the lane leaves the quarter on this path's facts, or None."""
+        what = todo[ins.index]
+        if what not in never:
+            never[what] = ctx.facts_oracle.unsat(constraints(ins))   # one query per lane expression
+        if never[what]:
+            return None   # facts only add constraints: unsat without them is unsat with them
+        value_facts = frozenset(f for f in facts if isinstance(f[0], tuple) and f[0][:1] in (("eq",), ("ge",)))
+        if (what, value_facts) not in answers:
+            answers[(what, value_facts)] = ctx.facts_oracle.solve(facts, constraints(ins))
+        return answers[(what, value_facts)]
 
     def step(payload, ins, emit):
         if emit and ins.index in todo:
