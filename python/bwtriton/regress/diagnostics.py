@@ -71,12 +71,18 @@ def parse_diagnostics(text: str) -> list[Diagnostic]:
 
 def _parse_all(text: str) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
+    open_message = False  # continuation lines belong to the message until its source snippet
     for raw in text.splitlines():
         m = _DIAG_RE.match(raw.strip())
         if m:
             line = m["line"] or m["l2"]
             diags.append(Diagnostic(m["sev"], m["msg"].strip(), int(line) if line else None))
-        elif diags and raw.strip():
+            open_message = True
+        elif open_message and re.fullmatch(r"\s*\^\s*", raw):
+            # SourceMgr's "source line, then caret" ends the message (and the IR dump after it is not message)
+            diags[-1].message = diags[-1].message.rsplit("\n", 1)[0]
+            open_message = False
+        elif open_message and raw.strip():
             # MLIR keeps a multi-line message's indentation ("value:\n  #ttg.blocked<...>"); so do we.
             diags[-1].message += "\n" + raw.rstrip()
     return diags
