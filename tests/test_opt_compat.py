@@ -155,9 +155,55 @@ def test_expectation_locations_and_regex():
     assert [(d.severity, d.line) for d in diags] == [("error", 4), ("warning", 1)]
     assert "continuation" in diags[1].message
     problems = verify(diags, parse_expectations(text), only_expected=False)
-    assert problems == ["line 5: expected note \"z\" at line 1 was not produced"]
-    regex = parse_expectations("x // expected-error {{value {{[0-9]+}} is bad}}\n")
+    assert problems[0].startswith("line 5: expected note \"z\" at line 1 was not produced")
+    regex = parse_expectations("x // expected-error-re {{value {{[0-9]+}} is bad}}\n")
+    assert regex[0].is_regex
     assert verify(parse_diagnostics('loc("f":1:1): error: value 42 is bad'), regex, False) == []
+
+
+def test_plain_expectation_is_a_literal_substring_and_re_one_is_not():
+    diag = 'loc("f":1:1): error: shape [4] vs [8]'
+    literal = parse_expectations("x // expected-error {{shape [4] vs}}\n")
+    assert not literal[0].is_regex
+    assert verify(parse_diagnostics(diag), literal, False) == []
+    # `[48]` would match as a regex class; without -re it is literal text, so it is not found.
+    assert "was not produced" in verify(parse_diagnostics(diag),
+                                        parse_expectations("x // expected-error {{shape [48]}}\n"), False)[-1]
+    assert verify(parse_diagnostics(diag),
+                  parse_expectations("x // expected-error-re {{shape [{{[48]}}] vs}}\n"), False) == []
+
+
+def test_multi_line_message_keeps_indentation_and_ends_at_its_snippet():
+    printed = ('loc("f":3:5): error: conflicting values:\n  #a<{x = [1]}>\nand\n  #a<{x = [2]}>\n'
+               "    %0 = arith.constant 0 : i32\n    ^\nmodule {\n}\n")
+    diag, = parse_diagnostics(printed)
+    assert diag.message == "conflicting values:\n  #a<{x = [1]}>\nand\n  #a<{x = [2]}>"
+    ok = parse_expectations("\n\nop // expected-error-re {{values:{{.}}  #a<{x = \\[1\\]}>{{.*}}and}}\n")
+    assert verify([diag], ok, False) == []
+    stripped = parse_diagnostics(printed.replace("\n  #a", "\n#a"))
+    assert verify(stripped, parse_expectations("\n\nop // expected-error-re {{values:{{.}}  #a}}\n"),
+                  False)[0].startswith("line 3: unexpected error")
+
+
+def test_missing_note_says_why_when_no_note_was_printed():
+    exp = parse_expectations("op // expected-note {{prior use here}}\n")
+    problems = verify(parse_diagnostics('loc("f":1:1): error: bad'), exp, only_expected=True)
+    assert problems and "drops attached notes" in problems[0]
+    printed_note = 'loc("f":1:1): error: bad\nloc("f":9:1): note: elsewhere'
+    problems = verify(parse_diagnostics(printed_note), parse_expectations("op // expected-note {{prior}}\n"), True)
+    assert problems and "drops attached notes" not in problems[0]
+
+
+def test_debug_flag_is_ignored_with_a_note(capsys):
+    inv = parse_command_line(["in.mlir", "--debug", "-canonicalize"])
+    assert [s.name for s in inv.steps] == ["canonicalize"]
+    assert "--debug ignored" in capsys.readouterr().err
+
+
+def test_filecheck_wrapper_drops_only_display_flags():
+    from bwtriton.regress.filecheck import strip_display_flags
+    argv = ["f.mlir", "--dump-input-context", "20", "--check-prefix=A", "--dump-input-context=5", "--dump-input=fail"]
+    assert strip_display_flags(argv) == ["f.mlir", "--check-prefix=A", "--dump-input=fail"]
 
 
 def test_only_expected_ignores_unexpected_diagnostics_but_not_missing_ones():
