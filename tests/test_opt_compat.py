@@ -222,3 +222,36 @@ def test_local_scope_inlines_aliases_including_nested_ones():
     assert "#blocked =" not in out and "#blocked1" not in out
     assert "tensor<4xi32, #ttg.slice<{dim = 0, parent = #ttg.blocked<{order = [0]}>}>>" in out
     assert "tensor<4xi32, #ttg.blocked<{order = [0]}>>" in out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# mlir-translate / opt / llc stand-ins (bwtriton.regress.translate)
+LLVM_DIALECT = """module {
+  llvm.func @twice(%arg0: i32) -> i32 {
+    %zero = llvm.mlir.constant(0 : i32) : i32
+    %0 = llvm.add %arg0, %arg0 : i32
+    %1 = llvm.or %0, %zero : i32
+    llvm.return %1 : i32
+  }
+}
+"""
+
+
+def test_translate_keeps_ir_unoptimized_and_o1_folds_it():
+    from bwtriton.regress.translate import translate
+    plain, optimized = translate(LLVM_DIALECT, None), translate(LLVM_DIALECT, 1)
+    assert "define i32 @twice(i32 %0)" in plain and "or i32" in plain
+    assert "or i32" not in optimized and ("shl i32 %0, 1" in optimized or "add i32 %0, %0" in optimized)
+
+
+def test_llc_stand_in_emits_ptx_for_the_requested_cpu():
+    from bwtriton.regress.translate import llc, translate
+    ptx = llc(translate(LLVM_DIALECT, None), "nvptx64-nvidia-cuda", "sm_90", "+ptx83")
+    assert ".target sm_90" in ptx and ".version 8.3" in ptx
+
+
+def test_translate_refuses_non_llvm_dialect_input(capfd):
+    from bwtriton.errors import InputError
+    from bwtriton.regress.translate import translate
+    with pytest.raises(InputError, match="must be in the LLVM dialect"):
+        translate("module {\n  tt.func @f() {\n    tt.return\n  }\n}\n", None)

@@ -34,7 +34,10 @@ def translate(mlir_text: str, opt_level: int | None) -> str:
             raise InputError(f"cannot parse the MLIR input: {exc}") from None
     finally:
         os.remove(path)
-    llvm_mod = llvm.to_module(mod, llvm.context())
+    try:
+        llvm_mod = llvm.to_module(mod, llvm.context())
+    except RuntimeError:
+        llvm_mod = None  # MLIR printed the op that has no LLVM translation
     if llvm_mod is None:
         raise InputError("the module does not translate to LLVM IR (it must be in the LLVM dialect)")
     if opt_level is not None:
