@@ -14,7 +14,9 @@ class VerifyTcgen05(Pass):
     stage = Stage.PTX
     purpose = "statically check tcgen05/TMEM protocol rules (alloc/dealloc, waits, fences, descriptors) in the PTX"
     options = (PassOption("fail_on_error", bool, True, "turn error findings into a compile failure"),
-               PassOption("notes", bool, False, "also record note-severity findings in the report"))
+               PassOption("notes", bool, False, "also record note-severity findings in the report"),
+               PassOption("limits", bool, True, "check shared memory / TMEM columns against the target's limits "
+                          "(bwtriton.compile turns this off: it checks them itself, naming the knobs)"))
     default_enabled = True
 
     def applies_to(self, target) -> bool:
@@ -23,8 +25,9 @@ class VerifyTcgen05(Pass):
     def run(self, ir, ctx: PassContext):
         from bwtriton.verify import verify_ptx
         meta = ctx.metadata or {}
-        report = verify_ptx(ir, target=ctx.target.name, shared_bytes=meta.get("shared"),
-                            tmem_columns=meta.get("tmem_size"))
+        limits = ctx.options.get("limits", True)
+        report = verify_ptx(ir, target=ctx.target.name, shared_bytes=meta.get("shared") if limits else None,
+                            tmem_columns=meta.get("tmem_size") if limits else None)
         keep_notes = ctx.options.get("notes", False)
         findings = [f for f in report.findings if keep_notes or f.severity != "note"]
         ctx.report["findings"] = [f.to_dict() for f in findings]

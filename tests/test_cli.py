@@ -1,6 +1,7 @@
 """The `bwtriton` command line: outputs and short, actionable error messages (exit 1, no traceback)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,6 @@ def test_compile_json(capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["compile", MATMUL, "--target", "sm_101"], "unknown target 'sm_101'"),
     (["compile", MATMUL, "--passes", "verfy-tcgen05"], "unknown pass 'verfy-tcgen05'"),
     (["compile", "nope.py:kernel"], "nope.py: no such file"),
     (["compile", f"{KERNELS / 'matmul.py'}:nokernel"], "has no kernel 'nokernel'; kernels there: matmul_kernel"),
@@ -48,6 +48,15 @@ def test_errors_are_one_line_with_the_fix(capsys, argv, message):
     rc, out, err = run(capsys, *argv)
     assert rc == 1 and message in err and "Traceback" not in err
     assert err.startswith("bwtriton: error: ")
+
+
+@pytest.mark.parametrize("command", [["compile", MATMUL], ["opt", "{tmp}/k.ttgir", "--passes", "cse"], ["demo"]])
+def test_unknown_target_is_an_error_listing_the_valid_ones(capsys, tmp_path, command):
+    (tmp_path / "k.ttgir").write_text("module {\n}\n")
+    rc, out, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in command], "--target", "sm_101")
+    # compile/demo validate through argparse (exit 2); opt parses triton-opt's command line itself (exit 1)
+    assert rc in (1, 2) and "unknown target 'sm_101'" in err and "Traceback" not in err
+    assert "Valid targets: sm_100a, sm_103a, sm_120a, sm_90a, sm_80." in err
 
 
 def test_passes_lists_registry_and_triton_passes(capsys):
@@ -68,24 +77,53 @@ def test_opt_runs_triton_passes_by_mlir_name(capsys, tmp_path):
     assert rc == 1 and "Did you mean: tritongpu-accelerate-matmul" in err
 
 
-def test_demo_without_gpu_prints_the_census_table(capsys):
-    rc, out, _ = run(capsys, "demo", "--no-gpu")
-    assert rc == 0
-    rows = {line.split("  ")[0].strip(): line for line in out.splitlines() if line.startswith("tl.dot")}
-    assert "f16" in rows["tl.dot bf16"] and "UTCHMMA" in rows["tl.dot bf16"]
-    assert "mxf4nvf4" in rows["tl.dot_scaled nvfp4"] and "4X" in rows["tl.dot_scaled nvfp4"]
-    assert "UTCOMMA.4X" in rows["tl.dot_scaled nvfp4"] and "mxf4 " in rows["tl.dot_scaled mxfp4"] + " "
+def _demo_blocks(out: str) -> dict[str, dict[str, str]]:
+    """The demo's output as {kernel: {field: text}} (a block is a name line, then indented field lines)."""
+    blocks: dict[str, dict[str, str]] = {}
+    current = None
+    for line in out.splitlines():
+        if line and not line.startswith(" "):
+            current = blocks.setdefault(line.strip(), {})
+        elif line.startswith("  ") and line[2] != " " and current is not None:
+            key, _, text = line.strip().partition(" ")
+            current[key] = text.strip()
+        elif line.strip() and current is not None:  # a wrapped continuation line
+            current[key] += " " + line.strip()
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def demo_output():
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["demo", "--no-gpu"])
+    return rc, buf.getvalue()
+
+
+def test_demo_fits_100_columns_with_a_legend_and_spaced_counts(demo_output):
+    rc, out = demo_output
+    assert rc == 0 and max(len(line) for line in out.splitlines()) <= 100
+    blocks = _demo_blocks(out)
+    assert set(blocks["legend:"]) == {"tcgen05", "mma", "tmem", "sass", "verifier"}
+    bf16 = blocks["tl.dot bf16"]
+    assert set(bf16) == set(blocks["legend:"])
+    assert re.search(r"\bmma 8\b", bf16["tcgen05"]) and "mmax8" not in out and "x1 " not in out
+    assert "UTCHMMA 8" in bf16["sass"] and "kind f16" in bf16["mma"] and bf16["tmem"] == "128 columns"
+    nvfp4 = blocks["tl.dot_scaled nvfp4"]
+    assert "kind mxf4nvf4" in nvfp4["mma"] and "scale_vec 4X" in nvfp4["mma"] and "UTCOMMA.4X 2" in nvfp4["sass"]
+    assert "kind mxf4," in blocks["tl.dot_scaled mxfp4"]["mma"]
+
+
+def test_demo_shows_the_two_cta_block(demo_output):
+    two = _demo_blocks(demo_output[1])["tl.dot fp16 two_cta"]
+    assert "MxNxK 256x128x16" in two["mma"] and "cta_group 2" in two["mma"] and "UTCHMMA.2CTA 8" in two["sass"]
 
 
 def test_console_entry_point_and_module_agree():
     proc = subprocess.run([sys.executable, "-m", "bwtriton", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("bwtriton ")
-
-
-def test_demo_shows_the_two_cta_row(capsys):
-    rc, out, _ = run(capsys, "demo", "--no-gpu")
-    row = next(line for line in out.splitlines() if line.startswith("tl.dot fp16 two_cta"))
-    assert rc == 0 and "256x128x16" in row and "UTCHMMA.2CTA" in row and "  2  " in row
 
 
 def test_tmem_report_and_map(capsys, tmp_path):

@@ -24,7 +24,7 @@ def test_every_stage_is_there_and_sass_is_disassembled(fp16_sm100):
     assert isinstance(res.asm["cubin"], bytes) and res.asm["cubin"][:4] == b"\x7fELF"
     assert ".target sm_100a" in res.asm["ptx"]
     assert len(re.findall(r"\bUTCHMMA\b", res.asm["sass"])) == res.asm["ptx"].count("tcgen05.mma.cta_group::1")
-    with pytest.raises(KeyError, match="available: .*sass"):
+    with pytest.raises(KeyError, match="Available stages: .*ptx, cubin, sass"):
         res.asm["nope"]
 
 

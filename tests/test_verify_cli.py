@@ -92,7 +92,7 @@ def test_unknown_target_is_an_error_listing_the_valid_ones(tmp_path, capsys):
     f.write_text(corpus_ptx("gluon_one_mma"))
     assert main(["check", "--target", "sm_99z", str(f)]) == 2
     err = capsys.readouterr().err
-    assert "unknown --target 'sm_99z'" in err and "sm_100a" in err and "Traceback" not in err
+    assert "unknown target 'sm_99z'" in err and "sm_100a" in err and "Traceback" not in err
 
 
 def test_split_input_file_keeps_file_line_numbers(tmp_path, capsys):

@@ -6,6 +6,9 @@ On Hopper a tensor-core matmul keeps its accumulator in registers (wgmma). Black
 core (tcgen05) instead accumulates into *Tensor Memory* (TMEM): 128 lanes x 512 columns of 32-bit cells per SM,
 which the MMA writes asynchronously while the warps do other work. That changes the protocol a kernel must
 follow, and this tutorial walks through every step of it in the PTX Triton 3.6 emits for sm_100a.
+
+`result.asm["ptx"]` is the PTX the cubin is assembled from: Triton's output after bwtriton's PTX passes
+(`result.asm["ptx_triton"]` keeps Triton's own text; for this kernel the passes change nothing).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from bwtriton.report import format_table, ptx_census, sass_mma_opcodes
 # of C, looping over K in steps of 64 and calling tl.dot on each pair of tiles.
 result = bwtriton.compile(matmul_kernel, signature=matmul_signature("bf16"), constexprs=matmul_constexprs(),
                           target="sm_100a", num_warps=4, num_stages=3)
-ptx = result.asm["ptx"]
+ptx = result.asm["ptx"]  # the final PTX, the one ptxas turned into result.asm["cubin"]
 
 
 def first(pattern: str) -> str:

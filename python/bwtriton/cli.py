@@ -1,13 +1,12 @@
-"""The `bwtriton` command line: compile, opt, passes, demo, and the subcommands features register
-(`check` from the verifier, `emulate` from the emulator)."""
+"""The `bwtriton` command line: compile, passes, demo, and the subcommands features register
+(`check` from the verifier, `emulate` from the emulator, `opt`/`snapshot`/`diff` from the regression tools)."""
 from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
+import os
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import BwTritonError, InputError
@@ -16,77 +15,55 @@ from .errors import BwTritonError, InputError
 _PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli", "bwtriton.regress.cli")
 
 
-def _parse_kv(items: Sequence[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        for part in filter(None, (p.strip() for p in item.split(","))):
-            key, sep, value = part.partition("=")
-            if not sep or not key:
-                raise InputError(f"{what} entries look like name=value, got {part!r}")
-            out[key.strip()] = value.strip()
-    return out
+def _stage_list(text: str) -> list[str]:
+    """--stages ptx,sass -> ['ptx', 'sass']; an empty list is an error (the stages are checked at write time)."""
+    stages = [s.strip() for s in text.split(",") if s.strip()]
+    if not stages:
+        raise InputError(f"--stages takes comma-separated stage names (e.g. ptx,sass), got {text!r}")
+    return stages
 
 
-def _constexpr_value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
+def _ir_launch_options(args: argparse.Namespace) -> dict[str, int]:
+    """Launch numbers for an IR-file compile; flags the file itself decides are errors, not silently dropped."""
+    carried = ["signature", "constexpr", "example", "divisible_by_16"]
+    carried += ["num_warps", "num_ctas"] if args.input.endswith(".ttgir") else []
+    flags = [f"--{k.replace('_', '-')}" for k in carried if getattr(args, k)]
+    if flags:
+        own = " and its warps/CTAs (ttg.num-warps, ttg.num-ctas)" if args.input.endswith(".ttgir") else ""
+        raise InputError(f"{', '.join(flags)}: not for {args.input}; an IR file carries its own argument types and "
+                         f"constants{own} (drop the flag, or compile the .py kernel)")
+    return {k: getattr(args, k) for k in ("num_warps", "num_ctas", "num_stages") if getattr(args, k) is not None}
 
 
-def load_kernel(spec: str):
-    """'path/file.py:kernel' -> (the @triton.jit function, the module's BWTRITON_SPECS entry or {})."""
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path.endswith(".py") or not name:
-        raise InputError(f"expected FILE.py:KERNEL or a .ttir/.ttgir file, got {spec!r}")
-    file = Path(path)
-    if not file.exists():
-        raise InputError(f"{file}: no such file")
-    mod_name = f"_bwtriton_user_{abs(hash(file.resolve()))}"
-    module_spec = importlib.util.spec_from_file_location(mod_name, file)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[mod_name] = module  # triton's @jit inspects the defining module
-    module_spec.loader.exec_module(module)
-    fn = getattr(module, name, None)
-    if fn is None:
-        kernels = [n for n, v in vars(module).items() if type(v).__name__.endswith("JITFunction")]
-        raise InputError(f"{file} has no kernel {name!r}; kernels there: {', '.join(kernels) or 'none'}")
-    return fn, dict(getattr(module, "BWTRITON_SPECS", {}).get(name, {}))
+def _compile_from_args(args: argparse.Namespace):
+    """Compile what `bwtriton compile`'s arguments name (an IR file, or FILE.py:KERNEL with its spec)."""
+    from .driver import compile as bw_compile
+    from .loading import compile_keywords, load_kernel
+    options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta,
+                                   check_limits=not args.no_check_limits)
+    if args.input.endswith((".ttir", ".ttgir")):
+        return bw_compile(args.input, **options, **_ir_launch_options(args))
+    fn, spec = load_kernel(args.input)
+    return bw_compile(fn, **compile_keywords(fn, spec, args, args.input), **options)
+
+
+def _emit(result, args: argparse.Namespace) -> int:
+    from .report import render_reports
+    data = result.asm[args.emit]
+    if isinstance(data, bytes):
+        raise InputError(f"stage {args.emit!r} is binary; write it with --out instead")
+    sys.stdout.write(data if data.endswith("\n") else data + "\n")
+    if args.report:
+        print(render_reports(result, args.report))
+    return 0
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .driver import compile as bw_compile
     from .report import render_reports, summary_table
-    options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta)
-    if args.input.endswith((".ttir", ".ttgir")):
-        result = bw_compile(args.input, **options)
-    else:
-        fn, spec = load_kernel(args.input)
-        sig = {**spec.get("signature", {}), **_parse_kv(args.signature, "--signature")}
-        consts = {**spec.get("constexprs", {}),
-                  **{k: _constexpr_value(v) for k, v in _parse_kv(args.constexpr, "--constexpr").items()}}
-        for key in ("num_warps", "num_stages", "num_ctas"):
-            value = getattr(args, key)
-            options[key] = value if value is not None else spec.get(key, {"num_warps": 4, "num_stages": 3,
-                                                                          "num_ctas": 1}[key])
-        if not sig:
-            raise InputError(f"no signature for {args.input}: pass --signature a_ptr=*fp16,M=i32,... or declare "
-                             f"BWTRITON_SPECS = {{'{fn.__name__}': {{'signature': ..., 'constexprs': ...}}}} "
-                             f"in the kernel file")
-        result = bw_compile(fn, signature=sig, constexprs=consts, **options)
+    stages = _stage_list(args.stages) if args.stages is not None else None
+    result = _compile_from_args(args)
     if args.emit:
-        data = result.asm[args.emit]
-        if isinstance(data, bytes):
-            raise InputError(f"stage {args.emit!r} is binary; write it with --out instead")
-        sys.stdout.write(data if data.endswith("\n") else data + "\n")
-        if args.report:
-            print(render_reports(result, args.report))
-        return 0
+        return _emit(result, args)
     if args.tmem_map:
         report = result.reports.get("plan-tmem")
         if report is None:
@@ -95,7 +72,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from bwtriton.tmem import write_tmem_map
         write_tmem_map(report, args.tmem_map)
         print(f"  wrote TMEM map {args.tmem_map}")
-    stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
     written = result.write(args.out, stages) if args.out else []
     if args.json:
         print(json.dumps({"summary": result.summary(), "reports": result.reports,
@@ -106,19 +82,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"  wrote {path}")
     if args.report:
         print(render_reports(result, args.report, outdir=args.out))
-    return 0
-
-
-def cmd_opt(args: argparse.Namespace) -> int:
-    from .opt import run_opt
-    res = run_opt(args.input, args.passes, target=args.target, num_stages=args.num_stages)
-    sys.stdout.write(res.text if res.text.endswith("\n") else res.text + "\n")
-    if args.report:
-        from bwtriton.pipeline import all_passes
-        registry = all_passes()
-        for name, report in res.reports.items():
-            print(f"// ----- bwtriton report: {name} -----")
-            print(registry[name].render_report(report))
     return 0
 
 
@@ -152,6 +115,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .loading import add_kernel_arguments
+    from .targets import TARGETS, target_name
     p = argparse.ArgumentParser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
                                 "on top of Triton 3.6.")
     p.add_argument("--version", action="version", version=f"bwtriton {__version__}")
@@ -159,33 +124,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="compile FILE.py:KERNEL or FILE.ttgir and write chosen stages")
     c.add_argument("input", help="FILE.py:KERNEL, FILE.ttir or FILE.ttgir")
-    c.add_argument("--target", default="sm_100a")
-    c.add_argument("--signature", action="append", default=[], metavar="NAME=TYPE,...",
-                   help="argument types, e.g. a_ptr=*fp16,M=i32 (repeatable)")
-    c.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE,...")
-    c.add_argument("--num-warps", type=int)
-    c.add_argument("--num-stages", type=int)
-    c.add_argument("--num-ctas", type=int)
+    c.add_argument("--target", default="sm_100a", type=target_name, help=f"one of {', '.join(TARGETS)}")
+    add_kernel_arguments(c)
     c.add_argument("--two-cta", action="store_true", help="2-CTA (cta_group::2) MMAs via the pair-ctas pass")
     c.add_argument("--passes", help="pass selection, e.g. '-verify-tcgen05' or 'plan-tmem{max_columns=256}'")
     c.add_argument("--out", "-o", help="folder for the stage files (default: write none)")
-    c.add_argument("--stages", help="comma-separated stages to write (default: all + sass)")
-    c.add_argument("--emit", metavar="STAGE", help="print one stage (ttir, ttgir, bwttgir, llir, ptx, sass, ...) "
-                   "to stdout instead of the summary")
+    c.add_argument("--stages", help="comma-separated stages to write (default: all + sass); ptx is the PTX the "
+                   "cubin is built from, ptx_triton Triton's before bwtriton's passes (written as KERNEL.triton.ptx)")
+    c.add_argument("--emit", metavar="STAGE", help="print one stage (ttir, ttgir, llir, ptx, sass, ...; "
+                   "ptx_triton/ttgir_triton for Triton's text of a stage our passes rewrote) to stdout instead of "
+                   "the summary")
     c.add_argument("--report", action="append", default=[], metavar="PASS|all",
                    help="print a pass's report (e.g. tmem, plan-tmem, verify-tcgen05, all)")
     c.add_argument("--tmem-map", metavar="PATH", help="write the plan-tmem TMEM map picture (.svg, or .png with "
                    "matplotlib)")
+    c.add_argument("--no-check-limits", action="store_true", help="keep a kernel over the target's shared-memory "
+                   "or TMEM limit (it cannot launch) to inspect what Triton emitted for it")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compile)
-
-    o = sub.add_parser("opt", help="run passes (ours and Triton's) over an IR file and print it")
-    o.add_argument("input")
-    o.add_argument("--passes", required=True, help="ordered, comma-separated pass names")
-    o.add_argument("--target", help="default: from the module (ttg.target / .target), else sm_100a")
-    o.add_argument("--num-stages", type=int, default=3)
-    o.add_argument("--report", action="store_true", help="print our passes' reports after the IR")
-    o.set_defaults(func=cmd_opt)
 
     ps = sub.add_parser("passes", help="list the pass registry")
     ps.add_argument("--json", action="store_true")
@@ -194,24 +150,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="compile the tutorial kernels for sm_100a and show what the Blackwell path "
                        "emitted; on a GPU also run and check them")
-    d.add_argument("--target", default="sm_100a")
+    d.add_argument("--target", default="sm_100a", type=target_name)
     d.add_argument("--no-gpu", action="store_true", help="do not launch on a local GPU even if one exists")
     d.set_defaults(func=cmd_demo)
 
     for mod_name in _PLUGIN_MODULES:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as exc:
-            if exc.name and mod_name.startswith(exc.name):  # the feature is not there
-                continue
-            raise
-        mod.register(sub)
+        importlib.import_module(mod_name).register(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (exit 2, message printed) and --help/--version (exit 0)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -222,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
+        if os.environ.get("BWTRITON_VERBOSE") == "1":
+            raise
+        print(f"bwtriton: error: internal error: {type(exc).__name__}: {exc} (this is a bwtriton bug; rerun with "
+              f"BWTRITON_VERBOSE=1 for the traceback and report it)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .report import format_table, ptx_census, sass_mma_opcodes
+from .report import ptx_census, sass_mma_opcodes
 
 
 @dataclass
@@ -65,36 +65,68 @@ def demo_cases() -> list[DemoCase]:
             _two_cta_case()]
 
 
-def _fmt_counts(counts: dict) -> str:
-    return " ".join(f"{k.split('.', 1)[-1]}x{v}" for k, v in sorted(counts.items())) or "-"
+#: Width the demo's output fits (a common terminal; the table once wrapped at 226 columns).
+WIDTH = 100
+
+#: One line per field of a kernel's block: what it shows and where it comes from.
+LEGEND = (
+    ("tcgen05", "tcgen05.* instructions in the final PTX with counts (mma 8 = eight tcgen05.mma)"),
+    ("mma", "the MMAs' kind::, M x N x K from the instruction descriptor, cta_group::, scale_vec::"),
+    ("tmem", "Tensor Memory columns allocated per CTA (of 512)"),
+    ("sass", "tensor-core and TMEM opcodes in the cubin's SASS, with counts"),
+    ("verifier", "what verify-tcgen05 found in the final PTX"),
+)
 
 
-def census_row(name: str, result) -> list[str]:
-    """One demo table row: what the compile emitted for `name`."""
+def format_counts(counts: "dict[str, int]", strip_prefix: bool = True) -> str:
+    """{'tcgen05.mma': 8, 'tcgen05.ld': 1} -> 'ld 1, mma 8': a space before the count, so it cannot be read as
+    an opcode suffix (the old 'mmax8', 'LDTM.x128x1')."""
+    items = sorted((k.split(".", 1)[-1] if strip_prefix else k, v) for k, v in counts.items())
+    return ", ".join(f"{k} {v}" for k, v in items) or "-"
+
+
+def census_fields(result) -> list[tuple[str, str]]:
+    """(field, text) of one demo block: what the compile emitted, from the final PTX and the cubin's SASS."""
     c = ptx_census(result.asm["ptx"])
     sass = sass_mma_opcodes(result.asm["sass"])
     verify = result.reports.get("verify-tcgen05", {})
     findings = verify.get("findings", verify.get("errors", []))
     vtext = "not run" if not verify else (f"{len(findings)} finding(s)" if findings else "clean")
-    return [name, _fmt_counts(c["tcgen05"]) if c["tcgen05"] else _fmt_counts(c["other_mma"]),
-            ",".join(c["mma_kinds"]) or "-", ",".join(c["mma_shapes"]) or "-", ",".join(map(str, c["cta_groups"])) or "-",
-            str(result.summary()["tmem_columns"]), ",".join(c["scale_vec"]) or "-",
-            " ".join(f"{k}x{v}" for k, v in sorted(sass.items())) or "-", vtext]
+    mma = (f"kind {','.join(c['mma_kinds']) or '-'}, MxNxK {','.join(c['mma_shapes']) or '-'}, "
+           f"cta_group {','.join(map(str, c['cta_groups'])) or '-'}, scale_vec {','.join(c['scale_vec']) or '-'}")
+    return [("tcgen05", format_counts(c["tcgen05"] or c["other_mma"])), ("mma", mma),
+            ("tmem", f"{result.summary()['tmem_columns']} columns"),
+            ("sass", format_counts(dict(sass), strip_prefix=False)), ("verifier", vtext)]
+
+
+def format_block(name: str, fields: list[tuple[str, str]], width: int = WIDTH) -> str:
+    """A kernel's name, then one indented line per field, wrapped to `width` columns."""
+    import textwrap
+    label = max(len(k) for k, _ in LEGEND) + 2
+    lines = [name]
+    for key, text in fields:
+        lines += textwrap.wrap(text, width, initial_indent=f"  {key:<{label}}", subsequent_indent=" " * (label + 2),
+                               break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+def format_legend(width: int = WIDTH) -> str:
+    """The legend lines: each field of a block and what it means."""
+    return format_block("legend:", list(LEGEND), width)
 
 
 def run_demo(target: str = "sm_100a", run_on_gpu: bool = True) -> int:
-    """Print the census table for every demo kernel; on a GPU also run and check them. Returns an exit code."""
+    """Print what the Blackwell path emitted for every demo kernel; on a GPU also run and check them.
+    Returns an exit code."""
     from .targets import get_target
     tgt = get_target(target)
     print(f"bwtriton demo: compiling the tutorial kernels for {tgt.name} (no GPU needed)\n")
-    rows, failures = [], 0
+    print(format_legend() + "\n")
+    failures, cases = 0, demo_cases()
     t0 = time.perf_counter()
-    for case in demo_cases():
-        result = case.compile(tgt.name)
-        rows.append(census_row(case.name, result))
-    print(format_table(("kernel", "tcgen05 instructions (PTX)", "mma kind", "idesc MxNxK", "cta_group", "TMEM cols",
-                        "scale_vec", "SASS MMA/TMEM opcodes", "verifier"), rows))
-    print(f"\ncompiled {len(rows)} kernels in {time.perf_counter() - t0:.1f} s; "
+    for case in cases:
+        print(format_block(case.name, census_fields(case.compile(tgt.name))) + "\n")
+    print(f"compiled {len(cases)} kernels in {time.perf_counter() - t0:.1f} s;\n"
           f"`bwtriton compile --help` writes any stage (ttgir, ptx, sass, ...) to disk.")
 
     if not run_on_gpu:

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import CompileError, InputError
-from .pipeline import PassSelection, resolve_passes, stages_hook
+from .errors import CompileError, InputError, UnknownStageError, suggest
+from .pipeline import PassSelection, resolve_passes, stages_hook, triton_stage_name
+from .specialize import Specialisation, build_source
 from .targets import Target, get_target
 
-#: Signature types that `@triton.jit` specialises for 16-byte divisibility at launch.
-_DIVISIBLE_INT_TYPES = ("i32", "i64", "u32", "u64")
 
 
 @dataclass
@@ -28,6 +27,7 @@ class CompileResult:
     kernel: Any
     target: Target
     selection: PassSelection
+    specialisation: "Specialisation | None" = None
     asm: "_Asm" = field(init=False)
 
     def __post_init__(self) -> None:
@@ -57,23 +57,37 @@ class CompileResult:
                 # Triton 3.6's launcher sets the cluster to (num_ctas, 1, 1); it keeps no cluster_dims itself.
                 "cluster_dims": md.get("cluster_dims") or (md.get("num_ctas", 1), 1, 1),
                 "shared_bytes": md.get("shared"), "tmem_columns": md.get("tmem_size"),
+                "divisible_by_16": self.specialisation.describe() if self.specialisation else "(from the IR file)",
                 "passes": self.selection.names}
 
     def write(self, outdir: "str | os.PathLike", stages: Iterable[str] | None = None) -> list[Path]:
-        """Write the chosen stages (default: all, plus sass) as `<kernel>.<stage>` files; returns the paths."""
+        """Write the chosen stages (default: all, plus sass) as `<kernel>.<stage>` files; returns the paths.
+
+        Triton's text of a stage bwtriton rewrote (``ptx_triton``) goes to `<kernel>.triton.<stage>`, so
+        `<kernel>.ptx` is always the PTX the cubin was built from."""
+        chosen = list(stages) if stages else self.stages + ["sass"]
+        data_of = {stage: self.asm[stage] for stage in chosen}  # unknown stages fail before anything is written
         out = Path(outdir)
+        if out.exists() and not out.is_dir():
+            raise InputError(f"{out} is a file; -o/--out names a folder for the stage files (it is created when "
+                             f"missing)")
         out.mkdir(parents=True, exist_ok=True)
         written = []
-        for stage in (list(stages) if stages else self.stages + ["sass"]):
-            data = self.asm[stage]
-            path = out / f"{self.name}.{stage}"
+        for stage, data in data_of.items():
+            base = stage[:-len(TRITON_SUFFIX)] if stage.endswith(TRITON_SUFFIX) else None
+            path = out / (f"{self.name}.triton.{base}" if base else f"{self.name}.{stage}")
             path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
             written.append(path)
         return written
 
 
+#: Suffix of the stage names that keep Triton's own text of a stage bwtriton's passes rewrote ("_triton").
+TRITON_SUFFIX = triton_stage_name("")
+
+
 class _Asm(dict):
-    """Stage -> IR text, with `sass` produced from the cubin on demand by Triton's bundled cuobjdump."""
+    """Stage -> IR text (final text under the stage's name, Triton's under ``<stage>_triton`` when bwtriton
+    rewrote it), with `sass` produced from the cubin on demand by Triton's bundled cuobjdump."""
 
     def __init__(self, asm: Mapping[str, Any]):
         super().__init__(asm)
@@ -83,57 +97,17 @@ class _Asm(dict):
             from triton.tools.disasm import get_sass
             self["sass"] = get_sass(self["cubin"])
             return self["sass"]
-        raise KeyError(f"no stage {key!r}; available: {', '.join(list(self.keys()) + ['sass'])}")
+        if key.startswith("bw") and key[2:] + TRITON_SUFFIX in self:  # bwptx etc.: the final text's old name
+            return self[key[2:]]
+        raise UnknownStageError(f"no stage {key!r}.{suggest(key, self.valid())} Available stages: "
+                                f"{', '.join(self.valid())}.")
 
-
-def _is_gluon(fn: Any) -> bool:
-    try:
-        from triton.experimental.gluon._runtime import GluonJITFunction
-    except ImportError:  # pragma: no cover - triton without gluon
-        return False
-    return isinstance(fn, GluonJITFunction)
-
-
-def build_source(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None,
-                 divisible_by_16: Iterable[str] | None):
-    """An `ASTSource`/`GluonASTSource` with @jit-like specialisation, validating argument names first."""
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction
-
-    if not isinstance(fn, JITFunction):
-        raise InputError(f"{fn!r} is not a @triton.jit or @gluon.jit function; decorate it, or pass a "
-                         f".ttir/.ttgir file path")
-    names = list(fn.arg_names)
-    constexprs = dict(constexprs or {})
-    sig = dict(signature)
-    unknown = [n for n in list(sig) + list(constexprs) if n not in names]
-    if unknown:
-        raise InputError(f"kernel {fn.__name__} has no argument(s) {', '.join(unknown)}; "
-                         f"its arguments are: {', '.join(names)}")
-    for n in constexprs:
-        sig.setdefault(n, "constexpr")
-    for n in names:  # constexpr parameters with defaults may be left out
-        if n not in sig:
-            param = next(p for p in fn.params if p.name == n)
-            if param.is_constexpr and param.has_default:
-                sig[n] = "constexpr"
-                constexprs[n] = param.default
-    missing = [n for n in names if n not in sig]
-    if missing:
-        raise InputError(f"kernel {fn.__name__}: no type for argument(s) {', '.join(missing)}; give them in "
-                         f"signature= (e.g. '*fp16', 'i32') or constexprs=")
-    bad_const = [n for n, t in sig.items() if t == "constexpr" and n not in constexprs]
-    if bad_const:
-        raise InputError(f"kernel {fn.__name__}: constexpr argument(s) {', '.join(bad_const)} need values in "
-                         f"constexprs=")
-    sig = {n: sig[n] for n in names}  # Triton expects the kernel's argument order
-    if divisible_by_16 is None:
-        divisible_by_16 = [n for n, t in sig.items() if t.startswith("*") or t in _DIVISIBLE_INT_TYPES]
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible_by_16}
-    if _is_gluon(fn):
-        from triton.experimental.gluon._runtime import GluonASTSource
-        return GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    return ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    def valid(self) -> list[str]:
+        """Every stage name that can be read, `sass` after `cubin`, Triton's originals last."""
+        names = [n for n in self if not n.endswith(TRITON_SUFFIX) and n != "sass"]
+        if "cubin" in self:
+            names.insert(names.index("cubin") + 1, "sass")
+        return names + [n for n in self if n.endswith(TRITON_SUFFIX)]
 
 
 class _NativeStderr:
@@ -194,29 +168,114 @@ def _auto_two_cta(tgt: Target, problem_shape, constexprs: Mapping[str, Any]) -> 
     return should_pair(*map(int, problem_shape), int(block_m), int(block_n))
 
 
+def valid_option_names() -> list[str]:
+    """Keyword options `bwtriton.compile` accepts: its own, then the fields of Triton's `CUDAOptions`."""
+    import dataclasses
+    import inspect
+    from triton.backends.nvidia.compiler import CUDAOptions
+    ours = [n for n, p in inspect.signature(compile).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and n not in ("num_warps", "num_stages", "num_ctas")]
+    return ours + [f.name for f in dataclasses.fields(CUDAOptions) if f.name not in ours]
+
+
+def _check_options(num_warps: Any, num_stages: Any, num_ctas: Any, options: Mapping[str, Any]) -> None:
+    """Unknown keyword options and launch numbers Triton would assert on are `InputError`s, named."""
+    unknown = [k for k in options if k not in valid_option_names()]
+    if unknown:
+        raise InputError(f"bwtriton.compile has no option {', '.join(map(repr, unknown))}."
+                         f"{suggest(unknown[0], valid_option_names())} Valid options: "
+                         f"{', '.join(valid_option_names())}.")
+    for name, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "num_stages" else 1):
+            raise InputError(f"{name} must be a {'non-negative' if name == 'num_stages' else 'positive'} "
+                             f"integer, got {value!r}")
+    if num_warps & (num_warps - 1):
+        raise InputError(f"num_warps must be a power of 2 (1, 2, 4, 8, 16, 32), got {num_warps}")
+
+
+def _ir_file_source(path: Path) -> str:
+    """A .ttir/.ttgir path checked before Triton's MLIR parser sees it (an empty file crashes that parser)."""
+    if path.suffix not in (".ttir", ".ttgir"):
+        raise InputError(f"{path}: can compile .ttir/.ttgir files or @triton.jit functions, not "
+                         f"{path.suffix or 'extensionless'} files (for a .py kernel use `bwtriton compile "
+                         f"FILE.py:KERNEL`)")
+    if not path.is_file():
+        raise InputError(f"{path}: no such file" if not path.exists() else f"{path} is a folder, not an IR file")
+    text = path.read_text(errors="replace")
+    body = "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("//")).strip()
+    if not body:
+        raise InputError(f"{path} is empty; write a {path.suffix[1:].upper()} module into it (e.g. "
+                         f"`bwtriton compile k.py:kernel -o out/ --stages {path.suffix[1:]}`)")
+    if "module" not in body or "tt.func" not in body:
+        raise InputError(f"{path} holds no Triton module (no `module` with a `tt.func`); pass the text of a "
+                         f"{path.suffix[1:]} stage, e.g. written by `bwtriton compile ... -o out/`")
+    return str(path)
+
+
+def check_resources(result: "CompileResult", num_stages: int | None,
+                    constexprs: Mapping[str, Any] | None) -> None:
+    """Shared memory and TMEM over the target's per-CTA limits are a `CompileError` now, not a launch failure."""
+    md, tgt = result.metadata, result.target
+    blocks = ", ".join(f"{k}={v}" for k, v in (constexprs or {}).items() if k.startswith(("BLOCK", "BM", "BN", "BK")))
+    knobs = f"lower num_stages{f' (now {num_stages})' if num_stages is not None else ''} or the BLOCK sizes" + \
+        (f" ({blocks})" if blocks else "")
+    shared = md.get("shared") or 0
+    if shared > tgt.max_shared_bytes:
+        raise CompileError(f"kernel {result.name} needs {shared} bytes of shared memory per CTA; {tgt.name} allows "
+                           f"{tgt.max_shared_bytes} ({tgt.max_shared_bytes // 1024} KiB). To fit, {knobs}.")
+    tmem = md.get("tmem_size") or 0
+    if tgt.tmem_columns and tmem > tgt.tmem_columns:
+        raise CompileError(f"kernel {result.name} allocates {tmem} TMEM columns per CTA; {tgt.name} has "
+                           f"{tgt.tmem_columns}. To fit, {knobs}, or use fewer accumulators.")
+
+
+def _run_triton(src: Any, tgt: Target, selection: PassSelection, opts: dict[str, Any]):
+    """triton.compile with our stage hook, its failures turned into short `CompileError`s."""
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    env_vars = {**get_cache_invalidating_env_vars(), "BWTRITON_PIPELINE": selection.key()}
+    native = _NativeStderr()
+    try:
+        with stages_hook(selection, tgt), native:
+            return triton.compile(src, target=tgt.gpu_target(), options=opts, _env_vars=env_vars)
+    except CompileError:
+        raise
+    except triton.compiler.errors.CompilationError as exc:
+        raise CompileError(f"Triton's front end rejected the kernel:\n{exc}") from None
+    except Exception as exc:
+        diag = _diagnostic_tail(native.text)
+        where = f"\n--- compiler diagnostics (BWTRITON_VERBOSE=1 shows all) ---\n{diag}" if diag else ""
+        raise CompileError(f"Triton failed compiling for {tgt.name}: {type(exc).__name__}: {exc}{where}") from exc
+
+
 def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # noqa: A001
             constexprs: Mapping[str, Any] | None = None, target: "str | Target" = "sm_100a",
             num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
             passes: "str | Iterable[str] | None" = None, divisible_by_16: Iterable[str] | None = None,
+            example: Mapping[str, int] | None = None,
             two_cta: "bool | str" = False, problem_shape: "tuple[int, int, int] | None" = None,
-            clc: bool = False, **options: Any) -> CompileResult:
+            check_limits: bool = True, clc: bool = False, **options: Any) -> CompileResult:
     """Compile a kernel for `target` without a GPU, with bwtriton's passes in Triton's pipeline.
 
     `fn_or_path` is a `@triton.jit`/`@gluon.jit` function (then `signature` maps argument names to Triton types,
     e.g. ``{"a_ptr": "*fp16", "M": "i32"}``, and `constexprs` gives constexpr values) or a path to a .ttir/.ttgir
-    file. Pointer and integer arguments are assumed 16-byte divisible, as `@triton.jit` specialises them at launch
-    for aligned tensors and sizes; pass `divisible_by_16=[...]` to choose. `passes` selects passes (see
-    `bwtriton.pipeline.resolve_passes`). `two_cta=True` asks for 2-CTA (``cta_group::2``) MMAs on tcgen05 targets:
-    it compiles with ``num_ctas=2`` and adds the ``pair-ctas`` pass (elsewhere it changes nothing, so one kernel
-    source serves every target). ``two_cta="auto"`` pairs only when `bwtriton.pairing.should_pair` says the problem
-    (`problem_shape=(M, N, K)`, tile from the BLOCK_M/BLOCK_N constexprs) is large and tail-light enough.
+    file (a .ttgir module carries its num_warps/num_ctas, which win over the arguments; a .ttir one takes them).
+    16-byte divisibility is specialised as `@triton.jit` would for a launch: `example={"M": 200, ...}` gives
+    the integer values (pointers count as aligned; integers not given are not assumed divisible),
+    `divisible_by_16=[...]` names the arguments outright, and with neither every pointer and integer is assumed
+    divisible (aligned tensors and sizes); `summary()["divisible_by_16"]` says which were. `passes` selects passes
+    (see `bwtriton.pipeline.resolve_passes`). `two_cta=True` asks for 2-CTA (``cta_group::2``) MMAs on tcgen05
+    targets: it compiles with ``num_ctas=2`` and adds the ``pair-ctas`` pass (elsewhere it changes nothing, so one
+    kernel source serves every target). ``two_cta="auto"`` pairs only when `bwtriton.pairing.should_pair` says the
+    problem (`problem_shape=(M, N, K)`, tile from the BLOCK_M/BLOCK_N constexprs) is large and tail-light enough.
     ``clc=True`` rewrites a one-tile-per-program kernel into a Cluster Launch Control persistent loop on
-    sm_100a/sm_103a (same arguments and grid; `bwtriton.language.clc.make_persistent`, docs/clc.md) and leaves it
-    as it is elsewhere. Extra keyword options go to Triton (e.g. ``maxnreg=168``).
+    sm_100a/sm_103a (same arguments and grid; `bwtriton.language.clc.make_persistent`, docs/clc.md) and leaves
+    it as it is elsewhere. Other keyword options are Triton's `CUDAOptions` fields (e.g. ``maxnreg=168``); any other name is an error.
+    Shared memory or TMEM beyond the target's per-CTA limits is a `CompileError` (such a cubin cannot launch);
+    `check_limits=False` keeps the kernel anyway, to inspect what Triton emits for it.
     """
-    import triton
-
     tgt = get_target(target)
+    _check_options(num_warps, num_stages, num_ctas, options)
     if two_cta == "auto":
         two_cta = _auto_two_cta(tgt, problem_shape, constexprs or {})
     elif two_cta not in (True, False):
@@ -231,35 +290,21 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
     selection = resolve_passes(passes, tgt)
     if two_cta and tgt.has_tcgen05:
         selection = selection.with_pass("pair-ctas")
+    if "verify-tcgen05" in selection.names:  # limits are checked below, with the knobs named (or not at all)
+        selection = selection.with_pass("verify-tcgen05", limits=False)
     opts = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, **options)
+    spec = None
     if isinstance(fn_or_path, (str, os.PathLike)):
-        path = Path(fn_or_path)
-        if path.suffix not in (".ttir", ".ttgir"):
-            raise InputError(f"{path}: can compile .ttir/.ttgir files or @triton.jit functions, not "
-                             f"{path.suffix or 'extensionless'} files (for a .py kernel use `bwtriton compile "
-                             f"FILE.py:KERNEL`)")
-        if not path.exists():
-            raise InputError(f"{path}: no such file")
-        src: Any = str(path)
-        opts = {k: v for k, v in opts.items() if k not in ("num_warps", "num_ctas")}  # taken from the module
+        src: Any = _ir_file_source(Path(fn_or_path))
+        if src.endswith(".ttgir"):  # a TTGIR module carries ttg.num-warps / ttg.num-ctas; a TTIR one does not
+            opts = {k: v for k, v in opts.items() if k not in ("num_warps", "num_ctas")}
     else:
         if signature is None:
             raise InputError("signature= is required for a kernel function: map each non-constexpr argument to a "
                              "Triton type, e.g. {'a_ptr': '*fp16', 'M': 'i32'}")
-        src = build_source(fn_or_path, signature, constexprs, divisible_by_16)
-
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-    env_vars = {**get_cache_invalidating_env_vars(), "BWTRITON_PIPELINE": selection.key()}
-    native = _NativeStderr()
-    try:
-        with stages_hook(selection, tgt), native:
-            kernel = triton.compile(src, target=tgt.gpu_target(), options=opts, _env_vars=env_vars)
-    except CompileError:
-        raise
-    except triton.compiler.errors.CompilationError as exc:
-        raise CompileError(f"Triton's front end rejected the kernel:\n{exc}") from None
-    except Exception as exc:
-        diag = _diagnostic_tail(native.text)
-        where = f"\n--- compiler diagnostics (BWTRITON_VERBOSE=1 shows all) ---\n{diag}" if diag else ""
-        raise CompileError(f"Triton failed compiling for {tgt.name}: {type(exc).__name__}: {exc}{where}") from exc
-    return CompileResult(kernel=kernel, target=tgt, selection=selection)
+        src, spec = build_source(fn_or_path, signature, constexprs, divisible_by_16, example)
+    result = CompileResult(kernel=_run_triton(src, tgt, selection, opts), target=tgt, selection=selection,
+                           specialisation=spec)
+    if check_limits:
+        check_resources(result, num_stages, constexprs if isinstance(constexprs, Mapping) else None)
+    return result

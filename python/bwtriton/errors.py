@@ -18,6 +18,13 @@ class UnknownPassError(BwTritonError, ValueError):
     """A pass name that is not in the registry."""
 
 
+class UnknownStageError(BwTritonError, KeyError):
+    """A compile stage name (``compiled.asm[...]``, ``--emit``, ``--stages``) that the compile did not produce."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
 class CompileError(BwTritonError):
     """Compilation failed: a pass refused the kernel, or Triton itself failed."""
 

@@ -86,10 +86,7 @@ def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = N
             continue
         out.append(f"== {name}\n{registry[name].render_report(reports[name])}")
         if name == "plan-tmem" and outdir is not None:
-            try:
-                from bwtriton.tmem import write_tmem_map
-            except ImportError:
-                continue
+            from bwtriton.tmem import write_tmem_map
             path = Path(outdir) / f"{result.name}.tmem.svg"
             write_tmem_map(reports[name], path)
             out.append(f"  wrote {path}")

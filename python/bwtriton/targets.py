@@ -15,6 +15,11 @@ class Target:
     has_tcgen05: bool = False          # Blackwell datacenter: tcgen05.mma + TMEM
     has_wgmma: bool = False            # Hopper warpgroup MMA
     native_block_scaled: bool = False  # hardware block-scaled MMA (kind::mxf4nvf4 etc.) that Triton 3.6 lowers to
+    #: Most shared memory one CTA may use (opt-in maximum, bytes): CUDA Programming Guide, "Technical
+    #: Specifications per Compute Capability" (227 KiB on 9.0/10.x, 99 KiB on 12.x, 163 KiB on 8.0).
+    max_shared_bytes: int = 232448
+    #: Tensor Memory columns per CTA (128 lanes x 512 columns of 32 bits on tcgen05 targets; none elsewhere).
+    tmem_columns: int = 0
 
     @property
     def family(self) -> str:
@@ -27,13 +32,13 @@ class Target:
 
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("sm_100a", 100, has_tcgen05=True, native_block_scaled=True),
-    Target("sm_103a", 103, has_tcgen05=True, native_block_scaled=True),
+    Target("sm_100a", 100, has_tcgen05=True, native_block_scaled=True, tmem_columns=512),
+    Target("sm_103a", 103, has_tcgen05=True, native_block_scaled=True, tmem_columns=512),
     # sm_120a (consumer Blackwell) has no tcgen05/TMEM; Triton 3.6 lowers dots to mma.sync there, including
     # block-scaled ones (mma.sync ... kind::mxf4nvf4.block_scale.scale_vec::4X, measured).
-    Target("sm_120a", 120, native_block_scaled=True),
+    Target("sm_120a", 120, native_block_scaled=True, max_shared_bytes=101376),
     Target("sm_90a", 90, has_wgmma=True),
-    Target("sm_80", 80),
+    Target("sm_80", 80, max_shared_bytes=166912),
 )}
 
 
@@ -41,7 +46,10 @@ def get_target(name: "str | Target") -> Target:
     """Look a target up by name; unknown names raise `UnknownTargetError` listing the valid ones."""
     if isinstance(name, Target):
         return name
-    key = str(name).strip().lower()
+    if not isinstance(name, str):
+        raise UnknownTargetError(f"target must be a name such as 'sm_100a' (or a bwtriton Target), got "
+                                 f"{type(name).__name__} {name!r}. Valid targets: {', '.join(TARGETS)}.")
+    key = name.strip().lower()
     if key in TARGETS:
         return TARGETS[key]
     raise UnknownTargetError(
@@ -57,3 +65,13 @@ def target_for_capability(capability: int) -> Target:
         return TARGETS["sm_80"]
     raise UnknownTargetError(f"no bwtriton target for compute capability {capability}; "
                              f"valid targets: {', '.join(TARGETS)}.")
+
+
+def target_name(text: str) -> str:
+    """argparse `type=` for every `--target` option: the canonical target name, or a usage error that lists the
+    valid targets (argparse prints it as ``error: argument --target: ...`` and exits 2)."""
+    import argparse
+    try:
+        return get_target(text).name
+    except UnknownTargetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

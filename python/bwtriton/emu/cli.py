@@ -36,6 +36,58 @@ def _dtype(name: str):
     return dt
 
 
+def _shape(text: str, where: str) -> list[int]:
+    """'128x64' -> [128, 64]; anything else names the expected form."""
+    try:
+        dims = [int(x) for x in text.lower().split("x")]
+    except ValueError:
+        dims = []
+    if not dims or any(d < 0 for d in dims):
+        raise InputError(f"{where}: shape {text!r} should be sizes joined by 'x', e.g. 128x64")
+    return dims
+
+
+def _load_tensor(path: str):
+    """A tensor from a .npy or .pt file, with a clear error when it is missing or unreadable."""
+    import os
+    import torch
+    if not os.path.isfile(path):
+        raise InputError(f"--arg {path}: no such file (pass an existing .npy/.pt file, or a KIND:DTYPE:SHAPE spec "
+                         f"such as randn:fp16:128x64)")
+    try:
+        if path.endswith(".npy"):
+            import numpy as np
+            return torch.from_numpy(np.load(path))
+        return torch.load(path)
+    except Exception as exc:  # a corrupt or foreign file
+        raise InputError(f"--arg {path}: cannot load it: {type(exc).__name__}: {exc}") from None
+
+
+def _tensor_at(index: str, kernel_args: list[Any], where: str):
+    """Kernel argument #`index` (an integer naming a tensor argument given so far)."""
+    import torch
+    tensors = [i for i, a in enumerate(kernel_args) if isinstance(a, torch.Tensor)]
+    try:
+        i = int(index)
+    except ValueError:
+        i = None
+    if i is None or not 0 <= i < len(kernel_args) or not isinstance(kernel_args[i], torch.Tensor):
+        raise InputError(f"{where}: {index!r} is not the index of a tensor argument; tensor arguments are "
+                         f"#{', #'.join(map(str, tensors)) or ' (none)'} (0-based, in --arg order)")
+    return kernel_args[i]
+
+
+def grid_arg(text: str) -> tuple[int, ...]:
+    """argparse `type=` for --grid: '2,1,1' -> (2, 1, 1), 1 to 3 positive integers."""
+    try:
+        grid = tuple(int(g) for g in text.split(","))
+    except ValueError:
+        grid = ()
+    if not 1 <= len(grid) <= 3 or any(g < 1 for g in grid):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a grid: give 1 to 3 positive integers, e.g. 2 or 2,1,1")
+    return grid
+
+
 def parse_arg(spec: str, previous: list[Any], seed: int) -> Any:
     """One --arg spec -> a kernel argument (see the module docstring)."""
     import torch
@@ -47,22 +99,19 @@ def parse_arg(spec: str, previous: list[Any], seed: int) -> Any:
             return conv(s)
         except ValueError:
             pass
-    if s.endswith(".npy"):
-        import numpy as np
-        return torch.from_numpy(np.load(s))
-    if s.endswith(".pt"):
-        return torch.load(s)
+    if s.endswith((".npy", ".pt")):
+        return _load_tensor(s)
     parts = s.split(":")
     if parts[0] == "desc" and len(parts) == 3:
         from triton.tools.tensor_descriptor import TensorDescriptor
-        base = previous[int(parts[1])]
-        return TensorDescriptor.from_tensor(base, [int(x) for x in parts[2].split("x")])
+        base = _tensor_at(parts[1], previous, f"--arg {spec}")
+        return TensorDescriptor.from_tensor(base, _shape(parts[2], f"--arg {spec}"))
     if len(parts) != 3:
         raise InputError(f"cannot parse --arg {spec!r}: expected INT, FLOAT, null, KIND:DTYPE:SHAPE, FILE.npy or "
                          "desc:I:BLOCK")
     kind, dt, shape_s = parts
     dtype = _dtype(dt)
-    shape = [int(x) for x in shape_s.split("x")]
+    shape = _shape(shape_s, f"--arg {spec}")
     g = torch.Generator().manual_seed(seed)
     if kind == "randn":
         t = torch.randn(shape, generator=g)
@@ -82,21 +131,30 @@ def parse_arg(spec: str, previous: list[Any], seed: int) -> Any:
     return t.to(dtype)
 
 
-def _compiled_from_input(args: argparse.Namespace):
+def _example_from_args(fn: Any, keywords: dict[str, Any], kernel_args: list[Any]) -> dict[str, int]:
+    """The integer --arg values by argument name: what `@triton.jit` would specialise this launch for."""
+    from ..specialize import DIVISIBLE_INT_TYPES
+    sig, consts = keywords["signature"], keywords["constexprs"]
+    runtime = [n for n in fn.arg_names if n not in consts and sig.get(n) != "constexpr"]
+    return {n: v for n, v in zip(runtime, kernel_args)
+            if sig.get(n) in DIVISIBLE_INT_TYPES and isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _compiled_from_input(args: argparse.Namespace, kernel_args: list[Any]):
+    """PTX text of a .ptx file, or the compile of FILE.py:KERNEL specialised for the given arguments."""
     if args.input.endswith(".ptx"):
-        with open(args.input) as fh:
-            return fh.read()
-    from ..cli import _constexpr_value, _parse_kv, load_kernel
+        try:
+            with open(args.input) as fh:
+                return fh.read()
+        except OSError as exc:
+            raise InputError(f"{args.input}: cannot read it ({exc.strerror})") from None
     from ..driver import compile as bw_compile
+    from ..loading import compile_keywords, load_kernel
     fn, spec = load_kernel(args.input)
-    sig = {**spec.get("signature", {}), **_parse_kv(args.signature, "--signature")}
-    consts = {**spec.get("constexprs", {}),
-              **{k: _constexpr_value(v) for k, v in _parse_kv(args.constexpr, "--constexpr").items()}}
-    if not sig:
-        raise InputError(f"no signature for {args.input}: pass --signature or declare BWTRITON_SPECS")
-    return bw_compile(fn, signature=sig, constexprs=consts, target="sm_100a",
-                      num_warps=args.num_warps or spec.get("num_warps", 4),
-                      num_stages=spec.get("num_stages", 3), num_ctas=args.num_ctas or spec.get("num_ctas", 1))
+    keywords = compile_keywords(fn, spec, args, args.input)
+    if "example" not in keywords and "divisible_by_16" not in keywords:
+        keywords["example"] = _example_from_args(fn, keywords, kernel_args)
+    return bw_compile(fn, target="sm_100a", **keywords)
 
 
 def _summary(t) -> dict:
@@ -116,23 +174,46 @@ def _check(expr: str, kernel_args: list[Any]) -> dict:
     if not out_s or not a_s or not b_s:
         raise InputError(f"--check takes OUT=A@B with argument indices (e.g. 2=0@1 or 2=0@1.T), got {expr!r}")
     trans = b_s.endswith(".T")
-    a = kernel_args[int(a_s)].double()
-    b = kernel_args[int(b_s[:-2] if trans else b_s)].double()
+    where = f"--check {expr}"
+    out = _tensor_at(out_s, kernel_args, where).double()
+    a = _tensor_at(a_s, kernel_args, where).double()
+    b = _tensor_at(b_s[:-2] if trans else b_s, kernel_args, where).double()
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != (b.shape[1] if trans else b.shape[0]):
+        raise InputError(f"{where}: A is {list(a.shape)} and B{'.T' if trans else ''} is "
+                         f"{list(b.T.shape if trans else b.shape)}; A@B needs 2-D operands with matching K")
     ref = a @ (b.T if trans else b)
-    out = kernel_args[int(out_s)].double()
+    if out.shape != ref.shape:
+        raise InputError(f"{where}: OUT is {list(out.shape)} but A@B is {list(ref.shape)}")
     err = float((out - ref).abs().max())
     return {"check": expr, "max_abs_err": err, "ref_abs_max": float(ref.abs().max()),
             "rel_err": err / max(float(ref.abs().max()), 1e-30)}
 
 
+def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, str]]:
+    """--save I=FILE.npy entries checked before the run: (tensor, path)."""
+    import os
+    out = []
+    for item in items:
+        idx, sep, path = item.partition("=")
+        if not sep or not path.endswith(".npy"):
+            raise InputError(f"--save takes I=FILE.npy (argument index, .npy path), got {item!r}")
+        folder = os.path.dirname(path)
+        if folder and not os.path.isdir(folder):
+            raise InputError(f"--save {item}: folder {folder} does not exist; create it first")
+        out.append((_tensor_at(idx, kernel_args, f"--save {item}"), path))
+    return out
+
+
 def cmd_emulate(args: argparse.Namespace) -> int:
     from .runner import run
-    compiled = _compiled_from_input(args)
     kernel_args: list[Any] = []
     for i, spec in enumerate(args.arg):
         kernel_args.append(parse_arg(spec, kernel_args, args.seed + i))
-    grid = tuple(int(g) for g in args.grid.split(","))
-    stats = run(compiled, grid, *kernel_args, num_warps=args.num_warps, num_ctas=args.num_ctas,
+    saves = _save_targets(args.save, kernel_args)
+    if args.check:
+        _check(args.check, kernel_args)  # bad indices or shapes fail now, not after a long emulation
+    compiled = _compiled_from_input(args, kernel_args)
+    stats = run(compiled, args.grid, *kernel_args, num_warps=args.num_warps, num_ctas=args.num_ctas,
                 shared=args.shared, name=args.kernel)
     result: dict[str, Any] = {"stats": {"instructions": stats.instructions, "seconds": round(stats.seconds, 3),
                                         "instructions_per_second": round(stats.instructions_per_second),
@@ -143,10 +224,8 @@ def cmd_emulate(args: argparse.Namespace) -> int:
         result["check"] = _check(args.check, kernel_args)
         if result["check"]["rel_err"] > args.rtol:
             rc = 1
-    for item in args.save:
-        idx, _, path = item.partition("=")
+    for t, path in saves:
         import numpy as np
-        t = kernel_args[int(idx)]
         np.save(path, (t.float() if t.dtype in (_dtype("bf16"),) else t).numpy())
     if args.json:
         print(json.dumps(result, indent=2))
@@ -162,16 +241,16 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    """Add `bwtriton emulate` to the top CLI's subcommands."""
+    from ..loading import add_kernel_arguments
     p = subparsers.add_parser("emulate", help="run a kernel's sm_100a PTX on the CPU emulator",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", help="FILE.ptx or FILE.py:KERNEL (compiled for sm_100a first)")
-    p.add_argument("--grid", default="1", help="programs per grid dimension, e.g. 2,1,1 (clusters when num_ctas>1)")
+    p.add_argument("input", help="FILE.ptx or FILE.py:KERNEL (compiled for sm_100a first, integer arguments "
+                   "specialised for the --arg values as @triton.jit would, and the final PTX emulated)")
+    p.add_argument("--grid", default=(1,), type=grid_arg, help="programs per grid dimension, e.g. 2,1,1 (clusters when num_ctas>1)")
     p.add_argument("--arg", action="append", default=[], help="kernel argument spec, in order (repeatable)")
     p.add_argument("--kernel", help="entry name when the PTX has several")
-    p.add_argument("--signature", action="append", default=[], metavar="NAME=TYPE,...")
-    p.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE,...")
-    p.add_argument("--num-warps", type=int)
-    p.add_argument("--num-ctas", type=int)
+    add_kernel_arguments(p)  # --signature, --constexpr, --num-*, --example, --divisible-by-16 (FILE.py:KERNEL)
     p.add_argument("--shared", type=int, help="shared memory bytes per CTA (default: from metadata, else 227 KiB)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", help="compare OUT=A@B (argument indices; B may be '.T'), exit 1 beyond --rtol")

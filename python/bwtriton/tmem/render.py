@@ -89,6 +89,7 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
     allocs = _allocs(report)
     totals = report.get("totals", {})
     width_cols = max([COLUMNS] + [a["column_range"][1] for a in allocs])
+    # The left margin holds the lane-range labels (right-aligned, ending before the frame) and the "lanes" title.
     left, top, legend_h = 60, 40, 18 * (len(allocs) + 2)
     w = left + width_cols * col_px + 20
     h = top + LANES * lane_px + 40 + legend_h
@@ -105,11 +106,16 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
         out.append(f'<line x1="{left}" y1="{y}" x2="{left + width_cols * col_px}" y2="{y}" stroke="#999" '
                    f'stroke-dasharray="3,3"/>')
     for q in range(4):
-        out.append(f'<text x="4" y="{top + (32 * q + 18) * lane_px:.0f}">lanes {32 * q}-{32 * q + 31}</text>')
+        out.append(f'<text x="{left - 4}" y="{top + (32 * q + 18) * lane_px:.0f}" text-anchor="end">'
+                   f'{32 * q}-{32 * q + 31}</text>')
+    mid = top + LANES * lane_px / 2
+    out.append(f'<text x="12" y="{mid:.0f}" text-anchor="middle" transform="rotate(-90 12 {mid:.0f})">lanes</text>')
     for c in range(0, width_cols + 1, 64):
         x = left + c * col_px
         out.append(f'<line x1="{x}" y1="{top + LANES * lane_px}" x2="{x}" y2="{top + LANES * lane_px + 4}" '
                    f'stroke="#333"/><text x="{x - 6}" y="{top + LANES * lane_px + 16}">{c}</text>')
+    out.append(f'<text x="{left + width_cols * col_px / 2:.0f}" y="{top + LANES * lane_px + 28}" '
+               f'text-anchor="middle">columns (32-bit each)</text>')
     if width_cols > COLUMNS:
         x = left + COLUMNS * col_px
         out.append(f'<rect x="{x}" y="{top}" width="{(width_cols - COLUMNS) * col_px}" height="{LANES * lane_px}" '
@@ -124,7 +130,7 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
         c0, _, lane0, nlanes = rects[0]
         out.append(f'<text x="{left + c0 * col_px + 3}" y="{top + (lane0 + nlanes / 2) * lane_px + 4:.0f}" '
                    f'fill="#fff">{html.escape(a["name"])}</text>')
-    y = top + LANES * lane_px + 34
+    y = top + LANES * lane_px + 48
     for i, a in enumerate(allocs):
         out.append(f'<rect x="{left}" y="{y - 10}" width="12" height="12" fill="{colours[i]}"/>'
                    f'<text x="{left + 18}" y="{y}">{html.escape(_label(a))}</text>')
@@ -138,22 +144,27 @@ def _label(a: dict) -> str:
     lanes = "all lanes" if a["lanes"] >= LANES else f"lane half +{a['lane_offset']} (16 of each 32)"
     buf = f", {a['buffers']} buffers" if a["buffers"] > 1 else ""
     return (f"{a['name']}: {a['kind']} {'x'.join(map(str, a['shape']))}x{a['dtype']}{buf}, columns [{c0}, {c1}), "
-            f"{lanes}, live [{a['live_start']}, {a['live_end']})")
+            f"{lanes}, live over IR ops [{a['live_start']}, {a['live_end']})")
 
 
 def write_tmem_map(report: dict, path: "str | os.PathLike", *, title: str | None = None) -> str:
     """Write the TMEM map of `report` to `path` (.svg, or .png when matplotlib is installed); returns the path."""
+    from bwtriton.errors import InputError
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
+    if ext not in (".svg", ".png"):
+        raise InputError(f"{path}: the TMEM map is written as .svg or .png; pick one of those extensions")
+    folder = os.path.dirname(path)
+    if folder and os.path.exists(folder) and not os.path.isdir(folder):
+        raise InputError(f"{path}: {folder} is a file, not a folder; choose another path for the TMEM map")
+    if folder:
+        os.makedirs(folder, exist_ok=True)  # like -o/--out, a missing folder is created
     if ext == ".svg":
         with open(path, "w") as f:
             f.write(render_svg(report, title=title))
         return path
-    if ext == ".png":
-        _write_png(report, path, title)
-        return path
-    from bwtriton.errors import InputError
-    raise InputError(f"{path}: the TMEM map is written as .svg or .png; pick one of those extensions")
+    _write_png(report, path, title)
+    return path
 
 
 def _write_png(report: dict, path: str, title: str | None) -> None:
@@ -181,8 +192,9 @@ def _write_png(report: dict, path: str, title: str | None) -> None:
         ax.axhline(32 * q, color="#999", linestyle="--", linewidth=0.6)
     ax.set_xlim(0, width_cols)
     ax.set_ylim(LANES, 0)
-    ax.set_xlabel("column")
-    ax.set_ylabel("lane")
+    ax.set_xlabel("columns (32-bit each)")
+    ax.set_ylabel("lanes")
+    ax.set_yticks([16, 48, 80, 112], [f"lanes {32 * q}-{32 * q + 31}" for q in range(4)], fontsize=7)
     totals = report.get("totals", {})
     ax.set_title(title or f"TMEM per CTA: {totals.get('used_columns', '?')} / {totals.get('budget_columns', 512)} "
                           f"columns")

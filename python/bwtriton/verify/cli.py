@@ -11,6 +11,7 @@ import re
 import sys
 
 from bwtriton.errors import InputError
+from bwtriton.targets import target_name
 
 
 def register(subparsers) -> None:
@@ -19,7 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print findings (and --explain rows) as JSON")
     p.add_argument("--explain", action="store_true",
                    help="print every tcgen05.mma with decoded M/N/K, types, majorness, swizzle, scales, TMEM D")
-    p.add_argument("--target", default=None, help="target name (default: the file's .target)")
+    p.add_argument("--target", default=None, type=target_name, help="target name (default: the file's .target)")
     p.add_argument("--no-notes", action="store_true", help="hide note-severity findings")
     p.add_argument("--split-input-file", action="store_true",
                    help="verify each '// -----'-separated chunk as its own module (lit tests); each chunk's "
@@ -37,14 +38,14 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8", errors="replace").read()
     except OSError as exc:
-        print(f"bwtriton check: cannot read {name}: {exc.strerror}", file=sys.stderr)
+        print(f"bwtriton check: error: cannot read {name}: {exc.strerror}", file=sys.stderr)
         return 2
     if args.split_input_file:
         return _run_split(args, name, text)
     try:
         mod = parse_ptx(text)
     except InputError as exc:
-        print(f"bwtriton check: {name}: {exc}", file=sys.stderr)
+        print(f"bwtriton check: error: {name}: {exc}", file=sys.stderr)
         return 2
     return _check_one(args, name, mod)
 
