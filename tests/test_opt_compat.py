@@ -255,3 +255,21 @@ def test_translate_refuses_non_llvm_dialect_input(capfd):
     from bwtriton.regress.translate import translate
     with pytest.raises(InputError, match="must be in the LLVM dialect"):
         translate("module {\n  tt.func @f() {\n    tt.return\n  }\n}\n", None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# upstream lit trees, one test per RUN line (bwtriton.regress.upstream_lit)
+def test_one_run_per_file_keeps_line_numbers_and_comments_out_the_others(tmp_path):
+    from bwtriton.regress.upstream_lit import one_run_per_file, prepare
+    text = ("// RUN: triton-opt %s -a | FileCheck %s\n// RUN: triton-opt %s -b \\\n// RUN:   -c | FileCheck %s\n"
+            "module {}\n// CHECK: module\n")
+    first, second = one_run_per_file(text)
+    assert first.splitlines()[0].startswith("// RUN: triton-opt %s -a")
+    assert first.splitlines()[1:3] == ["// COM: triton-opt %s -b \\", "// COM:   -c | FileCheck %s"]
+    assert second.splitlines()[0].startswith("// COM:") and "RUN:   -c" in second.splitlines()[2]
+    assert len(first.splitlines()) == len(second.splitlines()) == len(text.splitlines())
+    (tmp_path / "t" / "Sub").mkdir(parents=True)
+    (tmp_path / "t" / "Sub" / "x.mlir").write_text(text)
+    assert prepare(tmp_path / "t", tmp_path / "out") == 2
+    assert (tmp_path / "out" / "Sub" / "x.run2.mlir").exists()
+    assert "bwtriton.regress.filecheck" in (tmp_path / "out" / "lit.cfg.py").read_text()
