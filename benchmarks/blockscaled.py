@@ -9,9 +9,13 @@ Rows:
 * GEMM: nvfp4_matmul vs torch dequantize + cuBLAS (the dequantization is part of the peer's time: that is what a
   torch user pays), and vs upstream Triton's own tl.dot_scaled kernel (fails to compile on sm_90: reported as an
   error row, which is the point of lower-nvfp4-portable).
-* linear: nvfp4_linear (auto: fused or quantize + GEMM with PDL, tuned per shape) vs the unfused quantize kernel +
-  GEMM (plain launches) for M = 1..8192; the note gives both forms' tuning times, so "never slower than its best
-  alternative" can be read off. Goal: 1.2x the unfused path at M <= 64.
+* GEMM rows also show `method='dot_scaled'` (the in-kernel dequant) next to the auto method, which on Hopper
+  takes the exact dequantize-to-bf16 + `kernels.matmul` path for large shapes.
+* linear: nvfp4_linear (auto: fused, quantize + GEMM with PDL, or at M <= 64 'dequant_decode' = quantize-dequantize
+  x + the weight-only decode kernel; tuned per shape) vs the unfused quantize kernel + GEMM (plain launches) for
+  M = 1..8192; the note gives every form's tuning time, so "never slower than its best alternative" can be read
+  off, and M <= 64 rows show 'dequant_decode' alone against the PDL two-kernel form. Goal: 1.2x the unfused path
+  at M <= 64.
 
 Run alone: ``python benchmarks/blockscaled.py [--out DIR] [--only decode,linear]``; `run_all.py` includes these
 rows via `register()`.
@@ -100,15 +104,30 @@ def _gemm_operands(m: int, n: int, k: int) -> dict:
             "b_q": quantize_nvfp4(torch.randn(n, k, device="cuda"))}
 
 
+def _gemm_note(m: int, n: int, k: int):
+    def note(_state) -> str:
+        from bwtriton.kernels._common import tcgen05_block_scaled
+        from bwtriton.kernels._device import device_capability
+        dev = torch.device("cuda", torch.cuda.current_device())
+        native = tcgen05_block_scaled(dev)
+        if _mods()[0].use_dequant_gemm(m, n, k, native, device_capability(dev)):
+            return "auto: exact dequant of both operands to bf16 + kernels.matmul"
+        return "auto: native block-scaled MMA" if native else "auto: dot_scaled (lower-nvfp4-portable)"
+    return note
+
+
 def _register_gemm() -> None:
+    def peer(s):
+        return torch.matmul(s["a_q"].dequantize(torch.bfloat16), s["b_q"].dequantize(torch.bfloat16).T)
     for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192)):
         target = 1.3 if m == 8192 else None
-        def peer(s):
-            return torch.matmul(s["a_q"].dequantize(torch.bfloat16), s["b_q"].dequantize(torch.bfloat16).T)
-        register_case(f"nvfp4 gemm {m}x{n}x{k}", lambda s: _mods()[0].nvfp4_matmul(s["a_q"], s["b_q"]), peer,
-                      work=2.0 * m * n * k, peer_name="torch dequant + cuBLAS", group="gemm",
-                      setup=functools.partial(_gemm_operands, m, n, k), check=_rel_err,
-                      target_ratio=target)
+        for method in ("auto", "dot_scaled"):
+            register_case(f"nvfp4 gemm {m}x{n}x{k}" + ("" if method == "auto" else f" ({method})"),
+                          lambda s, method=method: _mods()[0].nvfp4_matmul(s["a_q"], s["b_q"], method=method),
+                          peer, work=2.0 * m * n * k, peer_name="torch dequant + cuBLAS", group="gemm",
+                          setup=functools.partial(_gemm_operands, m, n, k), check=_rel_err,
+                          target_ratio=target if method == "auto" else None,
+                          note=_gemm_note(m, n, k) if method == "auto" else None)
     m = n = k = 4096
 
     def upstream(s):
@@ -163,6 +182,13 @@ def _register_linear(quick: bool) -> None:
                       work=2.0 * m * n * k, peer_name="quantize kernel + GEMM, plain launches", group="linear",
                       setup=functools.partial(_linear_states, m, n, k), check=_rel_err,
                       target_ratio=1.2 if m <= 64 else 1.0, note=_linear_note(m, n, k))
+        if m <= 64:
+            register_case(f"nvfp4 linear M={m} N=K={n}: dequant_decode vs quantize + GEMM (PDL)",
+                          lambda s: lin().nvfp4_linear(s["x"], s["w_q"], x_global_scale=s["gs"],
+                                                       form="dequant_decode"),
+                          lambda s: lin().nvfp4_linear_two_kernel(s["x"], s["w_q"], x_global_scale=s["gs"]),
+                          work=2.0 * m * n * k, peer_name="quantize kernel + GEMM, PDL", group="linear",
+                          setup=functools.partial(_linear_states, m, n, k), check=_rel_err)
         if m in (16, 4096) and not quick:
             register_case(f"nvfp4 linear M={m} N=K={n}: fused vs quantize + GEMM (PDL)",
                           lambda s: lin().nvfp4_linear(s["x"], s["w_q"], x_global_scale=s["gs"], form="fused"),

@@ -131,7 +131,7 @@ def test_fused_linear_keeps_native_nvfp4_mma_on_sm100(sm100_ptx):
 def gemv_compiled():
     """The CUDA-core decode GEMV (M = 4, 4 rows per thread) compiled for Hopper and Blackwell, once."""
     sig = {"x_ptr": "*i32", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "out_ptr": "*bf16", "alpha_ptr": "*fp32",
-           "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
+           "bias_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
     const = dict(SCALE_BLOCKED=False, BLOCK_M=4, ROWS_PER_THREAD=4, THREADS_N=1, SPLIT_K=1)
     return {t: bwtriton.compile(decode.nvfp4_gemv_kernel, signature=sig, constexprs=const, target=t, num_warps=4,
                                 num_stages=1) for t in ("sm_90a", "sm_100a")}
@@ -365,7 +365,7 @@ def test_matmul_plan_reuses_weight_descriptor_only_for_the_same_weight():
 
 
 _GEMV_SIG = {"x_ptr": "*i32", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "out_ptr": "*fp32", "alpha_ptr": "*fp32",
-             "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
+             "bias_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
 
 
 @pytest.mark.emu
@@ -392,6 +392,6 @@ def test_gemv_tuning_shapes_emulated(m, rows, groups, two_steps, threads_n, bloc
                                 num_warps=4, divisible_by_16=[a for a in _GEMV_SIG if a != "M"])
     out = torch.zeros(m, n)
     xp = x.view(torch.int32)
-    emu.run(compiled, (n // block_n, 1), xp, w_q.data, w_q.scales, out, w_q.global_scale.reshape(1), m, n, k,
+    emu.run(compiled, (n // block_n, 1), xp, w_q.data, w_q.scales, out, w_q.global_scale.reshape(1), out, m, n, k,
             xp.stride(0), w_q.data.stride(0), out.stride(0))
     assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64), out_bits=20)

@@ -54,7 +54,7 @@ def fake_launcher(monkeypatch):
 def _gemv_args(x=None):
     x = torch.zeros(1, 128, dtype=torch.int32) if x is None else x
     return (x, torch.zeros(8, 256, dtype=torch.uint8), torch.zeros(8, 32, dtype=torch.uint8),
-            torch.zeros(1, 8), torch.ones(1), 1, 8, 512, 128, 256, 8)
+            torch.zeros(1, 8), torch.ones(1), torch.zeros(8), 1, 8, 512, 128, 256, 8)
 
 
 _GEMV_KW = dict(SCALE_BLOCKED=False, BLOCK_M=1, ROWS_PER_THREAD=2, THREADS_N=1, SPLIT_K=1, num_warps=4)
@@ -62,9 +62,10 @@ _GEMV_KW = dict(SCALE_BLOCKED=False, BLOCK_M=1, ROWS_PER_THREAD=2, THREADS_N=1, 
 
 def test_tail_is_constexprs_in_signature_order_with_defaults():
     launcher = _launcher.CachedLauncher(decode.nvfp4_gemv_kernel, pipeline=False)
-    tail = launcher._tail(11, dict(_GEMV_KW, THREADS_N=2))
-    # SCALE_BLOCKED, BLOCK_M, ROWS_PER_THREAD, THREADS_N, SPLIT_K, then the defaults TWO_STEPS, GROUPS_PER_THREAD
-    assert tail == (False, 1, 2, 2, 1, False, 2)
+    tail = launcher._tail(12, dict(_GEMV_KW, THREADS_N=2))
+    # SCALE_BLOCKED, BLOCK_M, ROWS_PER_THREAD, THREADS_N, SPLIT_K, then the defaults TWO_STEPS, GROUPS_PER_THREAD,
+    # HAS_BIAS
+    assert tail == (False, 1, 2, 2, 1, False, 2, False)
 
 
 def test_first_call_compiles_later_calls_launch_the_compiled_kernel(fake_launcher):
@@ -78,7 +79,7 @@ def test_first_call_compiles_later_calls_launch_the_compiled_kernel(fake_launche
     call = compiled.calls[0]
     assert call[:7] == (4, 1, 1, 1234, "fn-handle", ("meta",), None)  # grid padded to 3-D, no launch metadata
     assert call[9:9 + len(args)] == args
-    assert call[9 + len(args):] == (False, 1, 2, 1, 1, False, 2)
+    assert call[9 + len(args):] == (False, 1, 2, 1, 1, False, 2, False)
 
 
 def test_misaligned_pointer_is_its_own_entry(fake_launcher):
@@ -158,7 +159,7 @@ def test_capturable_encode_scale_is_bit_equal_to_formats(x):
 
 def test_linear_form_must_be_known():
     w_q = quantize_nvfp4(torch.randn(64, 128))
-    with pytest.raises(InputError, match="form must be 'auto', 'fused' or 'two_kernel'"):
+    with pytest.raises(InputError, match="form must be one of 'auto', 'fused', 'two_kernel', 'dequant_decode'"):
         linear.nvfp4_linear(torch.randn(2, 128).bfloat16(), w_q, form="fast")
 
 
@@ -186,10 +187,18 @@ def _kernel_imports(module: str) -> set[str]:
     return found
 
 
-def test_nvfp4_kernel_modules_do_not_import_each_other():
-    peers = {"blockscaled", "decode", "nvfp4_linear"}
-    for module in peers:
-        assert not (_kernel_imports(module) & (peers - {module})), module
+def test_kernel_modules_import_each_other_without_cycles():
+    """One allowed direction between the torch-facing kernel modules (nvfp4_linear's small-M form launches the
+    decode kernels; blockscaled's dequant path runs matmul), never a cycle; the rest is shared via _common."""
+    modules = {p.stem for p in KERNELS_DIR.glob("*.py") if not p.stem.startswith("_")}
+    graph = {m: _kernel_imports(m) & modules for m in modules}
+    assert graph["nvfp4_linear"] & {"decode", "nvfp4_dequant"} == {"decode", "nvfp4_dequant"}
+
+    def reaches(start: str, goal: str, seen: set) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph[start])
+    for module in modules:
+        assert not reaches(module, module, set()), f"import cycle through {module}"
+    assert not graph["nvfp4_dequant"] and not graph["decode"]  # the leaves the others build on
 
 
 def test_package_exports_every_entry_point_without_fallback_imports():
@@ -250,8 +259,9 @@ def cpu_launch(monkeypatch):
     yield rec
     # Forget the fake entries and the CPU plans, so no later test can meet them.
     mm = importlib.import_module("bwtriton.kernels.matmul")
+    dq = importlib.import_module("bwtriton.kernels.nvfp4_dequant")
     for launcher in (decode._GEMV_LAUNCHER, decode._MMA_LAUNCHER, linear._FUSED, linear._QUANT, linear._PDL_GEMM,
-                     mm._LAUNCHER):
+                     mm._LAUNCHER, dq._QDQ, dq._AMAX, dq._DEQUANT):
         for key in [key for key, entry in launcher._entries.items() if entry[0] is rec]:
             del launcher._entries[key]
     for plans in (decode._PLANS, linear._PLANS):
@@ -312,6 +322,36 @@ def test_linear_plan_launches_what_the_slow_path_does(cpu_launch, form, with_bia
     assert args[w_at] is w_q.data and args[w_at + 1] is w_q.scales
     # without a bias the output pointer stands in for it (HAS_BIAS=False never reads it)
     assert args[w_at + 3] is bias if with_bias else args[w_at + 3] is args[w_at + 4]
+
+
+@pytest.mark.parametrize("with_bias,scale", [(False, 0.01), (True, None)])
+def test_linear_dequant_decode_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch, with_bias, scale):
+    """quantize-dequantize x, then the decode kernel reading the alpha that the first kernel wrote (and, with the
+    x scale from amax, the single-CTA amax kernel first); the plan repeats exactly those launches."""
+    m, n, k = 16, 128, 256
+    monkeypatch.setitem(decode._TUNED, (None, m, n, k, "plain", torch.bfloat16),
+                        dict(decode.decode_config(m, n, k), path="mma"))
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    bias = torch.randn(n).bfloat16() if with_bias else None
+    x1, x2 = torch.randn(m, k).bfloat16(), torch.randn(m, k).bfloat16()
+    form = "dequant_decode"
+    linear.nvfp4_linear(x1, w_q, bias, x_global_scale=scale, form=form)   # slow path + plan
+    before = len(cpu_launch.runs)
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=scale, form=form)   # plan
+    plan_runs = cpu_launch.runs[before:]
+    linear._PLANS.clear()
+    linear.nvfp4_linear(x2, w_q, bias, x_global_scale=scale, form=form)   # slow path
+    slow_runs = cpu_launch.runs[before + len(plan_runs):]
+    assert len(plan_runs) == len(slow_runs) == (2 if scale is not None else 3)
+    for p, s in zip(plan_runs, slow_runs):
+        assert _same_launch(p, s)
+    qdq, dec = plan_runs[-2], plan_runs[-1]
+    assert qdq[0].data_ptr() == x2.data_ptr()
+    assert dec[0] is qdq[4] and dec[4] is qdq[3]  # decode reads the bf16 x and the alpha the first kernel wrote
+    assert dec[1] is w_q.data and dec[2] is w_q.scales
+    assert dec[5] is bias if with_bias else dec[5] is dec[3]
+    if scale is None:  # the amax kernel's S_enc feeds the quantizer
+        assert qdq[1] is plan_runs[0][1]
 
 
 def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch):

@@ -266,3 +266,27 @@ def test_a_pass_reads_only_what_it_declared_it_requires():
     assert reader.required("a") == "text"
     with pytest.raises(TypeError, match="reads 'c' without declaring requires"):
         reader.required("c")
+
+
+def test_scoped_installs_hook_and_enables_cache_folder_without_clearing_jit_caches(probe_passes, monkeypatch):
+    import os
+
+    from triton import knobs
+
+    from bwtriton import pipeline
+    cleared = []
+    monkeypatch.setattr(pipeline, "_clear_jit_caches", lambda: cleared.append(1))
+    sel = resolve_passes("test-tag-ptx", "sm_100a")
+    before_hook, before_dir = knobs.runtime.add_stages_inspection_hook, knobs.cache.dir
+    with pipeline.scoped(sel, bwtriton.get_target("sm_100a")):
+        scoped_dir = knobs.cache.dir
+        assert scoped_dir == os.path.join(str(before_dir), f"bwtriton-{sel.key()}")
+        stages = {"ttir": None, "ttgir": None, "llir": None, "ptx": None, "cubin": None}
+        knobs.runtime.add_stages_inspection_hook(None, stages, None, None, 100)
+        assert "ptx_triton" in stages  # our hook wrapped the stages
+    assert knobs.runtime.add_stages_inspection_hook is before_hook and knobs.cache.dir == before_dir
+    assert cleared == []  # scoped never drops other kernels' in-memory entries
+    with bwtriton.enable(["test-tag-ptx"], target="sm_100a"):  # enable() picks the same folder: one cache entry
+        assert knobs.cache.dir == scoped_dir
+        with pipeline.scoped(sel):  # nested inside enable(): still the same folder, not one folder deeper
+            assert knobs.cache.dir == scoped_dir

@@ -10,6 +10,8 @@ Two command lines are accepted:
 MLIR inputs (.ttir/.ttgir/.mlir, stdin) take our TTIR/TTGIR passes and Triton's MLIR passes; text inputs
 (.ptx, .ll) take our PTX/LLIR passes. Options of Triton's passes are applied through the Python adders or
 refused (`bwtriton.regress.triton_options`); passes Triton's Python bindings do not expose are an error.
+With ``-split-input-file`` each ``// -----`` piece runs on its own: its output is followed by its own ``--report``,
+and an error of one of our passes fails that piece (exit status 1) while the later pieces still run.
 """
 from __future__ import annotations
 
@@ -329,11 +331,11 @@ def split_chunks(text: str, split: bool) -> list[tuple[int, str]]:
     return chunks
 
 
-def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation, reports: dict) -> tuple[str | None,
-                                                                                                       str]:
+def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation,
+               reports: dict) -> tuple[str | None, str, str]:
     """Run one chunk: the input file itself when it is not split, else a temp file padded so diagnostics keep the
-    original line numbers. Returns (printed IR or None on failure, captured stderr naming the input, never the
-    temp file)."""
+    original line numbers. Returns (printed IR or None on failure, captured stderr, rendered --report text), both
+    texts naming the input, never the temp file."""
     from .regress.diagnostics import captured_stderr
     shown = "<stdin>" if inv.input == "-" else inv.input
     tmp = None
@@ -349,13 +351,23 @@ def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation, rep
             except PassFailure:
                 out = None
             except BwTritonError as exc:  # our passes quote locations: name the user's file
-                if tmp:
-                    exc.args = (str(exc).replace(tmp, shown).replace(os.path.basename(tmp), os.path.basename(shown)),)
-                raise
-        return out, err[0].replace(tmp, shown) if tmp else err[0]
+                exc.args = (_named_input(str(exc), tmp, shown),)
+                if not inv.split:
+                    raise
+                # split input, as in triton-opt: a failing piece prints its error and the next pieces still run
+                print(f"error: {exc}", file=sys.stderr)
+                out = None
+        if out is not None and first_line and out.startswith("\n" * first_line):  # text passes keep the padding
+            out = out[first_line:]
+        return out, _named_input(err[0], tmp, shown), _named_input(_render_reports(inv, reports), tmp, shown)
     finally:
         if tmp:
             os.unlink(tmp)
+
+
+def _named_input(text: str, tmp: str | None, shown: str) -> str:
+    """`text` with the temp chunk file's path and name replaced by the user's input (diagnostics, report locations)."""
+    return text.replace(tmp, shown).replace(os.path.basename(tmp), os.path.basename(shown)) if tmp else text
 
 
 def _check_unregistered(stderr: str, inv: OptInvocation) -> None:
@@ -388,9 +400,10 @@ def _opt_main(argv: list[str]) -> int:
             raise InputError(f"{inv.input}: no such file")
         text, suffix = Path(inv.input).read_text(), Path(inv.input).suffix or ".mlir"
     resolve_steps(inv.steps, suffix in _MLIR_SUFFIXES, suffix)  # fail on a bad pass before any work
-    outputs, failed, problems, reports = [], False, [], {}
+    outputs, failed, problems = [], False, []
     for first, chunk in split_chunks(text, inv.split):
-        out, err = _run_chunk(first, chunk, suffix, inv, reports)
+        reports: dict = {}  # per chunk: each `// -----` piece is followed by its own reports
+        out, err, rendered = _run_chunk(first, chunk, suffix, inv, reports)
         _check_unregistered(err, inv)
         if inv.verify:
             problems += verify(parse_diagnostics(err), parse_expectations("\n" * first + chunk),
@@ -398,21 +411,25 @@ def _opt_main(argv: list[str]) -> int:
         else:
             sys.stderr.write(err)
             failed |= out is None
-        if out is not None:
-            outputs.append(inline_aliases(out) if inv.local_scope else out)
-    _write_output(inv, outputs, reports)
+        if out is not None or reports:
+            printed = (inline_aliases(out) if inv.local_scope else out) if out is not None else ""
+            outputs.append((printed if printed.endswith("\n") or not printed else printed + "\n") + rendered)
+    _write_output(inv, outputs)
     for p in problems:
         print(f"{inv.input}: {p}", file=sys.stderr)
     return 1 if failed or problems else 0
 
 
-def _write_output(inv: OptInvocation, outputs: list[str], reports: dict) -> None:
+def _render_reports(inv: OptInvocation, reports: dict) -> str:
+    if not (inv.report and reports):
+        return ""
+    from .pipeline import all_passes
+    registry = all_passes()
+    return "".join(f"// ----- bwtriton report: {n} -----\n{registry[n].render_report(r)}\n" for n, r in reports.items())
+
+
+def _write_output(inv: OptInvocation, outputs: list[str]) -> None:
     body = f"{SPLIT_MARKER}\n".join(o if o.endswith("\n") else o + "\n" for o in outputs)
-    if inv.report and reports:
-        from .pipeline import all_passes
-        registry = all_passes()
-        body += "".join(f"// ----- bwtriton report: {n} -----\n{registry[n].render_report(r)}\n"
-                        for n, r in reports.items())
     if inv.output and inv.output != "-":
         Path(inv.output).write_text(body)
     else:

@@ -153,17 +153,6 @@ def parse_pass_spec(spec: "str | Iterable[str]") -> list[PassEntry]:
     return entries
 
 
-#: Kept for `bwtriton.opt` until it reads specs with `parse_pass_spec` (same grammar, same parser underneath).
-PASS_ENTRY_RE = _ENTRY_RE
-
-
-def split_pass_spec(spec: "str | Iterable[str] | None") -> list[str]:
-    """The entries of a spec as text ('a{x=1}', '-b'); see `parse_pass_spec` (None: no entries)."""
-    if spec is None:
-        return []
-    return [f"{e.sign}{e.name}" + (f"{{{e.options}}}" if e.options else "") for e in parse_pass_spec(spec)]
-
-
 def _split_top_level_commas(text: str) -> list[str]:
     parts, depth, cur = [], 0, ""
     for ch in text:
@@ -373,12 +362,37 @@ def _clear_jit_caches() -> None:
             obj.device_caches.clear()
 
 
+def _cache_dir_for(selection: PassSelection) -> str:
+    """The on-disk cache folder of kernels compiled through `selection`: one sub-folder per selection key under the
+    cache folder the user had before any `enable()` (Triton's cache key does not see hooks, the folder does)."""
+    from triton import knobs
+    base = _state.previous_cache_dir if _state.stack else knobs.cache.dir
+    return os.path.join(str(base), f"bwtriton-{selection.key()}")
+
+
 def _activate(selection: PassSelection, target: Target | None) -> None:
     """Point Triton's hook and cache folder at `selection` (target None: derived per compile from the GPU)."""
     from triton import knobs
     knobs.runtime.add_stages_inspection_hook = make_stages_hook(selection, target)
-    knobs.cache.dir = os.path.join(str(_state.previous_cache_dir), f"bwtriton-{selection.key()}")
+    knobs.cache.dir = _cache_dir_for(selection)
     _clear_jit_caches()
+
+
+@contextlib.contextmanager
+def scoped(selection: PassSelection, target: "Target | None" = None) -> Iterator[None]:
+    """Compile inside this block through `selection` (for `target`; None: each compile's own GPU): installs our stage
+    hook and moves the on-disk cache to the selection's folder (the one `enable()` uses), restoring both after.
+
+    Unlike `enable()` it leaves in-memory JIT caches alone, so use it for kernels that are only ever launched
+    inside such a block (their cache entries are then always pipeline-compiled)."""
+    from triton import knobs
+    previous_dir = knobs.cache.dir
+    knobs.cache.dir = _cache_dir_for(selection)
+    try:
+        with stages_hook(selection, target):
+            yield
+    finally:
+        knobs.cache.dir = previous_dir
 
 
 class _Enabled(contextlib.AbstractContextManager):

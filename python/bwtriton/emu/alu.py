@@ -463,11 +463,18 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
                 "div": np.divide, "copysign": lambda a, b: np.copysign(b, a)}[op]
         if op in ("min", "max") and "NaN" in mods:
             base = np.minimum if op == "min" else np.maximum
-        fn = _float_op(t, lambda a, b: base(np.asarray(a, cdt), np.asarray(b, cdt)).astype(cdt))
+        if t in ("f32", "f64"):  # operands already arrive as `cdt` (arrays or scalars)
+            fn = lambda a, b: base(a, b).astype(cdt, copy=False)  # noqa: E731
+        else:
+            fn = _float_op(t, lambda a, b: base(np.asarray(a, cdt), np.asarray(b, cdt)).astype(cdt))
         rdt = dt if t not in ("bf16",) else np.dtype(np.uint16)
         return _binary(ins, prog, fn, rdt)
     if op in ("mad", "fma"):
         ra, rb, rc = (prog.src(o, dt if t != "bf16" else np.dtype(np.uint16), ins) for o in ops[1:4])
+        if t == "f64":  # the same arithmetic as _fma, without its per-call dispatch
+            return lambda w: wr(w, ra(w) * rb(w) + rc(w))
+        if t == "f32":
+            return lambda w: wr(w, (ra(w).astype(F64) * rb(w) + rc(w)).astype(F32))
         if is_float:
             fn = _float_op(t, lambda a, b, c: _fma(a, b, c, F32 if t != "f64" else F64))
             return lambda w: wr(w, fn(ra(w), rb(w), rc(w)))

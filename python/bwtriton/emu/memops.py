@@ -8,7 +8,7 @@ import numpy as np
 from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import MemoryFaultError, UnsupportedInstructionError
-from .memory import CLUSTER_WINDOW, PARAM_BASE
+from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
 from .program import NP_TYPES, Program, active_index, address_reader, convert, lanes32
 
 U64 = np.dtype(np.uint64)
@@ -26,6 +26,10 @@ def space_of(ins: Instruction) -> str:
 
 def mem_read(w, space: str, addr: np.ndarray, nbytes: int) -> np.ndarray:
     """Bytes [len(addr), nbytes] at per-lane addresses in a state space (generic resolves by address)."""
+    if space == "shared":
+        raw = _own_shared_read(w, addr, nbytes)
+        if raw is not None:
+            return raw
     if space == "global":
         return w.launch.gmem.read(addr, nbytes)
     if space in ("shared", "shared::cluster"):
@@ -54,6 +58,24 @@ def _param_origin(addr: np.ndarray) -> int:
     return PARAM_BASE if int(addr.max(initial=0)) >= PARAM_BASE else 0
 
 
+def _own_shared_read(w, addr: np.ndarray, nbytes: int) -> Optional[np.ndarray]:
+    """The common ld.shared: every address inside this CTA's own window, no pending asynchronous write on the
+    accessed span. One min/max pass decides it; None sends anything else (faults, cluster addresses, poisoned
+    bytes) down the full path, which reports it."""
+    if not addr.size:
+        return None
+    smem = w.cta.smem
+    off = addr.astype(np.int64) - SMEM_BASE
+    lo, hi = int(off.min()), int(off.max()) + nbytes
+    if lo < 0 or hi > smem.size:
+        return None
+    if smem.n_poison and smem.poison[lo:hi].any():
+        return None
+    if nbytes == 1:
+        return smem.data[off][:, None]
+    return smem.data[off[:, None] + byte_range(nbytes)]
+
+
 def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
     cta = w.cta
     a = addr.astype(np.int64)
@@ -77,7 +99,7 @@ def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.n
 def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
     """A generic-proxy access of one CTA's shared memory: reads must not see bytes a pending asynchronous write
     owns; writes must not hit bytes a pending asynchronous operation uses, and are remembered as unfenced."""
-    if data is None and not smem.n_poison:
+    if data is None and (not smem.n_poison or not _span_poisoned(smem, a, nbytes)):
         return smem.read(a, nbytes)
     cells = smem.offsets(a, nbytes)[:, None] + np.arange(nbytes)
     if data is None:
@@ -88,6 +110,16 @@ def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
     smem.data[cells] = data
     smem.mark_generic_write(cells, _line(w))
     return None
+
+
+def _span_poisoned(smem, a: np.ndarray, nbytes: int) -> bool:
+    """Whether any byte between the lowest and highest accessed offset is owned by a pending asynchronous write
+    (one contiguous slice: cheaper than the per-byte check, which runs only when this says yes)."""
+    if not a.size:
+        return False
+    lo = max(int(a.min()) - SMEM_BASE, 0)
+    hi = min(int(a.max()) - SMEM_BASE + nbytes, smem.size)
+    return lo < hi and bool(smem.poison[lo:hi].any())
 
 
 def _line(w) -> int:
@@ -132,6 +164,15 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
     writers = [prog.dst(d, ins) for d in dests]
 
     def ld(w):
+        if w.mask is None:  # every lane: no gather of active lanes, no zero fill
+            raw = mem_read(w, space, rd_addr(w), width * n)
+            vals = raw.view(dt).reshape(32, n)
+            if n == 1:
+                writers[0](w, vals.reshape(32))
+            else:
+                for i, wr in enumerate(writers):
+                    wr(w, vals[:, i].copy())
+            return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
         raw = mem_read(w, space, addr, width * n)  # [k, width*n]
@@ -151,6 +192,15 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     rd_addr = address_reader(ins.operands[0], prog, ins)
 
     def st(w):
+        if w.mask is None:
+            if len(srcs) == 1:
+                col = lanes32(np.asarray(convert(srcs[0](w), dt)))
+                data = np.ascontiguousarray(col).view(np.uint8).reshape(32, -1)
+            else:
+                data = np.stack([lanes32(np.asarray(convert(s(w), dt))) for s in srcs], axis=1)
+                data = data.view(np.uint8).reshape(32, -1)
+            mem_write(w, space, rd_addr(w), data)
+            return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
         cols = [lanes32(np.asarray(convert(s(w), dt)))[idx] for s in srcs]

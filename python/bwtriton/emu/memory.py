@@ -147,7 +147,9 @@ class SharedMemory:
 
     def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
         off = self.offsets(addr, nbytes)
-        return self.data[off[:, None] + np.arange(nbytes)]
+        if nbytes == 1:
+            return self.data[off][:, None]
+        return self.data[off[:, None] + byte_range(nbytes)]
 
     def write(self, addr: np.ndarray, data: np.ndarray) -> None:
         off = self.offsets(addr, data.shape[1])
@@ -263,3 +265,15 @@ class TensorMemory:
             if not used[c:c + ncols].any():
                 return c
         return None
+
+
+BYTE_RANGES: dict[int, np.ndarray] = {}
+
+
+def byte_range(nbytes: int) -> np.ndarray:
+    """np.arange(nbytes), made once per width (accesses use a handful of widths, millions of times)."""
+    r = BYTE_RANGES.get(nbytes)
+    if r is None:
+        r = BYTE_RANGES[nbytes] = np.arange(nbytes)
+        r.flags.writeable = False
+    return r

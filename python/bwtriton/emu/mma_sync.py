@@ -1,5 +1,5 @@
 """Warp-level `mma.sync.aligned` (the pre-tcgen05 tensor-core path Triton 3.6 still uses for int8 `tl.dot` on
-sm_100, and for tiles below the tcgen05 minimum): m16n8k16 / m16n8k8 (f16/bf16 -> f32), m16n8k8 (tf32 -> f32),
+sm_100, and for tiles below the tcgen05 minimum): m16n8k16 / m16n8k8 (f16/bf16 -> f32, f16 -> f16), m16n8k8 (tf32 -> f32),
 m16n8k32 / m16n8k16 (s8/u8 -> s32), row.col, with the PTX ISA fragment layouts (groupID g = lane>>2, t = lane%4)."""
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
     d_t, a_t, b_t, c_t = ins.types
     k = int(shape[6:])
     per = 2 if a_t in ("f16", "bf16") else 1 if a_t == "tf32" else 4
-    if per == 4 and a_t not in ("s8", "u8") or per == 2 and d_t not in ("f32",):
+    half_acc = per == 2 and a_t == "f16" and d_t == c_t == "f16"  # f16 D/C: two f16x2 registers each
+    if per == 4 and a_t not in ("s8", "u8") or per == 2 and d_t not in ("f32",) and not half_acc:
         raise UnsupportedInstructionError(f"`{ins.full_opcode}` types are not emulated", line=ins.line,
                                           text=ins.text)
     ops = ins.operands
@@ -95,8 +96,16 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
         B[bk, bn] = b_el
         C = np.zeros((16, 8), dtype=np.float64 if not integer else np.int64)
         craw = np.stack([lanes32(np.asarray(r(w), np.uint32)) for r in c_r], 1)
-        C[cr, cc] = craw.view(np.int32) if integer else craw.view(np.float32)
+        if half_acc:  # register r holds (c[2r], c[2r+1]) low half first: the order of _c_coords
+            C[cr, cc] = np.ascontiguousarray(craw).view(np.float16).astype(np.float64)
+        else:
+            C[cr, cc] = craw.view(np.int32) if integer else craw.view(np.float32)
         D = A @ B + C
+        if half_acc:  # exact products and sum, one rounding to f16 (round to nearest even)
+            out = np.ascontiguousarray(D[cr, cc].astype(np.float16)).view(np.uint32)
+            for i, wr in enumerate(d_w):
+                wr(w, out[:, i])
+            return
         if integer:
             if sat:
                 D = np.clip(D, -2 ** 31, 2 ** 31 - 1)

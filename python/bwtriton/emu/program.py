@@ -142,6 +142,10 @@ class Program:
             # TMEM writes (tcgen05.py).
             if cdt == dt and not neg:
                 return lambda w: w.R[s]
+            if not neg and cdt.itemsize == dt.itemsize and cdt != np.bool_ and dt != np.bool_ \
+                    and cdt.shape == () and dt.shape == ():
+                # same width: a reinterpretation (what `convert` does), without its dispatch per read
+                return lambda w: w.R[s].view(dt)
 
             def read(w):
                 v = w.R[s]
@@ -196,15 +200,21 @@ class Program:
                                               text=ins.text)
         s = self.slot(op.name, ins)
         cdt = self.slot_dtypes[s]
+        width = cdt.itemsize if cdt.kind in "iu" and cdt.shape == () else -1
 
         def write(w, v):
-            v = np.asarray(v)
+            if type(v) is not np.ndarray:
+                v = np.asarray(v)
             if v.dtype != cdt:
-                v = convert(v, cdt)
+                vdt = v.dtype
+                # same-width numbers (f64 results into b64 registers): a view, what `convert` would do
+                v = v.view(cdt) if vdt.itemsize == width and vdt.kind in "fiu" else convert(v, cdt)
             if v.shape != (32,):
                 v = np.full(32, v, dtype=cdt)
             m = w.mask
             w.R[s] = v if m is None else np.where(m, v, w.R[s])
+        write.slot = s  # lets instruction families with a fast path store straight into the register file
+        write.dtype = cdt
         return write
 
     # -- instruction dispatch ------------------------------------------------------------------------

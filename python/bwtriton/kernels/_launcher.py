@@ -19,6 +19,7 @@ import functools
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+from triton import knobs as _knobs  # at import: a function-level import costs ~1 us per launch in run_entry
 
 from ._device import device_capability
 
@@ -39,24 +40,12 @@ def _selection_for(capability: int):
 def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
     """Compile any kernel launched inside this block through bwtriton's passes for `device`'s target.
 
-    The on-disk cache moves to a folder keyed by the pass selection (Triton's key does not see hooks), as
-    `bwtriton.enable()` does, but only for this block, and without clearing other kernels' JIT caches: our kernels
-    are only ever launched inside this block, so their in-memory cache entries are always pipeline-compiled.
-    The folder name must stay the one `bwtriton.pipeline` uses for `enable()` (pipeline.py offers no scoped form
-    of that switch yet), so kernels compiled either way share one cache entry."""
-    import os
-
-    from triton import knobs
-
-    from ..pipeline import stages_hook
+    `pipeline.scoped`: the hook and the selection's cache folder (shared with `enable()`), no JIT-cache clear (our
+    kernels are only ever launched inside this block, so their in-memory cache entries are pipeline-compiled)."""
+    from ..pipeline import scoped
     selection, target = _selection_for(device_capability(device))
-    previous_dir = knobs.cache.dir
-    knobs.cache.dir = os.path.join(str(previous_dir), f"bwtriton-{selection.key()}")
-    try:
-        with stages_hook(selection, target):
-            yield
-    finally:
-        knobs.cache.dir = previous_dir
+    with scoped(selection, target):
+        yield
 
 
 def _current_stream(device: torch.device) -> int:
@@ -80,9 +69,9 @@ def run_entry(entry: tuple[Any, tuple], grid: tuple[int, int, int], device: torc
               args: Sequence[Any]) -> None:
     """Launch a `CachedLauncher` entry on `grid` (3-D) with `args` (the positional arguments of its key: same
     shapes, dtypes, alignment and integer values as when the entry was made, pointers may differ)."""
-    from triton import knobs
     compiled, tail = entry
-    enter, exit_ = _hook(knobs.runtime.launch_enter_hook), _hook(knobs.runtime.launch_exit_hook)
+    runtime = _knobs.runtime
+    enter, exit_ = _hook(runtime.launch_enter_hook), _hook(runtime.launch_exit_hook)
     stream = _current_stream(device)
     meta = None if enter is None and exit_ is None else compiled.launch_metadata(grid, stream, *args, *tail)
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, meta, enter, exit_,

@@ -11,6 +11,10 @@ Every kernel here uses `tl.dot_scaled`, so:
   the first launch per shape compiles inside `bwtriton_pipeline()` (bwtriton's stage hook), later ones call the
   compiled kernel directly.
 
+On Hopper, `nvfp4_matmul` takes a third way for large shapes (`use_dequant_gemm`): both operands dequantized
+exactly to bf16 (`nvfp4_dequant`, global scales left out) and `kernels.matmul` with alpha on the fp32
+accumulator; H200, 8192^3: the dot_scaled kernel ran at 189 TFLOP/s, the bf16 GEMM at 682.
+
 The helpers these kernels share with `nvfp4_linear` and `decode` (scale offsets, E2M1 decode, alpha) live in
 `_common`, the pipeline launch in `_launcher`, the input checks in `_validate`.
 """
@@ -22,6 +26,7 @@ import triton.language as tl
 
 from ..errors import InputError
 from ._common import alpha_tensor, scale_offsets, tcgen05_block_scaled
+from ._device import device_capability
 # bwtriton_pipeline: re-exported because tests/test_nvfp4_lowering.py imports it from this module.
 from ._launcher import CachedLauncher, bwtriton_pipeline  # noqa: F401
 from ._tiles import grouped_tile_coords
@@ -149,12 +154,28 @@ def _pick_blocks(m: int, n: int, k: int) -> tuple[int, int, int]:
     return block_m, block_n, block_k
 
 
-def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tuple[str, ...]) -> torch.Tensor:
+#: Smallest M*N/(M+N) (the GEMM's arithmetic intensity per dequantized element) at which `nvfp4_matmul` on a
+#: target without a native NVFP4 MMA dequantizes both operands to bf16 and runs `kernels.matmul`. Estimate from
+#: the H200 figures (dot_scaled path 186-189 TFLOP/s, bf16 GEMM 682, ~3 TB/s for the dequant's 2.56 bytes per
+#: element): the dequant path wins once M N / (M + N) > ~115; 128 keeps small-M shapes on dot_scaled.
+DEQUANT_GEMM_MIN_INTENSITY = 128
+
+
+def use_dequant_gemm(m: int, n: int, k: int, native_nvfp4_mma: bool, capability: int) -> bool:
+    """Whether `nvfp4_matmul`'s auto method takes dequantize + bf16 GEMM (needs TMA: sm_90+) for this shape."""
+    return (not native_nvfp4_mma and capability >= 90 and k % 128 == 0
+            and m * n >= DEQUANT_GEMM_MIN_INTENSITY * (m + n))
+
+
+def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tuple[str, ...],
+                         method: str = "dot_scaled") -> torch.Tensor:
     check_quantized(op, "a_q", a_q, formats)
     check_quantized(op, "b_q", b_q, formats)
     if a_q.format != b_q.format:
         raise InputError(f"{op}: a_q is {a_q.format} but b_q is {b_q.format}; quantize both the same way")
     check_out_dtype(op, out_dtype)
+    if method not in ("auto", "dot_scaled", "dequant"):
+        raise InputError(f"{op}: method must be 'auto', 'dot_scaled' or 'dequant', got {method!r}")
     (m, k), (n, kb) = a_q.shape, b_q.shape
     if k != kb:
         raise InputError(f"{op}: K mismatch: a_q is [{m}, {k}] and b_q is [{n}, {kb}] (b_q is the [N, K] weight, "
@@ -167,13 +188,27 @@ def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tup
                          f".to_blocked() (or .to_plain()) on one of them")
     device = InputChecker(op).on_cuda({"a_q.data": a_q.data, "a_q.scales": a_q.scales, "b_q.data": b_q.data,
                                        "b_q.scales": b_q.scales}, hint=CPU_REFERENCE_HINT)
-    c = torch.empty((m, n), dtype=out_dtype, device=device)
     alpha = alpha_tensor(a_q, b_q, device)
     fmt = _DOT_FORMAT[a_q.format]
     blocked = a_q.scale_layout == "blocked_128x4"
-    if tcgen05_block_scaled(device) and blocked and m % 128 == 0 and n % 128 == 0 and k % 256 == 0:
+    native = tcgen05_block_scaled(device)
+    if method != "dequant" and native and blocked and m % 128 == 0 and n % 128 == 0 and k % 256 == 0:
+        c = torch.empty((m, n), dtype=out_dtype, device=device)
         _launch_tma(a_q, b_q, c, alpha, fmt)
         return c
+    if method == "auto":
+        method = "dequant" if a_q.format == "nvfp4" and use_dequant_gemm(m, n, k, native,
+                                                                          device_capability(device)) else "dot_scaled"
+    if method == "dequant":
+        if a_q.format != "nvfp4" or k % 128:
+            raise InputError(f"{op}: method='dequant' takes NVFP4 operands with K % 128 == 0; use method='auto'")
+        from .matmul import matmul
+        from .nvfp4_dequant import dequantize_nvfp4_bf16
+        # e2m1 * e4m3 is exact in bf16 and bf16 products are exact in fp32: the global scales (alpha) go on the
+        # fp32 accumulator, as in the dot_scaled kernels (see nvfp4_dequant).
+        return matmul(dequantize_nvfp4_bf16(a_q), dequantize_nvfp4_bf16(b_q).t(), out_dtype=out_dtype,
+                      a_scale=alpha)
+    c = torch.empty((m, n), dtype=out_dtype, device=device)
     block_m, block_n, block_k = _pick_blocks(m, n, k)
     grid = ((m // block_m) * (n // block_n),)
     _POINTER.launch(("ptr", m, n, k, fmt, a_q.format, blocked, out_dtype), grid, device,
@@ -203,12 +238,15 @@ def _launch_tma(a_q, b_q, c, alpha, fmt: str) -> None:
                 dict(FMT=fmt, VEC=vec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NUM_STAGES=3, num_warps=4))
 
 
-def nvfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def nvfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16, *, method: str = "auto") -> torch.Tensor:
     """C[M, N] = dequant(a_q) @ dequant(b_q)^T for NVFP4 `a_q` [M, K] and weight `b_q` [N, K].
 
     The global scales are folded into the epilogue (alpha = a.global_scale * b.global_scale). M, N, K must be
-    multiples of 64; both operands use the same scale layout (plain, or blocked_128x4 which sm_100a prefers)."""
-    return _block_scaled_matmul("nvfp4_matmul", a_q, b_q, out_dtype, ("nvfp4",))
+    multiples of 64; both operands use the same scale layout (plain, or blocked_128x4 which sm_100a prefers).
+    method: 'dot_scaled' (one block-scaled GEMM kernel), 'dequant' (both operands dequantized exactly to bf16,
+    global scales kept out, then `kernels.matmul` with alpha on the fp32 accumulator; K % 128 == 0) or 'auto':
+    sm_100a's native MMA when it applies, else 'dequant' for large shapes (`use_dequant_gemm`)."""
+    return _block_scaled_matmul("nvfp4_matmul", a_q, b_q, out_dtype, ("nvfp4",), method)
 
 
 def mxfp4_matmul(a_q, b_q, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:

@@ -45,15 +45,15 @@ from ._validate import InputChecker, check_bf16_activations, check_out_dtype, ch
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 
-__all__ = ["nvfp4_decode_matmul", "MAX_DECODE_M", "GEMV_MAX_M"]
+__all__ = ["nvfp4_decode_matmul", "decode_scaled", "MAX_DECODE_M", "GEMV_MAX_M"]
 
 MAX_DECODE_M = 64
 
 
 @triton.jit
-def nvfp4_decode_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_xm, stride_om,
+def nvfp4_decode_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, bias_ptr, M, N, K, stride_xm, stride_om,
                         SCALE_BLOCKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+                        BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr = False):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -74,6 +74,9 @@ def nvfp4_decode_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, strid
         xt = tl.load(x_ptr + rm[None, :] * stride_xm + (k + rk)[:, None], mask=m_mask[None, :], other=0.0)
         acc = tl.dot(wd, xt, acc)
     acc = acc * tl.load(alpha_ptr)
+    if HAS_BIAS:
+        if pid_k == 0:  # split-K: one K slice adds the bias
+            acc += tl.load(bias_ptr + rn).to(tl.float32)[:, None]
     ptrs = out_ptr + rm[None, :] * stride_om + rn[:, None]
     if SPLIT_K == 1:
         tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[None, :])
@@ -136,10 +139,11 @@ def _gemv_step(acc, w, xp, s):
 
 
 @gluon.jit
-def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, bias_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                       SCALE_BLOCKED: gl.constexpr, BLOCK_M: gl.constexpr, ROWS_PER_THREAD: gl.constexpr,
                       THREADS_N: gl.constexpr, SPLIT_K: gl.constexpr,
-                      TWO_STEPS: gl.constexpr = False, GROUPS_PER_THREAD: gl.constexpr = 2):
+                      TWO_STEPS: gl.constexpr = False, GROUPS_PER_THREAD: gl.constexpr = 2,
+                      HAS_BIAS: gl.constexpr = False):
     """out[m, n] = alpha * sum_g s[n, g] * sum_{k in g} e2m1[n, k] x[m, k] on CUDA cores, fp32 throughout.
 
     One 4-D layout [BLOCK_M, rows, groups, 8 bytes] holds everything: a thread owns ROWS_PER_THREAD weight rows x
@@ -196,6 +200,9 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, M, N, K, stride_
     res = gl.sum(acc, axis=2) * gl.load(alpha_ptr)
     rm_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LOUT))
     rn_o = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, LOUT))
+    if HAS_BIAS:
+        if pid_k == 0:  # split-K: one K slice adds the bias
+            res = res + gl.expand_dims(gl.load(bias_ptr + rn_o).to(gl.float32), 0)
     o_off = gl.expand_dims(rm_o * stride_om, 1) + gl.expand_dims(rn_o, 0)
     o_mask = gl.expand_dims(rm_o < M, 1) & gl.expand_dims(rn_o >= 0, 0)
     if SPLIT_K == 1:
@@ -381,6 +388,19 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     return out
 
 
+def decode_scaled(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None",
+                  device: torch.device) -> tuple[torch.Tensor, Callable]:
+    """(out bf16 [M, N], replay) with out = (x @ (e2m1 * scale of w_q)^T) * alpha[0] + bias, for inputs the caller
+    validated (x bf16 [M, K] with M <= MAX_DECODE_M, N % 64 == 0, K % 256 == 0). The config is the auto path's
+    (tuned once per shape); `replay(x, alpha, bias)` launches it again for a new call of the same signature.
+    `nvfp4_linear`'s small-M form uses it with alpha = S_dec(x) * S_dec(w)."""
+    m, k = x.shape
+    n = w_q.shape[0]
+    cfg = _tuned("nvfp4_linear", x, w_q, m, n, k, torch.bfloat16, device, sm_count(device))
+    out, entry = _decode("nvfp4_linear", x, w_q, cfg, torch.bfloat16, device, alpha, bias)
+    return out, make_replay(w_q, cfg, entry, m, torch.bfloat16, device)
+
+
 #: Replayable launches per call signature (see `nvfp4_decode_matmul`); an entry goes when its weight does.
 _PLANS: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
 
@@ -390,25 +410,33 @@ def _remember_plan(x: torch.Tensor, w_q, cfg: dict, entry: tuple, out_dtype: tor
     key = (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype)
     if key in _PLANS or len(_PLANS) >= 4096:
         return
-    m, k = x.shape
-    n = w_q.shape[0]
+    replay = make_replay(w_q, cfg, entry, x.shape[0], out_dtype, device)
+    alpha = decode_scale_arg(w_q, device)
+    _PLANS[key] = lambda x: replay(x, alpha, None)
+    weakref.finalize(w_q, _PLANS.pop, key, None)  # the plan holds the weight's tensors: drop it with the weight
+
+
+def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
+                device: torch.device) -> Callable:
+    """replay(x, alpha, bias) -> out: launch `entry` (made by `decode_launch` for `cfg`, an x of M rows and the
+    same bias-or-not) again for new activations, epilogue scale and bias (one allocation, one launch)."""
+    n, k = w_q.shape
     split, gemv = cfg["SPLIT_K"], cfg["path"] == "gemv"
     grid = (n // _block_n(cfg), split, 1)
     w_data, w_scales, w_stride = w_q.data, w_q.scales, w_q.data.stride(0)
-    alpha = decode_scale_arg(w_q, device)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
 
-    def plan(x: torch.Tensor) -> torch.Tensor:
+    def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         out = alloc((m, n), dtype=buf_dtype, device=device)
+        b = out if bias is None else bias
         if gemv:
             xp = _as_int32_pairs(x)
-            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, m, n, k, xp.stride(0), w_stride, n))
+            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, xp.stride(0), w_stride, n))
         else:
-            run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, m, n, k, x.stride(0), n))
+            run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, b, m, n, k, x.stride(0), n))
         return out.to(out_dtype) if split > 1 else out
 
-    _PLANS[key] = plan
-    weakref.finalize(w_q, _PLANS.pop, key, None)  # the plan holds the weight's tensors: drop it with the weight
+    return replay
 
 
 def _block_n(cfg: dict) -> int:
@@ -464,9 +492,11 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
 
 
 def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
-            device: torch.device) -> tuple[torch.Tensor, tuple]:
+            device: torch.device, alpha: "torch.Tensor | None" = None,
+            bias: "torch.Tensor | None" = None) -> tuple[torch.Tensor, tuple]:
     """One launch of `cfg` (validated inputs); fp32 atomics into a zeroed buffer when K is split. Returns the
-    output and the launcher entry (for a plan)."""
+    output and the launcher entry (for a plan). `alpha` (fp32 [1], default the weight's global decode scale)
+    multiplies the fp32 result before `bias` ([N], added in fp32) and the cast."""
     m, k = x.shape
     n = w_q.shape[0]
     split = cfg["SPLIT_K"]
@@ -474,21 +504,24 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
         out = torch.zeros((m, n), dtype=torch.float32, device=device)
     else:
         out = torch.empty((m, n), dtype=out_dtype, device=device)
-    alpha = decode_scale_arg(w_q, device)
+    if alpha is None:
+        alpha = decode_scale_arg(w_q, device)
     blocked = w_q.scale_layout == "blocked_128x4"
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
+    kwargs["HAS_BIAS"] = bias is not None
+    b = out if bias is None else bias
     if cfg["path"] == "gemv":
-        entry = _launch_gemv(op, x, w_q, out, alpha, kwargs, blocked)
+        entry = _launch_gemv(op, x, w_q, out, alpha, b, kwargs, blocked)
     else:
         grid = (n // cfg["BLOCK_N"], split)
-        args = (x, w_q.data, w_q.scales, out, alpha, m, n, k, x.stride(0), out.stride(0))
-        key = ("mma", m, n, k, x.stride(0), out.dtype, blocked, tuple(sorted(kwargs.items())))
+        args = (x, w_q.data, w_q.scales, out, alpha, b, m, n, k, x.stride(0), out.stride(0))
+        key = ("mma", m, n, k, x.stride(0), out.dtype, blocked, b.dtype, tuple(sorted(kwargs.items())))
         entry = _MMA_LAUNCHER.launch(key, grid, device, args, dict(kwargs, SCALE_BLOCKED=blocked))
     return (out.to(out_dtype) if split > 1 else out), entry
 
 
-def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, cfg: dict,
-                 blocked: bool) -> tuple:
+def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
+                 cfg: dict, blocked: bool) -> tuple:
     m, k = x.shape
     n = w_q.shape[0]
     block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
@@ -498,7 +531,7 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
                          f"ROWS_PER_THREAD*THREADS_N*num_warps={block_n}, K of {block_k}*SPLIT_K, BLOCK_M >= M")
     x_pairs = _as_int32_pairs(x)
     grid = (n // block_n, cfg["SPLIT_K"])
-    args = (x_pairs, w_q.data, w_q.scales, out, alpha, m, n, k, x_pairs.stride(0), w_q.data.stride(0),
+    args = (x_pairs, w_q.data, w_q.scales, out, alpha, bias, m, n, k, x_pairs.stride(0), w_q.data.stride(0),
             out.stride(0))
-    key = ("gemv", m, n, k, x_pairs.stride(0), out.dtype, blocked, tuple(sorted(cfg.items())))
+    key = ("gemv", m, n, k, x_pairs.stride(0), out.dtype, blocked, bias.dtype, tuple(sorted(cfg.items())))
     return _GEMV_LAUNCHER.launch(key, grid, x.device, args, dict(cfg, SCALE_BLOCKED=blocked))

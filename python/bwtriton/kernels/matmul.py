@@ -136,9 +136,6 @@ def validate_matmul_inputs(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dt
     else:
         _check.tma_compatible("b", b)
 
-    if not is_fp8 and (a_scale is not None or b_scale is not None):
-        raise _check.fail(f"a_scale/b_scale apply to float8_e4m3fn inputs only, but the inputs are "
-                          f"{dtype_name(a.dtype)}; multiply the result instead")
     a_layout = _check.scale("a_scale", a_scale, {"per-tensor": (), "per-row": (m,)})
     b_layout = _check.scale("b_scale", b_scale, {"per-tensor": (), "per-column": (n,)})
     device = _check.on_cuda({"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale})
@@ -255,6 +252,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
     * fp8 e4m3 (`torch.float8_e4m3fn`): optional fp32 `a_scale` (scalar tensor, or [M] per-row) and `b_scale`
       (scalar, or [N] per-column); C = (A @ B) * a_scale * b_scale; output bf16 by default. Column-major `b`
       (`b = w.t()` for a row-major [N, K] `w`, as `torch._scaled_mm` takes it) is the fast layout.
+    * The same fp32 scales are accepted for bf16/fp16 inputs (applied to the fp32 accumulator before the cast):
+      `nvfp4_matmul`'s dequantize-then-bf16-GEMM path passes its global-scale product as `a_scale`.
 
     Rows of `a` and `b` must span a multiple of 16 bytes (TMA row pitch: K % 8 == 0 for bf16, K % 16 == 0 for
     fp8; likewise N for row-major `b`); M, N, K need not be multiples of the tile. When N * out-itemsize is not a

@@ -1,6 +1,11 @@
 """NVFP4 linear layer: y = x @ dequant(w_q)^T (+ bias) with the activations quantized to NVFP4 on the fly.
 
-Two ways, same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
+Three forms. The third, 'dequant_decode' (M <= 64, for targets without a native NVFP4 MMA such as Hopper),
+quantizes x and dequantizes it straight back to exact bf16 values in one small kernel (`nvfp4_dequant`), then
+runs the weight-only decode kernel (`decode.decode_scaled`) with alpha = S_dec(x) * S_dec(w) and the bias in its
+epilogue: at small M the linear is a weight read, and the decode kernels read the weight at close to the
+bandwidth limit, where the forms below run an emulated NVFP4 MMA (~100 us at M = 16, N = K = 4096 on the H200).
+The first two, same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
 `bwtriton.formats.quantize_nvfp4` given the same global encode scale):
 
 * `nvfp4_linear` (fused): the GEMM's prologue loads a bf16 x tile, quantizes it in registers and feeds
@@ -33,7 +38,10 @@ from ..errors import InputError
 from ..language.quant import quantize_nvfp4_tile
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
-from ._common import decode_scale_arg, scale_offsets
+from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
+from .decode import MAX_DECODE_M, decode_scaled
+from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, device_encode_scale,
+                            quant_dequant_nvfp4)
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
@@ -154,6 +162,8 @@ def amax_encode_scale(x: torch.Tensor) -> torch.Tensor:
 
 def _encode_scale(x: torch.Tensor, x_global_scale, device: torch.device) -> torch.Tensor:
     if x_global_scale is None:
+        if x.numel() <= DEVICE_AMAX_MAX_ELEMENTS and x.stride(1) == 1:
+            return device_encode_scale(x)  # one launch, bit-equal to amax_encode_scale
         return amax_encode_scale(x)
     if isinstance(x_global_scale, torch.Tensor):
         g = x_global_scale.to(device=device, dtype=torch.float32).reshape(1)
@@ -219,14 +229,36 @@ def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> tuple[to
     return out, (q_entry, entry)
 
 
-#: Chosen form ('fused' or 'two_kernel') per (device, M bucket, N, K, bias, scale layout); TUNING_LOG: the
-#: kernel times (us, CUDA-graph replay) both forms got when the choice was made.
+def _dequant_decode_ok(m: int, k: int) -> bool:
+    """Whether the 'dequant_decode' form tiles this shape (the decode kernels' limits)."""
+    return m <= MAX_DECODE_M and k % 256 == 0
+
+
+def _dequant_decode(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
+    """Small M: x -> NVFP4 -> bf16 (exact, global scale left out) in one small kernel, then the weight-only decode
+    kernel with alpha = S_dec(x) * S_dec(w) and the bias in its epilogue. Same products as the NVFP4 MMA (each
+    e2m1 * e4m3 value is exact in bf16), so only the fp32 accumulation order differs from the other forms."""
+    xd, alpha, q_entry = quant_dequant_nvfp4(x, s_enc, decode_scale_arg(w_q, device))
+    out, replay = decode_scaled(xd, w_q, alpha, bias, device)
+    return out, (q_entry, replay)
+
+
+#: Chosen form ('fused', 'two_kernel' or 'dequant_decode') per (device, M bucket, N, K, bias, scale layout);
+#: TUNING_LOG: the kernel times (us, CUDA-graph replay) every form got when the choice was made.
 _FORM: dict[tuple, str] = {}
 TUNING_LOG: dict[tuple, dict[str, float]] = {}
 
 #: Without tuning (under graph capture, or BWTRITON_LINEAR_TUNE=0): fused up to this M. Measured on the H200
 #: (module docstring): fused 1.12-1.16x faster at M = 16, slower from M = 256 on.
 FUSED_MAX_M = 64
+
+
+def default_form(m: int, k: int, native_nvfp4_mma: bool) -> str:
+    """The untuned choice: without a native NVFP4 MMA, small M takes 'dequant_decode' (the NVFP4 MMA is emulated
+    there, and at small M the weight read dominates); otherwise fused up to FUSED_MAX_M, two-kernel above."""
+    if not native_nvfp4_mma and _dequant_decode_ok(m, k):
+        return "dequant_decode"
+    return "fused" if m <= FUSED_MAX_M else "two_kernel"
 
 
 def _m_bucket(m: int) -> int:
@@ -240,9 +272,11 @@ def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
     if form is not None:
         return form
     if os.environ.get("BWTRITON_LINEAR_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
-        return "fused" if m <= FUSED_MAX_M else "two_kernel"
+        return default_form(m, k, tcgen05_block_scaled(device))
     runs = {"fused": lambda: _fused(x, w_q, bias, m, n, k, device, s_enc),
             "two_kernel": lambda: _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)}
+    if _dequant_decode_ok(m, k):
+        runs["dequant_decode"] = lambda: _dequant_decode(x, w_q, bias, m, n, k, device, s_enc)
     times = {}
     for name, fn in runs.items():
         fn()  # compile + warm up
@@ -260,25 +294,35 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     x_global_scale: the activations' global decode scale (amax / 2688, e.g. calibrated); None computes it from
     amax(x), as `bwtriton.formats.quantize_nvfp4(x)` does, so the result matches quantizing x with it.
     form: 'fused' (one kernel quantizes x tiles in the GEMM's prologue), 'two_kernel' (quantize kernel + GEMM
-    chained with PDL) or 'auto': the first call per (M rounded up to a power of two, N, K) times both under
-    CUDA-graph replay and keeps the faster (same numerics either way)."""
+    chained with PDL), 'dequant_decode' (M <= 64, K % 256 == 0: x quantized and dequantized to exact bf16
+    values in one small kernel, then the weight-only decode kernel with the global scales and bias in its
+    epilogue) or 'auto': the first call per (M rounded up to a power of two, N, K) times every form that tiles
+    the shape under CUDA-graph replay and keeps the fastest (same products either way; only the fp32 summation
+    order differs)."""
     if isinstance(x, torch.Tensor):
         plan = _PLANS.get(_plan_key(x, w_q, bias, x_global_scale, form))
         if plan is not None:
             return plan(x, bias, _encode_scale(x, x_global_scale, x.device))
     op = "nvfp4_linear"
-    if form not in ("auto", "fused", "two_kernel"):
-        raise InputError(f"{op}: form must be 'auto', 'fused' or 'two_kernel', got {form!r}")
+    if form not in _FORMS:
+        raise InputError(f"{op}: form must be one of {', '.join(map(repr, _FORMS))}, got {form!r}")
     m, n, k, device, s_enc = _validate(op, x, w_q, bias, x_global_scale)
+    if form == "dequant_decode" and not _dequant_decode_ok(m, k):
+        raise InputError(f"{op}: form='dequant_decode' needs M <= {MAX_DECODE_M} and K % 256 == 0, got M={m}, "
+                         f"K={k}; use form='auto'")
     chosen = _pick_form(x, w_q, bias, m, n, k, device, s_enc) if form == "auto" else form
     if chosen == "fused":
         out, entries = _fused(x, w_q, bias, m, n, k, device, s_enc)
+    elif chosen == "dequant_decode":
+        out, entries = _dequant_decode(x, w_q, bias, m, n, k, device, s_enc)
     else:
         out, entries = _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
     if form != "auto" or (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout) in _FORM:
         _remember_plan(_plan_key(x, w_q, bias, x_global_scale, form), w_q, chosen, entries, m, n, k, device)
     return out
 
+
+_FORMS = ("auto", "fused", "two_kernel", "dequant_decode")
 
 #: Replayable launches per call signature: a call whose weight object, x (shape, strides, dtype, device,
 #: alignment), bias signature, kind of x scale and form match an earlier one skips validation and dispatch.
@@ -290,7 +334,10 @@ def _tensor_sig(t: "torch.Tensor | None") -> tuple:
 
 
 def _plan_key(x: torch.Tensor, w_q, bias, x_global_scale, form: str) -> tuple:
-    scale_kind = "amax" if x_global_scale is None else "tensor" if isinstance(x_global_scale, torch.Tensor) else "float"
+    if x_global_scale is None or isinstance(x_global_scale, torch.Tensor):
+        scale_kind = "amax" if x_global_scale is None else "tensor"
+    else:  # the value itself: a plan then has one constant x scale (see the dequant_decode plan's alpha)
+        scale_kind = ("float", x_global_scale) if isinstance(x_global_scale, (int, float)) else "other"
     return (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16,
             _tensor_sig(bias) if isinstance(bias, torch.Tensor) else bias, scale_kind, form)
 
@@ -311,6 +358,21 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
             run_entry(entry, grid, device, (x, s_enc, w_data, w_scales, w_dec, out if bias is None else bias, out,
                                             m, n, k, x.stride(0)))
             return out
+    elif form == "dequant_decode":
+        q_entry, replay = entries
+        q_grid = (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
+
+        # A float x scale is part of the plan key, so alpha = S_dec(x) * S_dec(w) is the same on every call of this
+        # plan: one buffer per plan saves an allocation (each call rewrites it with the same bits, which also
+        # follows an in-place edit of the weight's global scale). Tensor / amax scales change per call.
+        is_float = isinstance(key[-2], tuple) and key[-2][0] == "float"
+        fixed_alpha = torch.empty(1, dtype=torch.float32, device=device) if is_float else None
+
+        def plan(x, bias, s_enc):
+            xd = torch.empty((m, k), dtype=bf16, device=device)
+            alpha = fixed_alpha if fixed_alpha is not None else torch.empty(1, dtype=torch.float32, device=device)
+            run_entry(q_entry, q_grid, device, (x, s_enc, w_dec, alpha, xd, m, k, x.stride(0)))
+            return replay(xd, alpha, bias)
     else:
         q_entry, g_entry = entries
         q_grid, g_grid = (triton.cdiv(m, 32), k // 128, 1), (n // block_n, triton.cdiv(m, block_m), 1)
