@@ -155,9 +155,55 @@ def test_expectation_locations_and_regex():
     assert [(d.severity, d.line) for d in diags] == [("error", 4), ("warning", 1)]
     assert "continuation" in diags[1].message
     problems = verify(diags, parse_expectations(text), only_expected=False)
-    assert problems == ["line 5: expected note \"z\" at line 1 was not produced"]
-    regex = parse_expectations("x // expected-error {{value {{[0-9]+}} is bad}}\n")
+    assert problems[0].startswith("line 5: expected note \"z\" at line 1 was not produced")
+    regex = parse_expectations("x // expected-error-re {{value {{[0-9]+}} is bad}}\n")
+    assert regex[0].is_regex
     assert verify(parse_diagnostics('loc("f":1:1): error: value 42 is bad'), regex, False) == []
+
+
+def test_plain_expectation_is_a_literal_substring_and_re_one_is_not():
+    diag = 'loc("f":1:1): error: shape [4] vs [8]'
+    literal = parse_expectations("x // expected-error {{shape [4] vs}}\n")
+    assert not literal[0].is_regex
+    assert verify(parse_diagnostics(diag), literal, False) == []
+    # `[48]` would match as a regex class; without -re it is literal text, so it is not found.
+    assert "was not produced" in verify(parse_diagnostics(diag),
+                                        parse_expectations("x // expected-error {{shape [48]}}\n"), False)[-1]
+    assert verify(parse_diagnostics(diag),
+                  parse_expectations("x // expected-error-re {{shape [{{[48]}}] vs}}\n"), False) == []
+
+
+def test_multi_line_message_keeps_indentation_and_ends_at_its_snippet():
+    printed = ('loc("f":3:5): error: conflicting values:\n  #a<{x = [1]}>\nand\n  #a<{x = [2]}>\n'
+               "    %0 = arith.constant 0 : i32\n    ^\nmodule {\n}\n")
+    diag, = parse_diagnostics(printed)
+    assert diag.message == "conflicting values:\n  #a<{x = [1]}>\nand\n  #a<{x = [2]}>"
+    ok = parse_expectations("\n\nop // expected-error-re {{values:{{.}}  #a<{x = [1]}>{{.*}}and}}\n")
+    assert verify([diag], ok, False) == []
+    stripped = parse_diagnostics(printed.replace("\n  #a", "\n#a"))
+    assert verify(stripped, parse_expectations("\n\nop // expected-error-re {{values:{{.}}  #a}}\n"),
+                  False)[0].startswith("line 3: unexpected error")
+
+
+def test_missing_note_says_why_when_no_note_was_printed():
+    exp = parse_expectations("op // expected-note {{prior use here}}\n")
+    problems = verify(parse_diagnostics('loc("f":1:1): error: bad'), exp, only_expected=True)
+    assert problems and "drops attached notes" in problems[0]
+    printed_note = 'loc("f":1:1): error: bad\nloc("f":9:1): note: elsewhere'
+    problems = verify(parse_diagnostics(printed_note), parse_expectations("op // expected-note {{prior}}\n"), True)
+    assert problems and "drops attached notes" not in problems[0]
+
+
+def test_debug_flag_is_ignored_with_a_note(capsys):
+    inv = parse_command_line(["in.mlir", "--debug", "-canonicalize"])
+    assert [s.name for s in inv.steps] == ["canonicalize"]
+    assert "--debug ignored" in capsys.readouterr().err
+
+
+def test_filecheck_wrapper_drops_only_display_flags():
+    from bwtriton.regress.filecheck import strip_display_flags
+    argv = ["f.mlir", "--dump-input-context", "20", "--check-prefix=A", "--dump-input-context=5", "--dump-input=fail"]
+    assert strip_display_flags(argv) == ["f.mlir", "--check-prefix=A", "--dump-input=fail"]
 
 
 def test_only_expected_ignores_unexpected_diagnostics_but_not_missing_ones():
@@ -176,3 +222,54 @@ def test_local_scope_inlines_aliases_including_nested_ones():
     assert "#blocked =" not in out and "#blocked1" not in out
     assert "tensor<4xi32, #ttg.slice<{dim = 0, parent = #ttg.blocked<{order = [0]}>}>>" in out
     assert "tensor<4xi32, #ttg.blocked<{order = [0]}>>" in out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# mlir-translate / opt / llc stand-ins (bwtriton.regress.translate)
+LLVM_DIALECT = """module {
+  llvm.func @twice(%arg0: i32) -> i32 {
+    %zero = llvm.mlir.constant(0 : i32) : i32
+    %0 = llvm.add %arg0, %arg0 : i32
+    %1 = llvm.or %0, %zero : i32
+    llvm.return %1 : i32
+  }
+}
+"""
+
+
+def test_translate_keeps_ir_unoptimized_and_o1_folds_it():
+    from bwtriton.regress.translate import translate
+    plain, optimized = translate(LLVM_DIALECT, None), translate(LLVM_DIALECT, 1)
+    assert "define i32 @twice(i32 %0)" in plain and "or i32" in plain
+    assert "or i32" not in optimized and ("shl i32 %0, 1" in optimized or "add i32 %0, %0" in optimized)
+
+
+def test_llc_stand_in_emits_ptx_for_the_requested_cpu():
+    from bwtriton.regress.translate import llc, translate
+    ptx = llc(translate(LLVM_DIALECT, None), "nvptx64-nvidia-cuda", "sm_90", "+ptx83")
+    assert ".target sm_90" in ptx and ".version 8.3" in ptx
+
+
+def test_translate_refuses_non_llvm_dialect_input(capfd):
+    from bwtriton.errors import InputError
+    from bwtriton.regress.translate import translate
+    with pytest.raises(InputError, match="must be in the LLVM dialect"):
+        translate("module {\n  tt.func @f() {\n    tt.return\n  }\n}\n", None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# upstream lit trees, one test per RUN line (bwtriton.regress.upstream_lit)
+def test_one_run_per_file_keeps_line_numbers_and_comments_out_the_others(tmp_path):
+    from bwtriton.regress.upstream_lit import one_run_per_file, prepare
+    text = ("// RUN: triton-opt %s -a | FileCheck %s\n// RUN: triton-opt %s -b \\\n// RUN:   -c | FileCheck %s\n"
+            "module {}\n// CHECK: module\n")
+    first, second = one_run_per_file(text)
+    assert first.splitlines()[0].startswith("// RUN: triton-opt %s -a")
+    assert first.splitlines()[1:3] == ["// COM: triton-opt %s -b \\", "// COM:   -c | FileCheck %s"]
+    assert second.splitlines()[0].startswith("// COM:") and "RUN:   -c" in second.splitlines()[2]
+    assert len(first.splitlines()) == len(second.splitlines()) == len(text.splitlines())
+    (tmp_path / "t" / "Sub").mkdir(parents=True)
+    (tmp_path / "t" / "Sub" / "x.mlir").write_text(text)
+    assert prepare(tmp_path / "t", tmp_path / "out") == 2
+    assert (tmp_path / "out" / "Sub" / "x.run2.mlir").exists()
+    assert "bwtriton.regress.filecheck" in (tmp_path / "out" / "lit.cfg.py").read_text()

@@ -150,7 +150,11 @@ def parse_command_line(argv: Sequence[str]) -> OptInvocation:
             inv.allow_unregistered = True
         elif name == "mlir-print-local-scope":
             inv.local_scope = True
-        elif name in ("mlir-print-debuginfo", "debug-only", "debug"):
+        elif name in ("debug-only", "debug"):
+            # LLVM_DEBUG output goes to stderr and does not change the IR; Triton's release wheel has none.
+            print(f"bwtriton-opt: note: {arg} ignored: Triton's release wheel prints no LLVM_DEBUG output",
+                  file=sys.stderr)
+        elif name == "mlir-print-debuginfo":
             raise InputError(f"{arg}: not supported by bwtriton-opt (Triton's Python bindings do not expose it)")
         elif name not in _IGNORED_FLAGS:
             inv.steps.append(pass_flag_step(arg))
