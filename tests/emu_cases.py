@@ -214,18 +214,23 @@ def compile_ws_matmul():
     return triton.compile(src, target=pc.SM100, options={"num_warps": 4})
 
 
+def _fp16_descriptor_problem(M: int, N: int, K: int, seed: int):
+    """fp16 A [M, K], B [N, K] and a zero C behind host TensorDescriptors (128x64 operand boxes, 128x128 output
+    box), with the float64 reference of C = A @ B.T and its fp16 tolerance."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g).half()
+    b = torch.randn(N, K, generator=g).half()
+    c = torch.zeros(M, N, dtype=torch.float16)
+    args = (TensorDescriptor.from_tensor(a, [128, 64]), TensorDescriptor.from_tensor(b, [128, 64]),
+            TensorDescriptor.from_tensor(c, [128, 128]), K)
+    ref = a.double() @ b.double().T
+    return args, c, ref, out_tolerance(ref, "fp16", K)
+
+
 def case_ws_matmul(M=128, N=128, K=256, seed=0) -> EmuCase:
     kern = compile_ws_matmul()
 
-    def make():
-        g = torch.Generator().manual_seed(seed)
-        a = torch.randn(M, K, generator=g).half()
-        b = torch.randn(N, K, generator=g).half()
-        c = torch.zeros(M, N, dtype=torch.float16)
-        args = (TensorDescriptor.from_tensor(a, [128, 64]), TensorDescriptor.from_tensor(b, [128, 64]),
-                TensorDescriptor.from_tensor(c, [128, 128]), K)
-        ref = a.double() @ b.double().T
-        return args, c, ref, out_tolerance(ref, "fp16", K)
+    make = functools.partial(_fp16_descriptor_problem, M, N, K, seed)
     return EmuCase("ws_tma_matmul", kern, (M // 128, N // 128), make)
 
 
@@ -336,15 +341,7 @@ def case_tma_matmul(M=128, N=128, K=512, seed=0) -> EmuCase:
     stage is refilled while other stages' MMAs are in flight."""
     kern = compile_tma_matmul()
 
-    def make():
-        g = torch.Generator().manual_seed(seed)
-        a = torch.randn(M, K, generator=g).half()
-        b = torch.randn(N, K, generator=g).half()
-        c = torch.zeros(M, N, dtype=torch.float16)
-        args = (TensorDescriptor.from_tensor(a, [128, 64]), TensorDescriptor.from_tensor(b, [128, 64]),
-                TensorDescriptor.from_tensor(c, [128, 128]), K)
-        ref = a.double() @ b.double().T
-        return args, c, ref, out_tolerance(ref, "fp16", K)
+    make = functools.partial(_fp16_descriptor_problem, M, N, K, seed)
     return EmuCase("tma_matmul", kern, (M // 128, N // 128), make)
 
 

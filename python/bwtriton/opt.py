@@ -71,17 +71,8 @@ def parse_pass_list(spec: str) -> list[PassStep]:
 
 def _split_top(text: str) -> list[str]:
     """Split at commas outside (...) and {...} (MLIR pipeline text nests both)."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch in "({"
-        depth -= ch in ")}"
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return [p for p in (s.strip() for s in parts) if p]
+    from .pipeline import split_top_level_commas
+    return [p for p in (s.strip() for s in split_top_level_commas(text, "({", ")}")) if p]
 
 
 def pass_flag_step(flag: str) -> PassStep:

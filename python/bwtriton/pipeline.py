@@ -141,7 +141,7 @@ def parse_pass_spec(spec: "str | Iterable[str]") -> list[PassEntry]:
     for item in items:
         if not isinstance(item, str):
             raise UnknownPassError(f"pass spec entries must be strings, got {item!r}")
-        for raw in _split_top_level_commas(item):
+        for raw in split_top_level_commas(item):
             text = raw.strip()
             if not text:
                 raise UnknownPassError(f"empty entry in pass spec {item!r}; expected {_SPEC_GRAMMAR} (use 'none' "
@@ -153,11 +153,12 @@ def parse_pass_spec(spec: "str | Iterable[str]") -> list[PassEntry]:
     return entries
 
 
-def _split_top_level_commas(text: str) -> list[str]:
+def split_top_level_commas(text: str, opening: str = "{", closing: str = "}") -> list[str]:
+    """Split at commas outside the brackets `opening`/`closing` ('a,b{x=1,y=2}' -> ['a', 'b{x=1,y=2}'])."""
     parts, depth, cur = [], 0, ""
     for ch in text:
-        depth += ch == "{"
-        depth -= ch == "}"
+        depth += ch in opening
+        depth -= ch in closing
         if ch == "," and depth == 0:
             parts.append(cur)
             cur = ""
