@@ -53,6 +53,23 @@ def test_default_global_scale_follows_recipe():
     assert (_codes(qt)[row, col] & 7).item() == 7
 
 
+def test_block_scales_use_the_ieee_quotient_on_rounding_ties():
+    """bf16 activations: amax_block * (S_enc / 6) lands exactly on E4M3 ties in ~2% of blocks, so the block scale
+    must come from the correctly rounded fp32 quotient S_enc / 6 (numpy float32 here), not from S_enc * (1/6)."""
+    torch.manual_seed(23)
+    x = torch.randn(8, 4096)
+    # amax 3.9375 gives S_enc = 2688 / 3.9375 = 682.6667 (fp32), whose S_enc / 6 and S_enc * fp32(1/6) differ
+    x = (x * (3.9375 / x.abs().max())).to(torch.bfloat16).float()
+    qt = quantize_nvfp4(x)
+    s_enc = np.float32(qt.global_encode_scale.item())
+    amax = x.reshape(8, 256, 16).abs().amax(-1).numpy()
+    exact = np.minimum(amax * (s_enc / np.float32(6.0)), np.float32(448.0)).astype(np.float32)
+    twice_rounded = np.minimum(amax * (s_enc * np.float32(1 / 6)), np.float32(448.0)).astype(np.float32)
+    want = torch.from_numpy(exact).to(torch.float8_e4m3fn).view(torch.uint8)
+    assert (exact != twice_rounded).sum() > 100  # the data really probes the association
+    assert torch.equal(qt.scales_u8, want)
+
+
 def test_relative_rms_error_on_normal_data():
     """Expected NVFP4 error on N(0,1): per 16-block the grid unit is u = amax/6 (E[amax of 16] ~ 2.08, u ~ 0.35),
     E2M1 steps are 0.5u / 1u / 2u on |x|/u in [0,2) / [2,4) / [4,6]; uniform rounding error step^2/12 gives a
