@@ -20,7 +20,7 @@ BOOL = np.dtype(bool)
 # --- branches ------------------------------------------------------------------------------------------
 def diverge(w, taken: np.ndarray, target: int) -> int:
     """Split the active lanes: `taken` go to `target`, the rest fall through."""
-    act = w.mask if w.mask is not None else np.ones(32, dtype=bool)
+    act = w.mask if w.mask is not None else np.ones(len(w.live), dtype=bool)
     if w.lane_pc is None:
         w.lane_pc = np.where(w.live, w.pc, DONE_PC)
     w.lane_pc[act & ~taken] = w.pc + 1

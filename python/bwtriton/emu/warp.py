@@ -14,12 +14,14 @@ _ALL = np.arange(32)
 class Warp:
     """One warp of one CTA. `mask` is None when all 32 lanes are live and active (the fast path)."""
 
+    is_gang = False  # gang.GangWarp: the same warp of many CTAs executing together
+
     def __init__(self, cta, wid: int, prog: Program, launch, ntid: tuple[int, int, int]):
         self.cta = cta
         self.wid = wid
         self.launch = launch
         self.code = prog.code
-        self.R = [np.zeros(32, dtype=dt) for dt in prog.slot_dtypes]
+        self.R = _register_file(prog.slot_dtypes)
         self.pc = 0
         self.lane_pc: Optional[np.ndarray] = None
         tid_linear = wid * 32 + _ALL
@@ -65,6 +67,11 @@ class Warp:
         self._sregs["%cluster_ctarank"] = u32(cta.rank)
         self._sregs["%cluster_nctarank"] = u32(cta.cluster.nctas)
 
+    @property
+    def fn(self):
+        """The PTX function the warp runs."""
+        return self.cta.prog.fn
+
     def sreg(self, name: str):
         try:
             return self._sregs[name]
@@ -74,3 +81,17 @@ class Warp:
 
     def where(self) -> str:
         return f"CTA {self.cta.ctaid} (cluster rank {self.cta.rank}), warp {self.wid}"
+
+
+def _register_file(dtypes: list) -> list:
+    """Zeroed 32-lane registers, one array per slot: rows of one block per dtype (a few allocations per warp
+    instead of one per register; kernels declare thousands)."""
+    regs: list = [None] * len(dtypes)
+    by_dtype: dict = {}
+    for i, dt in enumerate(dtypes):
+        by_dtype.setdefault(dt, []).append(i)
+    for dt, slots in by_dtype.items():
+        block = np.zeros((len(slots), 32), dtype=dt)
+        for row, i in zip(block, slots):
+            regs[i] = row
+    return regs
