@@ -26,9 +26,12 @@ import numpy as np
 from .errors import DeadlockError
 from .memory import SMEM_BASE, byte_range
 from .program import DIVERGED, DONE_PC, EXITED, YIELD, set_lane_count
+from .warp import register_file
 
 #: lanes of one GangWarp (clusters per gang = this / (32 * warps per CTA)); 0 turns gangs off
-DEFAULT_GANG_LANES = 4096
+DEFAULT_GANG_LANES = 16384
+#: bytes a gang may hold in registers and stacked shared memory (bounds the gang for register-heavy kernels)
+GANG_MEMORY_BYTES = 1 << 29
 #: opcodes whose closures are gang-safe (they touch only registers, masks, global/param memory and, through
 #: `GangWarp.shared`, plain shared memory). Everything else runs per CTA.
 GANG_SAFE = frozenset(
@@ -89,10 +92,8 @@ class GangShared:
         self.data2d = np.zeros((b, stride), dtype=np.uint8)
         self.poison2d = np.zeros((b, stride), dtype=smems[0].poison.dtype)
         self.unfenced2d = np.zeros((b, stride), dtype=smems[0].unfenced.dtype)
-        for i, s in enumerate(smems):
-            rows = self.data2d[i, :size], self.poison2d[i, :size], self.unfenced2d[i, :size]
-            rows[0][:], rows[1][:], rows[2][:] = s.data, s.poison, s.unfenced
-            s.data, s.poison, s.unfenced = rows
+        for i, s in enumerate(smems):  # fresh CTAs: nothing to copy (zeros are what a new SharedMemory holds)
+            s.data, s.poison, s.unfenced = self.data2d[i, :size], self.poison2d[i, :size], self.unfenced2d[i, :size]
         self.data = self.data2d.reshape(-1)
         self.words = self.data.view(np.uint32)
         self.poison = self.poison2d.reshape(-1)
@@ -135,15 +136,19 @@ class GangShared:
 
     def read(self, addr: np.ndarray, nbytes: int, lanes: Optional[np.ndarray]) -> np.ndarray:
         flat, lo, hi = self.cells(addr, nbytes, lanes)
-        if any(s.n_poison for s in self.smems) and self.poison2d[:, lo:hi].any():
+        poisoned = any(s.n_poison for s in self.smems)
+        if nbytes % 4 == 0 and not (flat & 3).any():  # naturally aligned: gather 32-bit words
+            words = flat >> 2 if nbytes == 4 else (flat >> 2)[:, None] + np.arange(nbytes // 4)
+            # Asynchronous writers own whole aligned chunks (cp.async 4/8/16 bytes, TMA boxes) and a kernel that
+            # skips a wait skips it for the whole chunk, so each access's first byte decides; a poisoned access
+            # goes to the per-CTA path, which checks every byte and names the racing instructions.
+            if poisoned and self.poison[flat].any():
+                raise GangFallback("pending asynchronous write")
+            return self.words[words].view(np.uint8).reshape(-1, nbytes)
+        if poisoned and self.poison2d[:, lo:hi].any():
             raise GangFallback("pending asynchronous write")
         if nbytes == 1:
             return self.data[flat][:, None]
-        if nbytes % 4 == 0 and not (flat & 3).any():  # naturally aligned: gather 32-bit words
-            words = flat >> 2
-            if nbytes == 4:
-                return self.words[words].view(np.uint8).reshape(-1, 4)
-            return self.words[words[:, None] + np.arange(nbytes // 4)].view(np.uint8).reshape(-1, nbytes)
         return self.data[flat[:, None] + byte_range(nbytes)]
 
     def write(self, addr: np.ndarray, data: np.ndarray, lanes: Optional[np.ndarray], line: int) -> None:
@@ -175,7 +180,7 @@ class GangWarp:
         self.nl = 32 * len(rows)
         self.launch = first.launch
         self.wid = first.wid
-        self.R = [np.zeros((self.nl,) + r.shape[1:], dtype=r.dtype) for r in first.R]
+        self.R = register_file(first.cta.prog.slot_dtypes, self.nl)
         self.live = np.concatenate([w.live for w in rows])
         self.mask = None if self.live.all() else self.live.copy()
         self.lane_pc = None
@@ -356,6 +361,16 @@ def _apply(w, r, act: np.ndarray, own_lane_pc) -> None:
     _reselect(w)
 
 
+def _clusters_per_gang(cluster, lanes: int) -> int:
+    """As many clusters as fit in `lanes` lanes per warp and in GANG_MEMORY_BYTES."""
+    cta = cluster.ctas[0]
+    nwarps = max(len(cta.warps), 1)
+    reg_bytes = sum(dt.itemsize for dt in cta.prog.slot_dtypes) * 32 * nwarps
+    smem_bytes = cta.smem.size * (1 + cta.smem.poison.itemsize + cta.smem.unfenced.itemsize)
+    per_cluster = (reg_bytes + smem_bytes) * len(cluster.ctas)
+    return max(1, min(lanes // (32 * nwarps), GANG_MEMORY_BYTES // max(per_cluster, 1)))
+
+
 def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: int, lanes: int,
               on_cluster_done: Optional[Callable] = None) -> None:
     """Run the launch's clusters (launch order) in gangs of as many clusters as fit in `lanes` lanes per warp;
@@ -364,10 +379,13 @@ def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: in
     total = 0
     i = 0
     while i < len(coords):
-        first = make_cluster(coords[i])
-        per_gang = max(1, lanes // (32 * max(len(first.ctas[0].warps), 1)))
-        clusters = [first] + [make_cluster(c) for c in coords[i + 1:i + per_gang]]
+        first = make_cluster(coords[i], registers=False)
+        per_gang = _clusters_per_gang(first, lanes)
+        clusters = [first] + [make_cluster(c, registers=False) for c in coords[i + 1:i + per_gang]]
         i += len(clusters)
+        if len(clusters) == 1:
+            for w in (w for cta in first.ctas for w in cta.warps):
+                w.allocate_registers()
         for c in clusters:
             start_cluster(c)
         for c in clusters[1:]:  # one engine: operations a gang issues at once belong to all its clusters

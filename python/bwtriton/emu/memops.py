@@ -331,15 +331,12 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     launch = w.launch
 
     def finish():
-        if srcsize is None or (srcsize >= size).all():
-            data = launch.gmem.read(src, size)
+        data = _gather_src(launch.gmem, src, srcsize, size)
+        if size % 4 == 0 and not (flat & 3).any():
+            words = (flat >> 2)[:, None] + np.arange(size // 4)
+            shared.words[words] = data.view(np.uint32).reshape(words.shape)
         else:
-            data = np.zeros((len(src), size), dtype=np.uint8)
-            for k in range(len(src)):
-                nb = int(min(srcsize[k], size))
-                if nb:
-                    data[k, :nb] = launch.gmem.read(src[k:k + 1], nb)[0]
-        shared.data[cells] = data.ravel()
+            shared.data[cells] = data.ravel()
     op.finish = finish
     engine_of(w.rows[0]).issue(w, op)
     act = w.mask if w.mask is not None else w.live
@@ -349,18 +346,24 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     return None
 
 
+def _gather_src(gmem, src: np.ndarray, srcsize: Optional[np.ndarray], size: int) -> np.ndarray:
+    """cp.async's source bytes [lanes, size]: the bytes past each lane's src-size are zeros and not read (Triton
+    masks loads with src-size 0, often with an address that must not be dereferenced)."""
+    if srcsize is None or (srcsize >= size).all():
+        return gmem.read(src, size)
+    data = np.zeros((len(src), size), dtype=np.uint8)
+    full = srcsize >= size
+    if full.any():
+        data[full] = gmem.read(src[full], size)
+    for k in np.flatnonzero((srcsize > 0) & ~full):
+        nb = int(srcsize[k])
+        data[k, :nb] = gmem.read(src[k:k + 1], nb)[0]
+    return data
+
+
 def _copy_in(w, dst: np.ndarray, src: np.ndarray, srcsize: np.ndarray, size: int) -> None:
     """cp.async's data movement: `size` bytes per lane, the bytes past src-size zero-filled."""
-    data = np.zeros((len(dst), size), dtype=np.uint8)
-    full = srcsize >= size
-    if full.all():
-        data = w.launch.gmem.read(src, size)
-    else:
-        for k in range(len(dst)):
-            nb = int(min(srcsize[k], size))
-            if nb:
-                data[k, :nb] = w.launch.gmem.read(src[k:k + 1], nb)[0]
-    w.cta.smem.write(dst, data)
+    w.cta.smem.write(dst, _gather_src(w.launch.gmem, src, srcsize, size))
 
 
 def _cp_commit(w):

@@ -141,7 +141,8 @@ class Cluster:
 
 
 class CTA:
-    def __init__(self, cluster: Cluster, rank: int, ctaid, image: KernelImage, ntid, smem_bytes: int):
+    def __init__(self, cluster: Cluster, rank: int, ctaid, image: KernelImage, ntid, smem_bytes: int,
+                 registers: bool = True):
         self.cluster = cluster
         self.rank = rank
         self.ctaid = ctaid
@@ -153,7 +154,7 @@ class CTA:
         self.nthreads = ntid[0] * ntid[1] * ntid[2]
         nwarps = (self.nthreads + 31) // 32
         self.warps_spec = range(nwarps)
-        self.warps = [Warp(self, i, image.prog, cluster.launch, ntid) for i in range(nwarps)]
+        self.warps = [Warp(self, i, image.prog, cluster.launch, ntid, registers) for i in range(nwarps)]
 
 
 # --- arguments ---------------------------------------------------------------------------------------
@@ -409,11 +410,11 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     meter = ProgressMeter(grid3[0] * grid3[1] * grid3[2], enabled=progress)
     smem_bytes = max(int(smem_bytes), 16) + static_shared_layout(fn)[1]
 
-    def make_cluster(coord):
+    def make_cluster(coord, registers: bool = True):
         cx, cy, cz = coord
         cluster = Cluster(launch, coord, nctas)
         for r in range(nctas):
-            cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes))
+            cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes, registers))
         cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
         return cluster
     coords = [(cx, cy, cz) for cz in range(grid3[2]) for cy in range(grid3[1]) for cx in range(grid3[0])]
