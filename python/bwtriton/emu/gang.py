@@ -117,10 +117,12 @@ class GangShared:
         return any(s.any_unfenced for s in self.smems)
 
     def reader_of(self, lo: int, hi: int):
-        return None  # gang operations are issued only while no CTA has pending asynchronous reads
+        return None  # gang operations are issued only when no CTA's pending reads overlap them (pending_read)
 
-    def pending_reads(self) -> bool:
-        return any(s.async_reads for s in self.smems)
+    def pending_read(self, lo: int, hi: int) -> bool:
+        """Whether a pending asynchronous read (an MMA's operands, a TMA store's source) of any CTA overlaps
+        CTA offsets [lo, hi)."""
+        return any(s.async_reads and s.reader_of(lo, hi) is not None for s in self.smems)
 
     # -- plain loads and stores ------------------------------------------------------------------------------
     def cells(self, addr: np.ndarray, nbytes: int, lanes: Optional[np.ndarray]) -> tuple[np.ndarray, int, int]:
@@ -152,11 +154,11 @@ class GangShared:
         return self.data[flat[:, None] + byte_range(nbytes)]
 
     def write(self, addr: np.ndarray, data: np.ndarray, lanes: Optional[np.ndarray], line: int) -> None:
-        if any(s.n_poison or s.async_reads for s in self.smems):
-            raise GangFallback("pending asynchronous operations")
         nbytes = data.shape[1]
-        flat, _, _ = self.cells(addr, nbytes, lanes)
+        flat, lo, hi = self.cells(addr, nbytes, lanes)
         cells = flat[:, None] + np.arange(nbytes)
+        if self.pending_read(lo, hi) or (any(s.n_poison for s in self.smems) and self.poison[cells].any()):
+            raise GangFallback("pending asynchronous operations")  # the per-CTA path names the race
         if nbytes % 4 == 0 and not (flat & 3).any():
             words = (flat >> 2)[:, None] + np.arange(nbytes // 4)
             self.words[words] = np.ascontiguousarray(data).view(np.uint32).reshape(words.shape)

@@ -316,10 +316,10 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     owned by another copy) goes to the per-CTA path before any side effect, which reports it."""
     from .gang import GangFallback
     shared = w.shared
-    if shared.pending_reads():
-        raise GangFallback("pending asynchronous reads")
     idx = active_index(w)
-    flat, _, _ = shared.cells(rd_dst(w)[idx], size, idx)
+    flat, lo, hi = shared.cells(rd_dst(w)[idx], size, idx)
+    if shared.pending_read(lo, hi):
+        raise GangFallback("pending asynchronous reads")
     src = rd_src(w)[idx].copy()
     srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
     cells = (flat[:, None] + np.arange(size)).ravel()
