@@ -395,15 +395,18 @@ def _ldmatrix(ins: Instruction, prog: Program) -> Callable:
     t = np.arange(32)
 
     def ldm(w):
-        addr = rd_addr(w)
+        # per warp (a gang: per CTA row of 32 lanes): lanes 8i..8i+7 give matrix i's row addresses
+        addr = lanes32(rd_addr(w)).reshape(-1, 32)
+        warps = np.arange(addr.shape[0])[:, None] * 32
         for i, wr in enumerate(writers):
-            rows = addr[8 * i:8 * i + 8]
-            mat = mem_read(w, "shared", rows, 16).view(np.uint16).reshape(8, 8)  # [row, col]
+            lanes = (warps + 8 * i + np.arange(8)).ravel()
+            raw = mem_read(w, "shared", addr[:, 8 * i:8 * i + 8].ravel(), 16, lanes)
+            mat = raw.view(np.uint16).reshape(-1, 8, 8)  # [warp, row, col]
             if trans:
-                lo, hi = mat[2 * (t % 4), t // 4], mat[2 * (t % 4) + 1, t // 4]
+                lo, hi = mat[:, 2 * (t % 4), t // 4], mat[:, 2 * (t % 4) + 1, t // 4]
             else:
-                lo, hi = mat[t // 4, 2 * (t % 4)], mat[t // 4, 2 * (t % 4) + 1]
-            wr(w, lo.astype(np.uint32) | (hi.astype(np.uint32) << 16))
+                lo, hi = mat[:, t // 4, 2 * (t % 4)], mat[:, t // 4, 2 * (t % 4) + 1]
+            wr(w, (lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)).ravel())
     if num != len(writers):
         raise UnsupportedInstructionError("ldmatrix .num does not match the destination count", line=ins.line)
     return ldm
@@ -419,16 +422,19 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     t = np.arange(32)
 
     def stm(w):
-        addr = rd_addr(w)
+        addr = lanes32(rd_addr(w)).reshape(-1, 32)
+        nw = addr.shape[0]
+        warps = np.arange(nw)[:, None] * 32
         for i, s in enumerate(srcs):
-            v = lanes32(np.asarray(s(w), np.uint32))
-            mat = np.zeros((8, 8), dtype=np.uint16)
+            v = lanes32(np.asarray(s(w), np.uint32)).reshape(nw, 32)
+            mat = np.zeros((nw, 8, 8), dtype=np.uint16)
             lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
             if trans:
-                mat[2 * (t % 4), t // 4], mat[2 * (t % 4) + 1, t // 4] = lo, hi
+                mat[:, 2 * (t % 4), t // 4], mat[:, 2 * (t % 4) + 1, t // 4] = lo, hi
             else:
-                mat[t // 4, 2 * (t % 4)], mat[t // 4, 2 * (t % 4) + 1] = lo, hi
-            mem_write(w, "shared", addr[8 * i:8 * i + 8], mat.view(np.uint8).reshape(8, 16))
+                mat[:, t // 4, 2 * (t % 4)], mat[:, t // 4, 2 * (t % 4) + 1] = lo, hi
+            lanes = (warps + 8 * i + np.arange(8)).ravel()
+            mem_write(w, "shared", addr[:, 8 * i:8 * i + 8].ravel(), mat.view(np.uint8).reshape(-1, 16), lanes)
     return stm
 
 
