@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
-from .errors import MemoryFaultError, UnsupportedInstructionError
+from .errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
 from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, lanes32
 
@@ -323,9 +323,6 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     src = rd_src(w)[idx].copy()
     srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
     cells = (flat[:, None] + np.arange(size)).ravel()
-    if shared.n_poison or any(s.n_poison for s in shared.smems):
-        if shared.poison[cells].any():
-            raise GangFallback("bytes owned by a pending copy")
     op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid), writes=[(shared, cells)],
                  observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
     launch = w.launch
@@ -338,7 +335,10 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
         else:
             shared.data[cells] = data.ravel()
     op.finish = finish
-    engine_of(w.rows[0]).issue(w, op)
+    try:
+        engine_of(w.rows[0]).issue(w, op)  # checks before it changes anything
+    except AsyncOverwriteError:
+        raise GangFallback("bytes owned by a pending copy") from None  # per CTA: the error names the CTA
     act = w.mask if w.mask is not None else w.live
     for b, row in enumerate(w.rows):
         if act[32 * b:32 * b + 32].any():
