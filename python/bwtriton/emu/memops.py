@@ -228,56 +228,57 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     return st
 
 
+_ATOM_OPS = {
+    "add": lambda old, x, c: old + x, "min": lambda old, x, c: np.minimum(old, x),
+    "max": lambda old, x, c: np.maximum(old, x), "exch": lambda old, x, c: x,
+    "cas": lambda old, x, c: np.where(old == x, c, old), "and": lambda old, x, c: old & x,
+    "or": lambda old, x, c: old | x, "xor": lambda old, x, c: old ^ x,
+    "inc": lambda old, x, c: np.where(old >= x, 0, old + 1).astype(old.dtype),
+    "dec": lambda old, x, c: np.where((old == 0) | (old > x), x, old - 1).astype(old.dtype),
+}
+
+
 def _atom(ins: Instruction, prog: Program) -> Callable:
+    """atom / red, scalar and vector (`red.global.add.v4.f32 [a], {x0..x3}`: element i at a + i * size). Lanes
+    whose element addresses are all distinct apply in one step; colliding lanes apply one after the other (some
+    order is as good as any, and each sees the previous one's result)."""
     red = ins.opcode == "red"
     t = ins.types[-1]
     dt = NP_TYPES[t]
     space = space_of(ins)
-    opname = next(m for m in ins.modifiers if m in ("add", "min", "max", "exch", "cas", "and", "or", "xor",
-                                                    "inc", "dec"))
+    opname = next(m for m in ins.modifiers if m in _ATOM_OPS)
     ops = ins.operands if red else ins.operands[1:]
     rd_addr = address_reader(ops[0], prog, ins)
-    rb = prog.src(ops[1], dt, ins)
+    srcs = [prog.src(o, dt, ins) for o in _vec_regs(ops[1])]
     rc = prog.src(ops[2], dt, ins) if opname == "cas" else None
-    wr = None if red else prog.dst(ins.operands[0], ins)
+    writers = [] if red else [prog.dst(o, ins) for o in _vec_regs(ins.operands[0])]
     if t in ("f16x2", "bf16x2", "bf16", "f16"):
         raise UnsupportedInstructionError(f"atomics on {t}", line=ins.line, text=ins.text)
+    fn, size, n = _ATOM_OPS[opname], dt.itemsize, len(srcs)
+
+    def apply(w, addr: np.ndarray, x: np.ndarray, c, lanes: np.ndarray) -> np.ndarray:
+        old = mem_read(w, space, addr, size, lanes).view(dt).reshape(-1)
+        new = np.asarray(fn(old, x, c), dtype=dt)
+        mem_write(w, space, addr, new.view(np.uint8).reshape(-1, size), lanes)
+        return old
 
     def atom(w):
         idx = active_index(w)
-        addr = rd_addr(w)
-        b = lanes32(np.asarray(rb(w), dtype=dt))
-        c = lanes32(np.asarray(rc(w), dtype=dt)) if rc else None
-        old_all = np.zeros(32, dtype=dt)
-        for lane in idx:  # lanes apply one after the other (some order is as good as any)
-            a = addr[lane:lane + 1]
-            old = mem_read(w, space, a, dt.itemsize).view(dt)[0, 0] if space != "generic" else \
-                mem_read(w, space, a, dt.itemsize).view(dt)[0, 0]
-            x = b[lane]
-            if opname == "add":
-                new = old + x
-            elif opname == "min":
-                new = min(old, x)
-            elif opname == "max":
-                new = max(old, x)
-            elif opname == "exch":
-                new = x
-            elif opname == "cas":
-                new = c[lane] if old == x else old
-            elif opname == "and":
-                new = old & x
-            elif opname == "or":
-                new = old | x
-            elif opname == "xor":
-                new = old ^ x
-            elif opname == "inc":
-                new = 0 if old >= x else old + 1
-            else:
-                new = x if (old == 0 or old > x) else old - 1
-            old_all[lane] = old
-            mem_write(w, space, a, np.array([new], dtype=dt).view(np.uint8).reshape(1, -1))
-        if wr is not None:
-            wr(w, old_all)
+        base = lanes32(rd_addr(w))[idx]
+        addr = (base[:, None] + np.arange(n, dtype=np.uint64) * np.uint64(size)).ravel()  # [lane, element]
+        x = np.stack([lanes32(np.asarray(r(w), dtype=dt))[idx] for r in srcs], 1).ravel()
+        c = np.repeat(lanes32(np.asarray(rc(w), dtype=dt))[idx], n) if rc else None
+        lanes = np.repeat(idx, n)
+        if len(np.unique(addr)) == len(addr):
+            old = apply(w, addr, x, c, lanes)
+        else:
+            old = np.empty(len(addr), dtype=dt)
+            for j in range(len(addr)):
+                old[j:j + 1] = apply(w, addr[j:j + 1], x[j:j + 1], None if c is None else c[j:j + 1], lanes[j:j + 1])
+        for i, wr in enumerate(writers):
+            full = np.zeros(lane_count(), dtype=dt)
+            full[idx] = old.reshape(len(idx), n)[:, i]
+            wr(w, full)
     return atom
 
 

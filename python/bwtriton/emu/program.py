@@ -263,7 +263,7 @@ def _with_error_context(f: Callable, ins: Instruction) -> Callable:
                 exc.line = ins.line
                 exc.args = (f"PTX line {ins.line}: {exc.args[0]}\n    {short(ins.text, 200)}",)
             raise
-        except (KeyError, IndexError) as exc:
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
             raise UnsupportedInstructionError(f"this form of `{ins.full_opcode}` is not emulated "
                                               f"({type(exc).__name__}: {exc})", line=ins.line, text=ins.text,
                                               where=w.where()) from exc
