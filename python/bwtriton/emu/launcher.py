@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from ..errors import InputError
+from .args import Raw, TmaArg
 
 _INT_RANGES = {
     "i1": (0, 1), "i8": (-2 ** 7, 2 ** 7 - 1), "i16": (-2 ** 15, 2 ** 15 - 1), "i32": (-2 ** 31, 2 ** 31 - 1),
@@ -29,21 +29,6 @@ _FLOAT_TYPES = ("fp16", "bf16", "fp32", "f32", "fp64")
 #: bytes past each tensor that read as stale memory (0xFF) instead of faulting, as on a GPU; stores there still
 #: fault. BWTRITON_EMU_STRICT_BOUNDS=1 makes any access outside a tensor a MemoryFaultError.
 READ_SLACK = 64 * 1024
-
-
-@dataclass
-class Raw:
-    """A parameter value already encoded as the bit pattern the kernel reads (the runner stores it as is)."""
-
-    bits: int
-
-
-@dataclass
-class TmaArg:
-    """A host TensorDescriptor bound to a tensor-map parameter, with the compile's tensordesc_meta entry."""
-
-    desc: Any
-    meta: dict
 
 
 def encode_float(ty: str, value: Any, where: str) -> Raw:

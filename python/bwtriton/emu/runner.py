@@ -14,7 +14,7 @@ from ..errors import InputError
 from ..ptx import parse_ptx
 from ..ptx.ir import Function
 from .errors import MemoryFaultError
-from .launcher import Raw, TmaArg
+from .args import Raw, TmaArg
 from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
 from .program import NP_TYPES, CompileEnv, Program
 from .clc import GridSchedule, run_grid, static_shared_layout
