@@ -14,6 +14,7 @@ from bwtriton.ptx.ir import Instruction, Operand
 
 from .context import Ctx
 from .dataflow import may_have_run, run_dataflow, union_states
+from .mma_operands import smem_reads as _smem_reads
 
 _WAITS = ("mbarrier.try_wait", "mbarrier.test_wait", "mbarrier.wait")
 
@@ -61,7 +62,6 @@ def _tma_dst_in_operand(ctx: Ctx, tma: Instruction, reads) -> bool:
 
 def check_async_copies(ctx: Ctx) -> None:
     """T4 (TMA waited before the MMA reads its tile) and P16 (no TMA into a tile an in-flight MMA reads)."""
-    from .sync import _smem_reads  # one definition of the operand extents an MMA reads
     tmas = [i for i in ctx.func.instructions if is_tma_load(i)]
     readers = [i for i in ctx.func.instructions if i.opcode in ("tcgen05.mma", "tcgen05.cp")]
     if not tmas or not readers:
