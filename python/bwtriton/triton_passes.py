@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,3 @@ def triton_pass_table() -> dict[str, tuple[str, Callable, Callable[[CompileConte
         if m:
             table.setdefault(m.group(1), (path, fn, args))
     return table
-
-
-def add_triton_pass(pm: Any, name: str, context: CompileContext) -> None:
-    """Add Triton's pass `name` (MLIR name) to `pm`."""
-    _, fn, args = triton_pass_table()[name]
-    fn(pm, *args(context))

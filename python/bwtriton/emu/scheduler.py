@@ -133,17 +133,6 @@ def check_budget(total: int, max_instructions: int) -> None:
                              "loop? (raise max_instructions if the kernel is just big)")
 
 
-def run_cluster(cluster, max_instructions: int = 200_000_000) -> None:
-    """Run one cluster to completion (warps round-robin, QUANTUM instructions a turn)."""
-    start_cluster(cluster)
-    total = 0
-    while not cluster_done(cluster):
-        total += step_cluster(cluster)
-        check_budget(total, max_instructions)
-    finish_cluster(cluster)
-    cluster.launch.instructions += total
-
-
 def _line(w) -> int:
     fn = w.cta.prog.fn
     return fn.instructions[w.pc].line if w.pc < len(fn.instructions) else fn.end_line

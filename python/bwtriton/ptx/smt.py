@@ -397,8 +397,3 @@ def _connected(facts: frozenset, new: Iterable[Fact]) -> frozenset:
                 reach |= ls
                 changed = True
     return frozenset(picked)
-
-
-def solver_available() -> bool:
-    """Whether z3 is importable (path pruning through arithmetic needs it)."""
-    return z3 is not None

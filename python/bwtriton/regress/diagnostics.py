@@ -15,7 +15,6 @@ import tempfile
 from dataclasses import dataclass
 from typing import Iterator
 
-SEVERITIES = ("error", "warning", "remark", "note")
 _DIAG_RE = re.compile(r'^(?:loc\((?:"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)|[^)]*)\)|(?P<f2>[^:\s]+):'
                       r'(?P<l2>\d+):(?P<c2>\d+))?:?\s*(?P<sev>error|warning|remark|note): (?P<msg>.*)$')
 _EXPECT_RE = re.compile(r"expected-(?P<sev>error|warning|remark|note)(?P<re>-re)?\s*(?:@(?P<where>above|below|[+-]\d+|\d+))?"
