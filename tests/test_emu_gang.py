@@ -149,3 +149,20 @@ def test_dissolving_mid_run_keeps_the_results(name, after_rounds, monkeypatch):
     assert rounds
     assert torch.equal(out_gang.view(torch.uint8), out_warp.view(torch.uint8))
     assert float((out_gang.double() - ref).abs().max()) <= tol
+
+
+def test_progress_is_shown_while_a_gang_runs(monkeypatch):
+    """A gang finishes all its clusters at once, so progress must also be redrawn between rounds: a line
+    'clusters 0/16' can only come from such a redraw."""
+    import functools
+    import io
+
+    from bwtriton.emu import runner
+    from bwtriton.emu.scheduler import ProgressMeter
+    buf = io.StringIO()
+    monkeypatch.setattr(runner, "ProgressMeter", functools.partial(ProgressMeter, after_s=0.0, interval_s=0.0, stream=buf))
+    case = CASES["fma_fp32_32x32"]()
+    args, _, _, _ = case.make()
+    md = case.kernel.metadata._asdict()
+    emu.run(case.kernel.asm["ptx"], case.grid, *args, num_warps=md["num_warps"], shared=md["shared"], progress=True)
+    assert "[emu] clusters 0/16" in buf.getvalue() and "clusters 16/16" in buf.getvalue()

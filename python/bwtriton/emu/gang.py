@@ -374,9 +374,10 @@ def _clusters_per_gang(cluster, lanes: int) -> int:
 
 
 def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: int, lanes: int,
-              on_cluster_done: Optional[Callable] = None) -> None:
+              on_cluster_done: Optional[Callable] = None, on_round: Optional[Callable] = None) -> None:
     """Run the launch's clusters (launch order) in gangs of as many clusters as fit in `lanes` lanes per warp;
-    a gang that dissolves finishes its clusters warp by warp, round-robin."""
+    a gang that dissolves finishes its clusters warp by warp, round-robin. `on_round` is called after every
+    scheduling round (progress display); launch.instructions counts as the run goes."""
     from .scheduler import QUANTUM, check_budget, cluster_done, finish_cluster, start_cluster, step_cluster
     total = 0
     i = 0
@@ -397,7 +398,10 @@ def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: in
         while not dissolved and not all(g.done for g in gws):
             n, dissolved = step_gang(gws, clusters, QUANTUM)
             total += n
+            launch.instructions += n
             check_budget(total, max_instructions)
+            if on_round is not None:
+                on_round()
         if not dissolved:
             for g in gws:  # the rows' warps are done too (their registers no longer matter)
                 for w in g.rows:
@@ -405,10 +409,11 @@ def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: in
         while not all(cluster_done(c) for c in clusters):
             for c in clusters:
                 if not cluster_done(c):
-                    total += step_cluster(c)
+                    n = step_cluster(c)
+                    total += n
+                    launch.instructions += n
             check_budget(total, max_instructions)
         for c in clusters:
             finish_cluster(c)
             if on_cluster_done is not None:
                 on_cluster_done()
-    launch.instructions += total

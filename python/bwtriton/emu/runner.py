@@ -422,7 +422,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         lanes = _gang_lanes(gang_lanes)
         if grid_schedule is None and lanes and gang_eligible(image.prog):
             run_gangs(launch, coords, make_cluster, max_instructions, lanes,
-                      on_cluster_done=lambda: meter.tick(launch))
+                      on_cluster_done=lambda: meter.tick(launch), on_round=lambda: meter.refresh(launch))
         else:
             run_grid(launch, coords, make_cluster, grid_schedule or GridSchedule(), max_instructions,
                      on_cluster_done=lambda: meter.tick(launch))

@@ -149,13 +149,16 @@ def check_schedule(schedule: str) -> str:
 
 class ProgressMeter:
     """Progress of a launch on a terminal: clusters done/total and warp-instructions per second, redrawn at most
-    twice a second, and only once the run has taken more than `after_s` seconds (short runs print nothing)."""
+    every `interval_s` seconds (also between gang rounds), and only once the run has taken more than `after_s`
+    seconds (short runs print nothing)."""
 
-    def __init__(self, total_clusters: int, enabled=None, after_s: float = 2.0, stream=None):
+    def __init__(self, total_clusters: int, enabled=None, after_s: float = 2.0, stream=None,
+                 interval_s: float = 0.5):
         self.total = total_clusters
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else bool(enabled)
         self.after_s = after_s
+        self.interval_s = interval_s
         self.t0 = self.last = time.perf_counter()
         self.done = 0
         self.shown = False
@@ -163,10 +166,14 @@ class ProgressMeter:
     def tick(self, launch) -> None:
         """One cluster finished."""
         self.done += 1
+        self.refresh(launch)
+
+    def refresh(self, launch) -> None:
+        """Redraw (rate-limited) without a cluster finishing: long gangs report while they run."""
         if not self.enabled:
             return
         now = time.perf_counter()
-        if now - self.t0 < self.after_s or (now - self.last < 0.5 and self.done < self.total):
+        if now - self.t0 < self.after_s or (now - self.last < self.interval_s and self.done < self.total):
             return
         self.last = now
         rate = launch.instructions / max(now - self.t0, 1e-9)
