@@ -170,7 +170,8 @@ class GangShared:
 
 
 class GangWarp:
-    """Warp `wid` of rank `rank` in B clusters: registers over 32 * B lanes (CTA row b = lanes 32b .. 32b+31)."""
+    """One warp (same cluster rank, same warp id) of B clusters: `rows` are those CTAs' own warps; registers span
+    32 * B lanes (CTA row b = lanes 32b .. 32b+31)."""
 
     is_gang = True
 
