@@ -449,6 +449,13 @@ def test_form_compiles_to_wgmma_on_sm90(name):
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n64k\d+\.f32\.{_WGMMA_TYPE[dtype]}", r.asm["ptx"])
 
 
+@pytest.mark.parametrize("tile", [(128, 128, 128), (256, 128, 128), (128, 256, 256), (128, 128, 64), (128, 64, 128)])
+def test_upstream_tiles_of_mn_packed_mxfp4_compile_on_sm90(tile):
+    # upstream test_block_scale_fp4's BLOCK_M/N/K list (pack_along_k=False), fp4 operands within smem limits
+    r = _compile_form(FORMS["mxfp4_mn_packed"], "sm_90a", tile=tile)
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{tile[1]}k16\.f32\.bf16\.bf16", r.asm["ptx"])
+
+
 def test_mn_packed_mxfp4_stays_native_on_sm100():
     # The form upstream's test_block_scale_fp4(pack_along_k=False) checks for: tcgen05 kind::mxf8f6f4.
     r = _compile_form(FORMS["mxfp4_mn_packed"], "sm_100a", tile=(128, 128, 128))
@@ -479,22 +486,26 @@ GPU_FORMS = ["mxfp4_mn_packed", "fp4_mn_packed_unscaled", "mxfp4_lhs_m_packed", 
              "bf16_x_mxfp4_n_packed", "fp16_x_mxfp4_n_packed", "nvfp4_m_packed"]
 
 
+#: every GPU form on a 64x64x128 tile, and the two upstream forms also on upstream's 128x128x128 tile
+GPU_CASES = [(name, (64, 64, 128)) for name in GPU_FORMS] + \
+    [(name, (128, 128, 128)) for name in ("mxfp4_mn_packed", "e5m2_mx_x_mxfp4_n_packed")]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", GPU_FORMS)
-def test_form_runs_correctly_on_this_gpu(name):
+@pytest.mark.parametrize("name, tile", GPU_CASES, ids=[f"{n}-tile{t[0]}" for n, t in GPU_CASES])
+def test_form_runs_correctly_on_this_gpu(name, tile):
     """The M/N-packed MXFP4 and mixed forms, launched through bwtriton's pipeline on this GPU, against the float64
     product of bwtriton.formats' dequantized operands. The operands reach the MMA exactly (CPU test above); what
     remains is fp32 accumulation: |error| <= K * 2^-23 * (|A| @ |B|), twice the worst-case bound K*u of summing K
     exact products in fp32 (u = 2^-24), the factor 2 for tensor-core sums that truncate instead of rounding."""
     from bwtriton.kernels.blockscaled import bwtriton_pipeline
     form = FORMS[name]
-    m, n, k = 128, 128, 256
+    m, n, k = 256, 256, 256
     a, sa, b, sb, a_ref, b_ref = _gpu_form_case(form, m, n, k)
     c = torch.empty(m, n, device="cuda")
-    cx = _form_constexprs(form, (64, 64, 128))
     with bwtriton_pipeline(c.device):
-        forms_matmul_kernel[(m // 64, n // 64)](a, sa, b, sb, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                                 b.stride(1), **cx)
+        forms_matmul_kernel[(m // tile[0], n // tile[1])](a, sa, b, sb, c, m, n, k, a.stride(0), a.stride(1),
+                                                           b.stride(0), b.stride(1), **_form_constexprs(form, tile))
     ref = a_ref @ b_ref.T
     bound = k * 2.0 ** -23 * (a_ref.abs() @ b_ref.abs().T) + 1e-30
     err = (c.double().cpu() - ref).abs()
