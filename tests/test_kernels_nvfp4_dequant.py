@@ -67,6 +67,13 @@ def run_interpreted() -> dict:
         want_alpha = (1.0 / enc) * w_dec
         if not torch.equal(alpha, want_alpha):
             problems.append(f"alpha {alpha.item()!r} != S_dec(x) * S_dec(w) = {want_alpha.item()!r}")
+        if given is None:  # S_enc from amax inside the kernel (every program), no separate amax launch
+            out2, alpha2 = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(1)
+            dq.quant_dequant_nvfp4_kernel[(-(-m // dq.QDQ_BLOCK_M), k // dq.QDQ_BLOCK_K)](
+                x, w_dec, w_dec, alpha2, out2, m, k, x.stride(0), BLOCK_M=dq.QDQ_BLOCK_M, BLOCK_K=dq.QDQ_BLOCK_K,
+                S_ENC_FROM_AMAX=True)
+            if not torch.equal(out2.float(), ref) or not torch.equal(alpha2, want_alpha):
+                problems.append("S_ENC_FROM_AMAX: output or alpha differ from formats.quantize_nvfp4(x)'s")
         results[name] = "; ".join(problems) or None
     return results
 
