@@ -401,7 +401,7 @@ class _CountOps:
 @pytest.mark.parametrize("form,scale,launches,allocs", [
     ("fused", 0.01, 1, 1), ("fused", None, 1, 1),                       # out
     ("dequant_decode", 0.01, 2, 2), ("dequant_decode", None, 2, 3),     # x_dq, out (+ alpha when it varies)
-    ("two_kernel", 0.01, 2, 3)])                                        # x_q, x_scales, out
+    ("two_kernel", 0.01, 2, 3), ("two_kernel", None, 2, 4)])            # x_q, x_scales, out (+ S_enc)
 def test_linear_plan_call_costs_its_budget(cpu_launch, monkeypatch, form, scale, launches, allocs):
     """A repeated nvfp4_linear call runs only its kernels and allocates only its outputs and intermediates: no
     validation, no other torch op (no host->device copy, no sync), and with the x scale from amax of a small x no

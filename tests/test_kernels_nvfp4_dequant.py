@@ -74,6 +74,14 @@ def run_interpreted() -> dict:
                 S_ENC_FROM_AMAX=True)
             if not torch.equal(out2.float(), ref) or not torch.equal(alpha2, want_alpha):
                 problems.append("S_ENC_FROM_AMAX: output or alpha differ from formats.quantize_nvfp4(x)'s")
+            if k % 128 == 0:  # the two-kernel form's quantizer: same bytes, and S_enc written for the GEMM
+                lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+                xq, xs, s_out = torch.empty(m, k // 2, dtype=torch.uint8), torch.empty(m, k // 16), torch.empty(1)
+                lin.quantize_nvfp4_pdl_kernel[(-(-m // 32), k // 128)](x, s_out, xq, xs, m, k, x.stride(0), BLOCK_M=32,
+                                                                       BLOCK_K=128, USE_PDL=False, S_ENC_FROM_AMAX=True)
+                if not (torch.equal(xq, ref_q.data) and torch.equal(xs.to(torch.float8_e4m3fn), ref_q.scales)
+                        and torch.equal(s_out, want_enc)):
+                    problems.append("quantize_nvfp4_pdl_kernel S_ENC_FROM_AMAX differs from formats.quantize_nvfp4")
         results[name] = "; ".join(problems) or None
     return results
 

@@ -91,8 +91,11 @@ def nvfp4_linear_fused_kernel(x_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec_ptr, bias_p
 
 @triton.jit
 def quantize_nvfp4_pdl_kernel(x_ptr, x_enc_ptr, xq_ptr, xs_ptr, M, K, stride_xm,
-                              BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
-    """x bf16 [M, K] -> packed uint8 [M, K/2] + fp8e4nv scales [M, K/16] (plain layout)."""
+                              BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr,
+                              S_ENC_FROM_AMAX: tl.constexpr = False):
+    """x bf16 [M, K] -> packed uint8 [M, K/2] + fp8e4nv scales [M, K/16] (plain layout). S_ENC_FROM_AMAX: every
+    program computes S_enc from amax(x) (small x) and program (0, 0) writes it to x_enc_ptr for the GEMM, which
+    reads it only after its gdc_wait (the quantizer grid has completed then)."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     rkh = tl.program_id(1) * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
@@ -101,9 +104,15 @@ def quantize_nvfp4_pdl_kernel(x_ptr, x_enc_ptr, xq_ptr, xs_ptr, M, K, stride_xm,
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # x may be written by the kernel before us in the stream
     x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
+    if S_ENC_FROM_AMAX:
+        s_enc = encode_scale_from_amax(x_ptr, M, K, stride_xm, 16, 512)
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            tl.store(x_enc_ptr, s_enc)
+    else:
+        s_enc = tl.load(x_enc_ptr)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()  # let the GEMM start its weight prefetch now
-    xq, xs = quantize_nvfp4_tile(x, tl.load(x_enc_ptr))
+    xq, xs = quantize_nvfp4_tile(x, s_enc)
     tl.store(xq_ptr + rm[:, None].to(tl.int64) * (K // 2) + rkh[None, :], xq, mask=mask)
     tl.store(xs_ptr + rm[:, None].to(tl.int64) * (K // 16) + rks[None, :], xs, mask=mask)
 
@@ -228,7 +237,10 @@ def _fused(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
 
 
 def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> tuple[torch.Tensor, tuple]:
-    xq, xs, q_entry = _quantize(x, s_enc, use_pdl, device)
+    from_amax = s_enc is None  # the quantizer computes S_enc from amax and writes it here for the GEMM
+    if from_amax:
+        s_enc = torch.empty(1, dtype=torch.float32, device=device)
+    xq, xs, q_entry = _quantize(x, s_enc, use_pdl, device, from_amax)
     out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
     w_dec = decode_scale_arg(w_q, device)
     block_m, block_n, block_k = _blocks(m, n)
@@ -327,7 +339,7 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     chosen = form
     if form == "auto":
         chosen = _pick_form(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device))
-    s_enc = _encode_scale(x, x_global_scale, device, in_kernel=chosen != "two_kernel")
+    s_enc = _encode_scale(x, x_global_scale, device, in_kernel=True)
     if chosen == "fused":
         out, entries = _fused(x, w_q, bias, m, n, k, device, s_enc)
     elif chosen == "dequant_decode":
@@ -424,6 +436,8 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
 
         def plan(x, w_q, bias, g):
             s = s_enc_of(x, g)
+            if s is None:  # written by the quantizer (S_ENC_FROM_AMAX), read by the GEMM
+                s = torch.empty(1, dtype=torch.float32, device=device)
             xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
             xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
             run_entry(q_entry, q_grid, device, (x, s, xq, xs, m, k, x.stride(0)))
@@ -435,14 +449,15 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
     _drop_with(w_q, key)
 
 
-def _quantize(x, s_enc, use_pdl: bool, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize(x, s_enc, use_pdl: bool, device, from_amax: bool = False) -> tuple:
     m, k = x.shape
     xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
     xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
     block_m, block_k = 32, 128
-    entry = _QUANT.launch(("quant", m, k, x.stride(0), use_pdl), (triton.cdiv(m, block_m), k // block_k), device,
-                          (x, s_enc, xq, xs, m, k, x.stride(0)),
-                          dict(BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl, num_warps=4, launch_pdl=use_pdl))
+    entry = _QUANT.launch(("quant", m, k, x.stride(0), use_pdl, from_amax), (triton.cdiv(m, block_m), k // block_k),
+                          device, (x, s_enc, xq, xs, m, k, x.stride(0)),
+                          dict(BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl, S_ENC_FROM_AMAX=from_amax,
+                               num_warps=4, launch_pdl=use_pdl))
     return xq, xs, entry
 
 
@@ -469,4 +484,5 @@ def nvfp4_linear_two_kernel(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] =
                             use_pdl: bool = True) -> torch.Tensor:
     """Same result as `nvfp4_linear`, as quantize kernel + GEMM chained with PDL (`use_pdl=False`: plain launches)."""
     m, n, k, device = _validate("nvfp4_linear_two_kernel", x, w_q, bias, x_global_scale)
-    return _two_kernel(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device), use_pdl)[0]
+    s_enc = _encode_scale(x, x_global_scale, device, in_kernel=True)
+    return _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl)[0]
