@@ -288,3 +288,26 @@ def test_nvfp4_matmul_dequant_method(m, n, k, blocked):
 
 if __name__ == "__main__":
     print(json.dumps(run_interpreted()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["dequant_decode", "two_kernel", "fused"])
+def test_linear_plan_scratch_and_in_kernel_amax_across_calls_and_streams(form):
+    """Back-to-back plan calls reuse their stream's intermediates (x_dq/alpha, x_q/scales/S_enc) and compute
+    S_enc from amax inside the first kernel (x of 4096 elements): every result still matches its own reference,
+    and a call on a second stream gets the same bits as on the first."""
+    lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+    torch.manual_seed(24)
+    m, n, k = 8, 256, 512
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    xs = [torch.randn(m, k, device="cuda").to(torch.bfloat16) * (i + 1) for i in range(3)]
+    lin.nvfp4_linear(xs[0], w_q, form=form)  # slow path + plan
+    outs = [lin.nvfp4_linear(x, w_q, form=form) for x in xs]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        side_out = lin.nvfp4_linear(xs[1], w_q, form=form)
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs):
+        _ref_check()(out, quantize_nvfp4(x.float()).dequantize(torch.float64), w_q.dequantize(torch.float64))
+    assert torch.equal(side_out, outs[1])

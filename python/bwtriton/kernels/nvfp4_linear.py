@@ -43,7 +43,7 @@ from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
 from .decode import MAX_DECODE_M, decode_scaled
 from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, amax_in_kernel,
                             device_encode_scale, encode_scale_from_amax, quant_dequant_nvfp4)
-from ._launcher import CachedLauncher, kernel_time_us, run_entry
+from ._launcher import CachedLauncher, StreamScratch, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -418,28 +418,28 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
     elif form == "dequant_decode":
         q_entry, replay = entries
         q_grid = (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
-
-        # A float x scale is part of the plan key, so alpha = S_dec(x) * S_dec(w) is the same on every call of this
-        # plan: one buffer per plan saves an allocation (each call rewrites it with the same bits, which also
-        # follows an in-place edit of the weight's global scale). Tensor / amax scales change per call.
-        fixed_alpha = torch.empty(1, dtype=torch.float32, device=device) if isinstance(key[-2], tuple) else None
+        # x_dq and alpha (S_dec(x) * S_dec(w)) are written by the first kernel and read by the decode kernel only
+        scratch = StreamScratch(lambda: (torch.empty((m, k), dtype=bf16, device=device),
+                                         torch.empty(1, dtype=torch.float32, device=device)), device, 2 * m * k + 4)
 
         def plan(x, w_q, bias, g):
             s = s_enc_of(x, g)
-            xd = torch.empty((m, k), dtype=bf16, device=device)
-            alpha = fixed_alpha if fixed_alpha is not None else torch.empty(1, dtype=torch.float32, device=device)
+            xd, alpha = scratch.get()
             run_entry(q_entry, q_grid, device, (x, w_dec if s is None else s, w_dec, alpha, xd, m, k, x.stride(0)))
             return replay(xd, alpha, bias)
     else:
         q_entry, g_entry = entries
         q_grid, g_grid = (triton.cdiv(m, 32), k // 128, 1), (n // block_n, triton.cdiv(m, block_m), 1)
+        # x_q, its scales and (S_ENC_FROM_AMAX) S_enc: written by the quantizer, read by the GEMM only
+        scratch = StreamScratch(lambda: (torch.empty((m, k // 2), dtype=torch.uint8, device=device),
+                                         torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device),
+                                         torch.empty(1, dtype=torch.float32, device=device)),
+                                device, m * k // 2 + m * k // 16 + 4)
 
         def plan(x, w_q, bias, g):
             s = s_enc_of(x, g)
-            if s is None:  # written by the quantizer (S_ENC_FROM_AMAX), read by the GEMM
-                s = torch.empty(1, dtype=torch.float32, device=device)
-            xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
-            xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
+            xq, xs, s_buf = scratch.get()
+            s = s_buf if s is None else s
             run_entry(q_entry, q_grid, device, (x, s, xq, xs, m, k, x.stride(0)))
             out = torch.empty((m, n), dtype=bf16, device=device)
             run_entry(g_entry, g_grid, device, (xq, xs, s, w_q.data, w_q.scales, w_dec,
