@@ -230,13 +230,17 @@ FORMS = {
     "bf16_x_mxfp4_n_packed": ("bf16", None, True, "e2m1", "e8m0", False),
     "fp16_x_mxfp4_n_packed": ("fp16", None, True, "e2m1", "e8m0", False),
     "mxfp4_m_packed_x_fp16": ("e2m1", "e8m0", False, "fp16", None, True),
+    # fp16 x e8m0-scaled, k-packed: Triton compiles these but rounds the scale to fp16 (inf from 2^16 up)
+    "fp16_x_mxfp4_k_packed": ("fp16", None, True, "e2m1", "e8m0", True),
+    "e5m2_mx_x_fp16": ("e5m2", "e8m0", True, "fp16", None, True),
     # NVFP4 (UE4M3) forms
     "nvfp4_m_packed": ("e2m1", "ue4m3", False, "e2m1", "ue4m3", True),
     "e4m3_nv_x_e4m3_nv": ("e4m3", "ue4m3", True, "e4m3", "ue4m3", True),
     "fp16_x_e4m3_nv": ("fp16", None, True, "e4m3", "ue4m3", True),
 }
 #: expected `tt.dot` operand type per form: bf16 when it holds both sides, else fp16, else f32 for a tf32 MMA.
-EXPECTED_DTYPE = {"fp16_x_mxfp4_n_packed": "f32", "mxfp4_m_packed_x_fp16": "f32", "fp16_x_e4m3_nv": "f32"}
+EXPECTED_DTYPE = {"fp16_x_mxfp4_n_packed": "f32", "mxfp4_m_packed_x_fp16": "f32", "fp16_x_e4m3_nv": "f32",
+                  "fp16_x_mxfp4_k_packed": "f32", "e5m2_mx_x_fp16": "f32"}
 _ELEM_TY = {"e2m1": "i8", "e4m3": "f8E4M3FN", "e5m2": "f8E5M2", "bf16": "bf16", "fp16": "f16"}
 _SCALE = {"e8m0": ("i8", 32), "ue4m3": ("f8E4M3FN", 16), None: (None, 32)}
 
@@ -436,7 +440,7 @@ def _compile_form(form: tuple, target: str, tile=(64, 64, 128)):
 
 #: the forms Triton 3.6 fails on for sm_90a (PassManager::run failed) plus the mixed ones, one per family
 SM90_COMPILE_FORMS = ["mxfp4_mn_packed", "fp4_mn_packed_unscaled", "e5m2_mx_x_mxfp4_n_packed",
-                      "fp16_x_mxfp4_n_packed", "nvfp4_m_packed", "e4m3_nv_x_e4m3_nv"]
+                      "fp16_x_mxfp4_n_packed", "fp16_x_mxfp4_k_packed", "nvfp4_m_packed", "e4m3_nv_x_e4m3_nv"]
 _WGMMA_TYPE = {"bf16": "bf16.bf16", "f16": "f16.f16", "f32": "tf32.tf32"}
 
 
@@ -469,11 +473,11 @@ def test_unscaled_mn_packed_fp4_is_lowered_on_sm100():
     assert r.reports["lower-dot-scaled-portable"]["lowered"] == 1 and "kind::f16" in r.asm["ptx"]
 
 
-def _gpu_form_case(form: tuple, m: int, n: int, k: int):
+def _gpu_form_case(form: tuple, m: int, n: int, k: int, codes: tuple[int, int]):
     """Device tensors laid out as forms_matmul_kernel reads them, and the float64 reference."""
     gen = torch.Generator().manual_seed(5)
-    a, sa, a_ref = _random_operand(form[0], form[1], form[2], m, k, gen, (122, 132))
-    b, sb, b_ref = _random_operand(form[3], form[4], form[5], n, k, gen, (122, 132))
+    a, sa, a_ref = _random_operand(form[0], form[1], form[2], m, k, gen, codes)
+    b, sb, b_ref = _random_operand(form[3], form[4], form[5], n, k, gen, codes)
 
     def device(t):  # the evaluator's int64 bit patterns back to bytes
         return (t.to(torch.uint8) if t.dtype == torch.int64 else t).cuda()
@@ -483,7 +487,10 @@ def _gpu_form_case(form: tuple, m: int, n: int, k: int):
 
 
 GPU_FORMS = ["mxfp4_mn_packed", "fp4_mn_packed_unscaled", "mxfp4_lhs_m_packed", "e5m2_mx_x_mxfp4_n_packed",
-             "bf16_x_mxfp4_n_packed", "fp16_x_mxfp4_n_packed", "nvfp4_m_packed"]
+             "bf16_x_mxfp4_n_packed", "fp16_x_mxfp4_n_packed", "fp16_x_mxfp4_k_packed", "nvfp4_m_packed"]
+#: e8m0 codes per GPU case: 2^-5..2^5, except the fp16 k-packed form at 2^13..2^23, where Triton's own lowering
+#: (scale rounded to fp16) would give inf
+GPU_SCALE_CODES = {"fp16_x_mxfp4_k_packed": (140, 150)}
 
 
 #: every GPU form on a 64x64x128 tile, and the two upstream forms also on upstream's 128x128x128 tile
@@ -501,7 +508,7 @@ def test_form_runs_correctly_on_this_gpu(name, tile):
     from bwtriton.kernels.blockscaled import bwtriton_pipeline
     form = FORMS[name]
     m, n, k = 256, 256, 256
-    a, sa, b, sb, a_ref, b_ref = _gpu_form_case(form, m, n, k)
+    a, sa, b, sb, a_ref, b_ref = _gpu_form_case(form, m, n, k, GPU_SCALE_CODES.get(name, (122, 132)))
     c = torch.empty(m, n, device="cuda")
     with bwtriton_pipeline(c.device):
         forms_matmul_kernel[(m // tile[0], n // tile[1])](a, sa, b, sb, c, m, n, k, a.stride(0), a.stride(1),

@@ -6,8 +6,9 @@ Why: Triton 3.6 decomposes block-scaled dots that the target cannot run natively
 operand format x scale x packing combination for sm_90a and sm_100a, docs/nvfp4_hopper.md):
 * any UE4M3 scale (fp8e4nv, group 16: NVFP4): it asserts (DenseElementsAttr of a float element type);
 * any e2m1 operand packed along M/N (`lhs_k_pack=False` / `rhs_k_pack=False`) without UE4M3 scales (MXFP4 with
-  e8m0 scales, or unscaled fp4): `PassManager::run failed`, on sm_90a and, for tiles it cannot run natively, sm_100a.
-Every other form (k-packed MXFP4, fp8 with e8m0 scales, bf16/fp16 sides) Triton lowers itself, so it is left alone.
+  e8m0 scales, or unscaled fp4): `PassManager::run failed`, on sm_90a and, for tiles it cannot run natively, sm_100a;
+* and one that compiles but is not exact: an fp16 side against an e8m0-scaled side (`fp16_with_e8m0`).
+Every other form (k-packed MXFP4, fp8 with e8m0 scales, bf16 sides) Triton lowers itself, so it is left alone.
 
 The rewrite runs on TTIR, before `make_ttgir` sees the op, and emits per operand: unpack the two E2M1 nibbles of
 each byte along K or along M/N, decode them and the scales with integer ops (exact; no fp8 instructions for fp4,
@@ -52,13 +53,21 @@ def fp4_packed_along_mn(op: DotScaledOp) -> bool:
     return (op.a_format == "e2m1" and not op.lhs_k_pack) or (op.b_format == "e2m1" and not op.rhs_k_pack)
 
 
+def fp16_with_e8m0(op: DotScaledOp) -> bool:
+    """An fp16 side against an e8m0-scaled side: Triton's decomposition then rounds the scale 2^(code-127) to
+    fp16 (its TTGIR: `arith.truncf` of the scale, then an fp16 `arith.mulf`), so scales from 2^16 up become inf,
+    below 2^-24 zero, and products past 65504 overflow: it compiles, but is exact only for mid-range scales."""
+    return "fp16" in (op.a_format, op.b_format) and E8M0 in op.scale_elems
+
+
 def triton_lowers(op: DotScaledOp, target) -> bool:
-    """Whether Triton 3.6 lowers this `tt.dot_scaled` itself on `target` (natively or by its own decomposition)."""
+    """Whether Triton 3.6 lowers this `tt.dot_scaled` itself, exactly, on `target` (natively or by its own
+    decomposition)."""
     if op.is_nvfp4:
         return _native_nvfp4(op, target)
     if fp4_packed_along_mn(op):
         return _native_mn_packed_mx(op, target)
-    return True
+    return not fp16_with_e8m0(op)
 
 
 def _exact_types(fmt: str, scale_elem: "str | None") -> set[str]:
