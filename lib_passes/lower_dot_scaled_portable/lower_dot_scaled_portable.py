@@ -125,8 +125,9 @@ def _form(op: DotScaledOp) -> str:
 class LowerDotScaledPortable(Pass):
     name = "lower-dot-scaled-portable"
     stage = Stage.TTIR
-    purpose = ("rewrite the tt.dot_scaled forms Triton 3.6 cannot lower (NVFP4 UE4M3 scales; fp4 packed along M/N) "
-               "into exact in-register dequantization + tt.dot (sm_90a, sm_80; non-native tiles on Blackwell)")
+    purpose = ("rewrite the tt.dot_scaled forms Triton 3.6 cannot lower exactly (NVFP4 UE4M3 scales; fp4 packed "
+               "along M/N; fp16 x e8m0) into exact in-register dequantization + tt.dot (sm_90a, sm_80; non-native "
+               "tiles on Blackwell)")
     options = (PassOption("force", bool, False,
                           "also rewrite dots Triton lowers itself (native kind::mxf4nvf4 included), e.g. to compare"),)
     default_enabled = True
