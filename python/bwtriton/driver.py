@@ -85,6 +85,23 @@ class CompileResult:
 TRITON_SUFFIX = triton_stage_name("")
 
 
+def _disassemble(cubin: bytes) -> str:
+    """SASS of a cubin through Triton's bundled cuobjdump/nvdisasm; a cubin they cannot decode (sm_103a with
+    Triton 3.6's tools) is a CompileError naming the architecture and what still works."""
+    import subprocess
+    from triton.tools.disasm import get_sass
+    try:
+        return get_sass(cubin)
+    except subprocess.CalledProcessError as exc:
+        detail = (exc.stderr or exc.output or b"")
+        detail = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+        raise CompileError("cannot disassemble this cubin: Triton's bundled cuobjdump/nvdisasm failed"
+                           f"{' (' + detail.strip().splitlines()[-1] + ')' if detail.strip() else ''}. Triton 3.6's "
+                           "tools decode sm_90a and sm_100a but not sm_103a; the cubin itself is fine (asm['cubin']), "
+                           "and asm['ptx'] shows the code. Disassemble with a newer CUDA's cuobjdump -sass, or "
+                           "compile for sm_100a to read SASS.") from None
+
+
 class _Asm(dict):
     """Stage -> IR text (final text under the stage's name, Triton's under ``<stage>_triton`` when bwtriton
     rewrote it), with `sass` produced from the cubin on demand by Triton's bundled cuobjdump."""
@@ -94,8 +111,7 @@ class _Asm(dict):
 
     def __missing__(self, key: str):
         if key == "sass" and "cubin" in self:
-            from triton.tools.disasm import get_sass
-            self["sass"] = get_sass(self["cubin"])
+            self["sass"] = _disassemble(self["cubin"])
             return self["sass"]
         if key.startswith("bw") and key[2:] + TRITON_SUFFIX in self:  # bwptx etc.: the final text's old name
             return self[key[2:]]

@@ -37,7 +37,7 @@ GANG_MEMORY_BYTES = 1 << 29
 GANG_SAFE = frozenset(
     ("mov add sub mul mad fma div rem min max neg abs and or xor not cnot shl shr selp setp set bfe bfi prmt "
      "popc clz brev rcp sqrt rsqrt ex2 lg2 sin cos tanh copysign testp mul24 mad24 sad bfind fns shf lop3 dp4a "
-     "dp2a cvt cvta bra ret exit ld ld.global.nc st cp.async").split())
+     "dp2a cvt cvta bra ret exit ld ld.global.nc st cp.async mma ldmatrix stmatrix").split())
 
 
 class GangFallback(Exception):

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
-from .errors import MemoryFaultError, UnsupportedInstructionError
+from .errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
 from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, lanes32
 
@@ -323,9 +323,6 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     src = rd_src(w)[idx].copy()
     srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
     cells = (flat[:, None] + np.arange(size)).ravel()
-    if shared.n_poison or any(s.n_poison for s in shared.smems):
-        if shared.poison[cells].any():
-            raise GangFallback("bytes owned by a pending copy")
     op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid), writes=[(shared, cells)],
                  observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
     launch = w.launch
@@ -338,7 +335,10 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
         else:
             shared.data[cells] = data.ravel()
     op.finish = finish
-    engine_of(w.rows[0]).issue(w, op)
+    try:
+        engine_of(w.rows[0]).issue(w, op)  # checks before it changes anything
+    except AsyncOverwriteError:
+        raise GangFallback("bytes owned by a pending copy") from None  # per CTA: the error names the CTA
     act = w.mask if w.mask is not None else w.live
     for b, row in enumerate(w.rows):
         if act[32 * b:32 * b + 32].any():
@@ -395,15 +395,18 @@ def _ldmatrix(ins: Instruction, prog: Program) -> Callable:
     t = np.arange(32)
 
     def ldm(w):
-        addr = rd_addr(w)
+        # per warp (a gang: per CTA row of 32 lanes): lanes 8i..8i+7 give matrix i's row addresses
+        addr = lanes32(rd_addr(w)).reshape(-1, 32)
+        warps = np.arange(addr.shape[0])[:, None] * 32
         for i, wr in enumerate(writers):
-            rows = addr[8 * i:8 * i + 8]
-            mat = mem_read(w, "shared", rows, 16).view(np.uint16).reshape(8, 8)  # [row, col]
+            lanes = (warps + 8 * i + np.arange(8)).ravel()
+            raw = mem_read(w, "shared", addr[:, 8 * i:8 * i + 8].ravel(), 16, lanes)
+            mat = raw.view(np.uint16).reshape(-1, 8, 8)  # [warp, row, col]
             if trans:
-                lo, hi = mat[2 * (t % 4), t // 4], mat[2 * (t % 4) + 1, t // 4]
+                lo, hi = mat[:, 2 * (t % 4), t // 4], mat[:, 2 * (t % 4) + 1, t // 4]
             else:
-                lo, hi = mat[t // 4, 2 * (t % 4)], mat[t // 4, 2 * (t % 4) + 1]
-            wr(w, lo.astype(np.uint32) | (hi.astype(np.uint32) << 16))
+                lo, hi = mat[:, t // 4, 2 * (t % 4)], mat[:, t // 4, 2 * (t % 4) + 1]
+            wr(w, (lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)).ravel())
     if num != len(writers):
         raise UnsupportedInstructionError("ldmatrix .num does not match the destination count", line=ins.line)
     return ldm
@@ -419,16 +422,19 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     t = np.arange(32)
 
     def stm(w):
-        addr = rd_addr(w)
+        addr = lanes32(rd_addr(w)).reshape(-1, 32)
+        nw = addr.shape[0]
+        warps = np.arange(nw)[:, None] * 32
         for i, s in enumerate(srcs):
-            v = lanes32(np.asarray(s(w), np.uint32))
-            mat = np.zeros((8, 8), dtype=np.uint16)
+            v = lanes32(np.asarray(s(w), np.uint32)).reshape(nw, 32)
+            mat = np.zeros((nw, 8, 8), dtype=np.uint16)
             lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
             if trans:
-                mat[2 * (t % 4), t // 4], mat[2 * (t % 4) + 1, t // 4] = lo, hi
+                mat[:, 2 * (t % 4), t // 4], mat[:, 2 * (t % 4) + 1, t // 4] = lo, hi
             else:
-                mat[t // 4, 2 * (t % 4)], mat[t // 4, 2 * (t % 4) + 1] = lo, hi
-            mem_write(w, "shared", addr[8 * i:8 * i + 8], mat.view(np.uint8).reshape(8, 16))
+                mat[:, t // 4, 2 * (t % 4)], mat[:, t // 4, 2 * (t % 4) + 1] = lo, hi
+            lanes = (warps + 8 * i + np.arange(8)).ravel()
+            mem_write(w, "shared", addr[:, 8 * i:8 * i + 8].ravel(), mat.view(np.uint8).reshape(-1, 16), lanes)
     return stm
 
 

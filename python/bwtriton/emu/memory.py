@@ -136,7 +136,7 @@ class SharedMemory:
         self.size = size
         self.rank = rank
         self.data = np.zeros(size, dtype=np.uint8)
-        self.poison = np.zeros(size, dtype=np.int64)
+        self.poison = np.zeros(size, dtype=np.int32)  # sequence numbers stay far below 2**31
         self.n_poison = 0
         self.async_reads: list = []
         self.unfenced = np.zeros(size, dtype=np.int32)

@@ -17,11 +17,11 @@ _G, _T = _LANE >> 2, _LANE % 4
 
 
 def _elements(regs: list[np.ndarray], bits: int, kind: str) -> np.ndarray:
-    """Registers [32] x R -> per-lane element values [32, R * 32/bits] (low bits first)."""
+    """Registers [lanes] x R -> per-lane element values [lanes, R * 32/bits] (low bits first)."""
     per = 32 // bits
     w = np.stack([np.asarray(r, np.uint32) for r in regs], 1)  # [32, R]
     parts = np.stack([(w >> np.uint32(bits * i)) & np.uint32((1 << bits) - 1) for i in range(per)], 2)
-    parts = parts.reshape(32, -1)
+    parts = parts.reshape(len(w), -1)
     if kind == "f16":
         return parts.astype(np.uint16).view(np.float16).astype(np.float64)
     if kind == "bf16":
@@ -88,30 +88,34 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
     integer = per == 4
 
     def mma(w):
-        a_el = _elements([r(w) for r in a_r], 32 // per, a_t)
-        b_el = _elements([r(w) for r in b_r], 32 // per, b_t)
-        A = np.zeros((16, k), dtype=a_el.dtype)
-        B = np.zeros((k, 8), dtype=b_el.dtype)
-        A[ar, ac] = a_el
-        B[bk, bn] = b_el
-        C = np.zeros((16, 8), dtype=np.float64 if not integer else np.int64)
-        craw = np.stack([lanes32(np.asarray(r(w), np.uint32)) for r in c_r], 1)
+        # one MMA per warp; in a gang (bwtriton.emu.gang) one per CTA row of 32 lanes, batched
+        regs = lambda rs: [lanes32(np.asarray(r(w), np.uint32)) for r in rs]  # noqa: E731
+        a_el = _elements(regs(a_r), 32 // per, a_t)
+        nw = len(a_el) // 32
+        b_el = _elements(regs(b_r), 32 // per, b_t)
+        A = np.zeros((nw, 16, k), dtype=a_el.dtype)
+        B = np.zeros((nw, k, 8), dtype=b_el.dtype)
+        A[:, ar, ac] = a_el.reshape(nw, 32, -1)
+        B[:, bk, bn] = b_el.reshape(nw, 32, -1)
+        C = np.zeros((nw, 16, 8), dtype=np.float64 if not integer else np.int64)
+        craw = np.stack(regs(c_r), 1).reshape(nw, 32, -1)
         if half_acc:  # register r holds (c[2r], c[2r+1]) low half first: the order of _c_coords
-            C[cr, cc] = np.ascontiguousarray(craw).view(np.float16).astype(np.float64)
+            C[:, cr, cc] = np.ascontiguousarray(craw).view(np.float16).astype(np.float64)
         else:
-            C[cr, cc] = craw.view(np.int32) if integer else craw.view(np.float32)
+            C[:, cr, cc] = craw.view(np.int32) if integer else craw.view(np.float32)
         D = A @ B + C
         if half_acc:  # exact products and sum, one rounding to f16 (round to nearest even)
-            out = np.ascontiguousarray(D[cr, cc].astype(np.float16)).view(np.uint32)
+            out = np.ascontiguousarray(D[:, cr, cc].astype(np.float16)).view(np.uint32).reshape(nw * 32, -1)
             for i, wr in enumerate(d_w):
                 wr(w, out[:, i])
             return
         if integer:
             if sat:
                 D = np.clip(D, -2 ** 31, 2 ** 31 - 1)
-            out = (D[cr, cc] & 0xFFFFFFFF).astype(np.uint32)
+            out = (D[:, cr, cc] & 0xFFFFFFFF).astype(np.uint32)
         else:
-            out = D[cr, cc].astype(np.float32).view(np.uint32)
+            out = D[:, cr, cc].astype(np.float32).view(np.uint32)
+        out = out.reshape(nw * 32, -1)
         for i, wr in enumerate(d_w):
             wr(w, out[:, i])
     return mma
