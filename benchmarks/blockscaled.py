@@ -8,7 +8,7 @@ Rows:
   85% of copy bandwidth at M = 1. Hand-picked configs at M = 1, N = K = 8192 show what the tuner chose from.
 * GEMM: nvfp4_matmul vs torch dequantize + cuBLAS (the dequantization is part of the peer's time: that is what a
   torch user pays), and vs upstream Triton's own tl.dot_scaled kernel (fails to compile on sm_90: reported as an
-  error row, which is the point of lower-nvfp4-portable).
+  error row, which is the point of lower-dot-scaled-portable).
 * GEMM rows also show `method='dot_scaled'` (the in-kernel dequant) next to the auto method, which on Hopper
   takes the exact dequantize-to-bf16 + `kernels.matmul` path for large shapes.
 * linear: nvfp4_linear (auto: fused, quantize + GEMM with PDL, or at M <= 64 'dequant_decode' = quantize-dequantize
@@ -112,7 +112,7 @@ def _gemm_note(m: int, n: int, k: int):
         native = tcgen05_block_scaled(dev)
         if _mods()[0].use_dequant_gemm(m, n, k, native, device_capability(dev)):
             return "auto: exact dequant of both operands to bf16 + kernels.matmul"
-        return "auto: native block-scaled MMA" if native else "auto: dot_scaled (lower-nvfp4-portable)"
+        return "auto: native block-scaled MMA" if native else "auto: dot_scaled (lower-dot-scaled-portable)"
     return note
 
 
@@ -135,7 +135,7 @@ def _register_gemm() -> None:
         bs = _mods()[0]
         import triton
         # A fresh JITFunction: Triton's in-memory cache ignores stage hooks, so reusing bwtriton's kernel object
-        # could hand back the version compiled through lower-nvfp4-portable.
+        # could hand back the version compiled through lower-dot-scaled-portable.
         kernel = s.setdefault("kernel", triton.jit(bs.block_scaled_matmul_kernel.fn))
         c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
         alpha = bs.alpha_tensor(s["a_q"], s["b_q"], c.device)

@@ -70,3 +70,96 @@ def host_markdown(rows: list[dict]) -> str:
             f"<={r['target_us']:g} {'ok' if r['us_ours'] <= r['target_us'] else 'MISS'}"
         out.append(f"| {r['case']} | {r['us_ours']:.1f} | {r['peer_name']} | {r['us_peer']:.1f} | {goal} |")
     return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------------- Python share, no GPU needed
+def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
+    """nvfp4_linear's host path on CPU tensors with the launches stubbed: per call, the microseconds of Python
+    (best of `repeats` loops), the kernel launches it makes and the torch ops it runs (aten.empty = an
+    allocation). What the GPU adds on top is the launches themselves and CUDA allocations, which only
+    `host_rows` on a GPU measures."""
+    import collections
+    import contextlib
+    import importlib
+    import time
+    from unittest import mock
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from bwtriton.formats import quantize_nvfp4
+    from bwtriton.torch_ops import quantized_nvfp4
+    launcher = importlib.import_module("bwtriton.kernels._launcher")
+    linear = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+    decode = importlib.import_module("bwtriton.kernels.decode")
+    validate = importlib.import_module("bwtriton.kernels._validate")
+    launches = collections.Counter()
+
+    class Compiled:  # run_entry runs for real; the C launch is a counted no-op
+        function, packed_metadata = 0, ()
+
+        def run(self, *call):
+            launches["n"] += 1
+
+        def launch_metadata(self, *args):
+            return None
+
+    def fake_jit(self, grid, device, args, kwargs):
+        launches["n"] += 1
+        return Compiled(), self._tail(len(args), {k: v for k, v in kwargs.items()
+                                                    if k not in launcher._LAUNCH_OPTIONS})
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    w_q = quantize_nvfp4(torch.randn(256, 256))
+    x = torch.randn(16, 256).to(torch.bfloat16)
+    gs = float(x.float().abs().max()) / 2688
+    rows = []
+    with contextlib.ExitStack() as stack:
+        for target, name, value in ((launcher.CachedLauncher, "_jit_launch", fake_jit),
+                                    (launcher, "_current_stream", lambda device: 0),
+                                    (validate.InputChecker, "on_cuda", lambda self, t, hint="": torch.device("cpu")),
+                                    (decode, "sm_count", lambda device: 132)):
+            stack.enter_context(mock.patch.object(target, name, value))
+        stack.enter_context(mock.patch.dict("os.environ", {"BWTRITON_DECODE_TUNE": "0"}))
+        for form in ("fused", "dequant_decode", "two_kernel"):
+            for label, scale, rewrap in (("calibrated", gs, False), ("amax", None, False),
+                                         ("calibrated, new QuantizedTensor per call", gs, True)):
+                def call():
+                    w = quantized_nvfp4(w_q.data, w_q.scales, w_q.global_scale, "plain") if rewrap else w_q
+                    return linear.nvfp4_linear(x, w, x_global_scale=scale, form=form)
+                call(), call()  # slow path, then the plan's first call (makes its scratch)
+                launches.clear()
+                with Ops() as counted:
+                    call()
+                per_call = launches["n"]
+                best = float("inf")
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        call()
+                    best = min(best, (time.perf_counter() - start) / calls * 1e6)
+                rows.append({"case": f"nvfp4_linear {form} M=16 N=K=256 ({label})", "python_us": best,
+                             "launches": per_call, "torch_ops": dict(counted.ops)})
+        linear._PLANS.clear()  # CPU plans and fake entries must not outlive the stubs
+        for cached in (linear._FUSED, linear._QUANT, linear._PDL_GEMM, decode._MMA_LAUNCHER, decode._GEMV_LAUNCHER,
+                       importlib.import_module("bwtriton.kernels.nvfp4_dequant")._QDQ):
+            cached.clear()
+    return rows
+
+
+if __name__ == "__main__":
+    if "--python-only" in sys.argv:
+        for row in python_overhead_rows():
+            print(f"{row['case']}: {row['python_us']:.1f} us Python, {row['launches']} launches, "
+                  f"torch ops {row['torch_ops']}")
+    else:
+        print(host_markdown(host_rows()))

@@ -11,14 +11,14 @@ from bwtriton.errors import UnknownPassError, suggest
 
 from .base import REGISTRY, Pass, PassContext, PassOption, Stage, register_pass
 from .insert_ld_wait import InsertTcgen05WaitLd
-from .lower_nvfp4_portable import LowerNvfp4Portable
+from .lower_dot_scaled_portable import LowerDotScaledPortable
 from .pair_ctas import PairCtas
 from .plan_tmem import PlanTmem, TmemTtirSnapshot
 from .verify_tcgen05 import VerifyTcgen05
 
 PIPELINE: dict[Stage, tuple[type[Pass], ...]] = {
     Stage.TTIR: (
-        LowerNvfp4Portable,   # before make_ttgir's accelerate-matmul, which asserts on UE4M3-scaled dots
+        LowerDotScaledPortable,  # before make_ttgir: accelerate-matmul asserts on UE4M3 scales, fails on M/N-packed fp4
         TmemTtirSnapshot,     # last TTIR pass: the text plan-tmem re-lowers must include every TTIR rewrite
     ),
     Stage.TTGIR: (

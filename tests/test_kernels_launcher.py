@@ -324,11 +324,14 @@ def test_linear_plan_launches_what_the_slow_path_does(cpu_launch, form, with_bia
     assert args[w_at + 3] is bias if with_bias else args[w_at + 3] is args[w_at + 4]
 
 
-@pytest.mark.parametrize("with_bias,scale", [(False, 0.01), (True, None)])
-def test_linear_dequant_decode_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch, with_bias, scale):
-    """quantize-dequantize x, then the decode kernel reading the alpha that the first kernel wrote (and, with the
-    x scale from amax, the single-CTA amax kernel first); the plan repeats exactly those launches."""
-    m, n, k = 16, 128, 256
+@pytest.mark.parametrize("with_bias,scale,m,k,launches", [(False, 0.01, 16, 256, 2), (True, None, 16, 256, 2),
+                                                           (False, None, 64, 512, 3)])
+def test_linear_dequant_decode_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch, with_bias, scale, m,
+                                                                     k, launches):
+    """quantize-dequantize x, then the decode kernel reading the alpha that the first kernel wrote (with the x
+    scale from amax, the first kernel computes it itself for a small x, and a larger x gets the single-CTA amax
+    kernel first); the plan repeats exactly those launches."""
+    n = 128
     monkeypatch.setitem(decode._TUNED, (None, m, n, k, "plain", torch.bfloat16),
                         dict(decode.decode_config(m, n, k), path="mma"))
     w_q = quantize_nvfp4(torch.randn(n, k))
@@ -342,7 +345,7 @@ def test_linear_dequant_decode_plan_launches_what_the_slow_path_does(cpu_launch,
     linear._PLANS.clear()
     linear.nvfp4_linear(x2, w_q, bias, x_global_scale=scale, form=form)   # slow path
     slow_runs = cpu_launch.runs[before + len(plan_runs):]
-    assert len(plan_runs) == len(slow_runs) == (2 if scale is not None else 3)
+    assert len(plan_runs) == len(slow_runs) == launches
     for p, s in zip(plan_runs, slow_runs):
         assert _same_launch(p, s)
     qdq, dec = plan_runs[-2], plan_runs[-1]
@@ -371,3 +374,88 @@ def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch):
     assert _same_launch(plan_args, slow_args)
     assert plan_args[0].base is a2 and plan_args[1].base.data_ptr() == b.data_ptr()
     facts.pop("plan")
+
+
+# ------------------------------------------------------------------------ nvfp4_linear's per-call host budget
+class _CountOps:
+    """The aten ops a call runs on the host (allocations show up as aten.empty)."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        ops = self.ops = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                ops.append(str(func.overloadpacket))
+                return func(*args, **(kwargs or {}))
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+
+
+@pytest.mark.parametrize("form,scale,launches", [("fused", 0.01, 1), ("fused", None, 1), ("dequant_decode", 0.01, 2),
+                                                  ("dequant_decode", None, 2), ("two_kernel", 0.01, 2),
+                                                  ("two_kernel", None, 2)])
+def test_linear_plan_call_costs_its_budget(cpu_launch, monkeypatch, form, scale, launches):
+    """A repeated nvfp4_linear call runs only its kernels and allocates only its output (intermediates live in
+    per-stream scratch): no validation, no other torch op (no host->device copy, no sync), and with the x scale
+    from amax of a small x no separate amax launch (the first kernel computes S_enc itself)."""
+    m, n, k = 16, 128, 256
+    monkeypatch.setitem(decode._TUNED, (None, m, n, k, "plain", torch.bfloat16),
+                        dict(decode.decode_config(m, n, k), path="mma"))
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    x = torch.randn(m, k).bfloat16()
+    linear.nvfp4_linear(x, w_q, x_global_scale=scale, form=form)  # slow path + plan
+    linear.nvfp4_linear(x, w_q, x_global_scale=scale, form=form)  # plan: makes this stream's scratch
+    before = len(cpu_launch.runs)
+    with _CountOps() as counted:
+        out = linear.nvfp4_linear(x, w_q, x_global_scale=scale, form=form)
+    assert len(cpu_launch.runs) - before == launches
+    assert counted.ops == ["aten.empty"], counted.ops  # the output
+    assert any(arg is out for arg in cpu_launch.runs[-1])  # the last kernel writes the returned tensor
+
+
+def test_stream_scratch_is_per_stream_and_fresh_under_capture(monkeypatch):
+    stream, capturing = [1], [False]
+    monkeypatch.setattr(_launcher, "_current_stream", lambda device: stream[0])
+    monkeypatch.setattr(_launcher, "_capturing", lambda device: capturing[0])
+    cuda = torch.device("cuda", 0)
+    scratch = _launcher.StreamScratch(lambda: (torch.empty(4),), cuda, 16)
+    first = scratch.get()
+    assert scratch.get()[0] is first[0]                 # same stream: reused
+    stream[0] = 2
+    assert scratch.get()[0] is not first[0]             # another stream: its own
+    capturing[0] = True
+    assert scratch.get()[0] is not scratch.get()[0]     # under capture: fresh every time, never kept
+    capturing[0], stream[0] = False, 3
+    big = _launcher.StreamScratch(lambda: (torch.empty(4),), cuda, 2 << 20)
+    assert big.get()[0] is not big.get()[0]             # over max_bytes: per call
+
+
+def test_linear_plan_is_keyed_on_the_weight_tensors(cpu_launch, monkeypatch):
+    """torch.ops.bwtriton.nvfp4_linear (nn.NVFP4Linear) wraps the same weight tensors in a new QuantizedTensor on
+    every call: the plan is still found (the weight is validated once) and launches the current call's tensors;
+    it goes when the weight's tensors do."""
+    import gc
+    from bwtriton.torch_ops import quantized_nvfp4
+    checks = []
+    monkeypatch.setattr(linear, "check_quantized", lambda *a, **kw: checks.append(a))
+    m, n, k = 16, 128, 256
+    q = quantize_nvfp4(torch.randn(n, k))
+    x = torch.randn(m, k).bfloat16()
+    plans = len(linear._PLANS)
+    for _ in range(3):
+        linear.nvfp4_linear(x, quantized_nvfp4(q.data, q.scales, q.global_scale, "plain"), x_global_scale=0.01,
+                            form="fused")
+    assert len(checks) == 1 and len(linear._PLANS) == plans + 1
+    assert cpu_launch.runs[-1][2] is q.data and cpu_launch.runs[-1][3] is q.scales
+    cpu_launch.runs.clear()
+    checks.clear()  # both hold the weight's tensors
+    del q
+    gc.collect()
+    assert len(linear._PLANS) == plans

@@ -67,6 +67,21 @@ def run_interpreted() -> dict:
         want_alpha = (1.0 / enc) * w_dec
         if not torch.equal(alpha, want_alpha):
             problems.append(f"alpha {alpha.item()!r} != S_dec(x) * S_dec(w) = {want_alpha.item()!r}")
+        if given is None:  # S_enc from amax inside the kernel (every program), no separate amax launch
+            out2, alpha2 = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(1)
+            dq.quant_dequant_nvfp4_kernel[(-(-m // dq.QDQ_BLOCK_M), k // dq.QDQ_BLOCK_K)](
+                x, w_dec, w_dec, alpha2, out2, m, k, x.stride(0), BLOCK_M=dq.QDQ_BLOCK_M, BLOCK_K=dq.QDQ_BLOCK_K,
+                S_ENC_FROM_AMAX=True)
+            if not torch.equal(out2.float(), ref) or not torch.equal(alpha2, want_alpha):
+                problems.append("S_ENC_FROM_AMAX: output or alpha differ from formats.quantize_nvfp4(x)'s")
+            if k % 128 == 0:  # the two-kernel form's quantizer: same bytes, and S_enc written for the GEMM
+                lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+                xq, xs, s_out = torch.empty(m, k // 2, dtype=torch.uint8), torch.empty(m, k // 16), torch.empty(1)
+                lin.quantize_nvfp4_pdl_kernel[(-(-m // 32), k // 128)](x, s_out, xq, xs, m, k, x.stride(0), BLOCK_M=32,
+                                                                       BLOCK_K=128, USE_PDL=False, S_ENC_FROM_AMAX=True)
+                if not (torch.equal(xq, ref_q.data) and torch.equal(xs.to(torch.float8_e4m3fn), ref_q.scales)
+                        and torch.equal(s_out, want_enc)):
+                    problems.append("quantize_nvfp4_pdl_kernel S_ENC_FROM_AMAX differs from formats.quantize_nvfp4")
         results[name] = "; ".join(problems) or None
     return results
 
@@ -273,3 +288,26 @@ def test_nvfp4_matmul_dequant_method(m, n, k, blocked):
 
 if __name__ == "__main__":
     print(json.dumps(run_interpreted()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["dequant_decode", "two_kernel", "fused"])
+def test_linear_plan_scratch_and_in_kernel_amax_across_calls_and_streams(form):
+    """Back-to-back plan calls reuse their stream's intermediates (x_dq/alpha, x_q/scales/S_enc) and compute
+    S_enc from amax inside the first kernel (x of 4096 elements): every result still matches its own reference,
+    and a call on a second stream gets the same bits as on the first."""
+    lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+    torch.manual_seed(24)
+    m, n, k = 8, 256, 512
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    xs = [torch.randn(m, k, device="cuda").to(torch.bfloat16) * (i + 1) for i in range(3)]
+    lin.nvfp4_linear(xs[0], w_q, form=form)  # slow path + plan
+    outs = [lin.nvfp4_linear(x, w_q, form=form) for x in xs]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        side_out = lin.nvfp4_linear(xs[1], w_q, form=form)
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs):
+        _ref_check()(out, quantize_nvfp4(x.float()).dequantize(torch.float64), w_q.dequantize(torch.float64))
+    assert torch.equal(side_out, outs[1])

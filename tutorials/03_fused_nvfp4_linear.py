@@ -8,7 +8,7 @@ What it shows, step by step:
    `bwtriton.language.quantize_nvfp4_tile` (per-16 UE4M3 scales, E2M1 codes) and feeds `tl.dot_scaled`.
    Global scales never enter the main loop: alpha = S_dec(x) * S_dec(w) multiplies the fp32 accumulator once.
 3. Compiled for sm_100a (no GPU needed): the MMA is `tcgen05.mma ... kind::mxf4nvf4.block_scale.scale_vec::4X`.
-4. Compiled for sm_90a: upstream Triton 3.6 crashes on this kernel; bwtriton's `lower-nvfp4-portable` pass
+4. Compiled for sm_90a: upstream Triton 3.6 crashes on this kernel; bwtriton's `lower-dot-scaled-portable` pass
    rewrites the NVFP4 `tt.dot_scaled` into exact dequantization + `tt.dot`, and the kernel becomes wgmma.
 5. On a GPU: run `nvfp4_linear` (fused) and `nvfp4_linear_two_kernel` (quantize kernel + GEMM chained with PDL),
    check both against a float64 reference and time them.
@@ -58,18 +58,18 @@ def step2_3_4_compile() -> None:
     r = bwtriton.compile(linear.nvfp4_linear_fused_kernel, signature=SIG, constexprs=CONST, target="sm_100a",
                          num_warps=8)
     print("MMA:", ", ".join(sorted(_mma_lines(r.asm["ptx"]))))
-    print("lower-nvfp4-portable:", r.reports["lower-nvfp4-portable"]["ops"][0]["action"], "(native)\n")
+    print("lower-dot-scaled-portable:", r.reports["lower-dot-scaled-portable"]["ops"][0]["action"], "(native)\n")
 
     print("== 4. the same kernel for sm_90a (Hopper)")
     try:
         bwtriton.compile(linear.nvfp4_linear_fused_kernel, signature=SIG, constexprs=CONST, target="sm_90a",
-                         num_warps=8, passes="-lower-nvfp4-portable")
+                         num_warps=8, passes="-lower-dot-scaled-portable")
         print("upstream Triton compiled it (this Triton no longer has the bug)")
     except bwtriton.CompileError as exc:
         print("upstream Triton 3.6 without the pass:", str(exc).splitlines()[0])
     r = bwtriton.compile(linear.nvfp4_linear_fused_kernel, signature=SIG, constexprs=CONST, target="sm_90a",
                          num_warps=8)
-    print("with lower-nvfp4-portable:", r.reports["lower-nvfp4-portable"]["ops"][0]["action"])
+    print("with lower-dot-scaled-portable:", r.reports["lower-dot-scaled-portable"]["ops"][0]["action"])
     print("MMA:", ", ".join(sorted(_mma_lines(r.asm["ptx"]))))
     dot = next(ln.strip() for ln in r.asm["ttir"].splitlines() if " tt.dot " in ln)
     print("TTIR after the pass:", dot.split(" loc(")[0], "\n")

@@ -45,7 +45,7 @@ def run_fp4_scaled(kind: str, m: int = 256, n: int = 256, k: int = 512) -> str:
 
     The product of dequantized values is computed by the tensor core exactly and accumulated in fp32, so the only
     error is fp32 accumulation: K * 2^-24 relative to the sum of |products|; 1e-5 of max|ref| covers it.
-    On Hopper, NVFP4 goes through bwtriton's `lower-nvfp4-portable` pass (upstream Triton 3.6 crashes there).
+    On Hopper, NVFP4 goes through bwtriton's `lower-dot-scaled-portable` pass (upstream Triton 3.6 crashes there).
     """
     from ..formats import quantize_mxfp4, quantize_nvfp4
     from .scaled import fp4_scaled_matmul_kernel

@@ -6,7 +6,7 @@ Every kernel here uses `tl.dot_scaled`, so:
 * sm_100a gets Triton's native block-scaled tcgen05 MMA (`kind::mxf4nvf4.block_scale.scale_vec::4X` for NVFP4,
   `kind::mxf4` / `kind::mxf8f6f4` for MX). With the 128x4 ("blocked") scale layout the TMA kernel loads the
   scales as the 5-D tiles cuBLAS uses and Triton moves them to TMEM with `tcgen05.cp ... 32x128b.warpx4`.
-* Hopper (sm_90) and other targets get bwtriton's `lower-nvfp4-portable` pass for NVFP4 (Triton 3.6 itself
+* Hopper (sm_90) and other targets get bwtriton's `lower-dot-scaled-portable` pass for NVFP4 (Triton 3.6 itself
   crashes there) and Triton's own decomposition for MX. Kernels are launched through `_launcher.CachedLauncher`:
   the first launch per shape compiles inside `bwtriton_pipeline()` (bwtriton's stage hook), later ones call the
   compiled kernel directly.

@@ -423,10 +423,13 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     n, k = w_q.shape
     split, gemv = cfg["SPLIT_K"], cfg["path"] == "gemv"
     grid = (n // _block_n(cfg), split, 1)
-    w_data, w_scales, w_stride = w_q.data, w_q.scales, w_q.data.stride(0)
+    # Weak references: the plans that hold this replay are dropped with the weight's tensors (nvfp4_linear keys
+    # them on those tensors), which a strong reference here would keep alive forever.
+    data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
+        w_data, w_scales = data_ref(), scales_ref()
         out = alloc((m, n), dtype=buf_dtype, device=device)
         b = out if bias is None else bias
         if gemv:

@@ -15,7 +15,8 @@ in the fp32 accumulation order.
   written by program (0, 0). The small-M linear feeds the result to the weight-only decode kernels.
 * `amax_encode_scale_kernel`: S_enc = min(2688 / amax(x), FLT_MAX) (1 when amax is 0) in one single-CTA launch,
   bit-equal to `formats.nvfp4_global_encode_scale`, no host sync; for activations small enough that one CTA reads
-  them in a few microseconds (`DEVICE_AMAX_MAX_ELEMENTS`).
+  them in a few microseconds (`DEVICE_AMAX_MAX_ELEMENTS`). Its body, `encode_scale_from_amax`, also runs inside
+  the quantizing kernels (`S_ENC_FROM_AMAX`) for x of at most `IN_KERNEL_AMAX_MAX_ELEMENTS`, saving that launch.
 
 The two small-M kernels use only plain Triton ops (no inline PTX), so they also run under TRITON_INTERPRET=1.
 """
@@ -29,12 +30,17 @@ from ..language.quant import dequantize_nvfp4_tile, quantize_nvfp4_tile
 from ._common import dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher
 
-__all__ = ["dequantize_nvfp4_bf16", "quant_dequant_nvfp4", "device_encode_scale", "DEVICE_AMAX_MAX_ELEMENTS"]
+__all__ = ["dequantize_nvfp4_bf16", "quant_dequant_nvfp4", "device_encode_scale", "DEVICE_AMAX_MAX_ELEMENTS",
+           "IN_KERNEL_AMAX_MAX_ELEMENTS", "amax_in_kernel"]
 
 #: Largest activation (elements) whose amax the single-CTA kernel computes. One SM streams ~32 KiB per loop step
 #: (one HBM latency, ~1 us), so 2^17 bf16 elements (256 KiB, e.g. M = 32, K = 4096) take ~8 steps; above that
 #: torch's multi-CTA reduction is faster on the GPU and its few launches' host cost is small next to the GEMM.
 DEVICE_AMAX_MAX_ELEMENTS = 1 << 17
+#: Largest activation (elements) whose amax every program of the consuming kernel recomputes itself instead of a
+#: separate amax launch: 2^14 bf16 elements are 32 KiB, re-read from L2 by each program in well under a
+#: microsecond, against one more launch (a few us of host time and ~2 us of launch latency on the GPU).
+IN_KERNEL_AMAX_MAX_ELEMENTS = 1 << 14
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
 _NVFP4_MAX = tl.constexpr(2688.0)  # 448 (E4M3 max) * 6 (E2M1 max)
@@ -55,26 +61,8 @@ def dequant_nvfp4_bf16_kernel(q_ptr, s_ptr, out_ptr, R, K, SCALE_BLOCKED: tl.con
 
 
 @triton.jit
-def quant_dequant_nvfp4_kernel(x_ptr, s_enc_ptr, w_dec_ptr, alpha_ptr, out_ptr, M, K, stride_xm,
-                               BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out bf16 [M, K] = e2m1 * e4m3 of NVFP4(x) with encode scale S_enc (the global decode scale left out);
-    alpha[0] = div_rn(1, S_enc) * S_dec(w), the scale the GEMM's epilogue applies (as the NVFP4 GEMMs do)."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask = rm[:, None] < M
-    s_enc = tl.load(s_enc_ptr)
-    x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
-    xq, xs = quantize_nvfp4_tile(x, s_enc)
-    # fp32 e2m1 * scale, exact; so is the bf16 cast below (module docstring)
-    xd = dequantize_nvfp4_tile(xq, xs, tl.full((), 1.0, tl.float32))
-    tl.store(out_ptr + rm[:, None].to(tl.int64) * K + rk[None, :], xd.to(tl.bfloat16), mask=mask)
-    if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
-        tl.store(alpha_ptr, tl.math.div_rn(1.0, s_enc) * tl.load(w_dec_ptr))
-
-
-@triton.jit
-def amax_encode_scale_kernel(x_ptr, s_enc_ptr, M, K, stride_xm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One CTA: s_enc[0] = amax == 0 ? 1 : min(div_rn(2688, amax), FLT_MAX) over bf16 x [M, K]."""
+def encode_scale_from_amax(x_ptr, M, K, stride_xm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """amax == 0 ? 1 : min(div_rn(2688, amax), FLT_MAX) over bf16 x [M, K], read by this program alone."""
     rm0 = tl.arange(0, BLOCK_M)
     rk0 = tl.arange(0, BLOCK_K)
     best = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
@@ -92,7 +80,37 @@ def amax_encode_scale_kernel(x_ptr, s_enc_ptr, M, K, stride_xm, BLOCK_M: tl.cons
         m += BLOCK_M
     amax = tl.max(tl.max(best, axis=1), axis=0)
     s_enc = tl.minimum(tl.math.div_rn(_NVFP4_MAX, amax), _FLT_MAX)  # 2688 / tiny = inf -> FLT_MAX, as torch's clamp
-    tl.store(s_enc_ptr, tl.where(amax == 0.0, 1.0, s_enc))
+    return tl.where(amax == 0.0, 1.0, s_enc)
+
+
+@triton.jit
+def amax_encode_scale_kernel(x_ptr, s_enc_ptr, M, K, stride_xm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One CTA: s_enc[0] = amax == 0 ? 1 : min(div_rn(2688, amax), FLT_MAX) over bf16 x [M, K]."""
+    tl.store(s_enc_ptr, encode_scale_from_amax(x_ptr, M, K, stride_xm, BLOCK_M, BLOCK_K))
+
+
+
+@triton.jit
+def quant_dequant_nvfp4_kernel(x_ptr, s_enc_ptr, w_dec_ptr, alpha_ptr, out_ptr, M, K, stride_xm,
+                               BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, S_ENC_FROM_AMAX: tl.constexpr = False):
+    """out bf16 [M, K] = e2m1 * e4m3 of NVFP4(x) with encode scale S_enc (the global decode scale left out);
+    alpha[0] = div_rn(1, S_enc) * S_dec(w), the scale the GEMM's epilogue applies (as the NVFP4 GEMMs do).
+    S_ENC_FROM_AMAX: every program computes S_enc from amax(x) itself (s_enc_ptr unused), for small x
+    (`IN_KERNEL_AMAX_MAX_ELEMENTS`): one launch instead of the amax kernel + this one."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = rm[:, None] < M
+    if S_ENC_FROM_AMAX:
+        s_enc = encode_scale_from_amax(x_ptr, M, K, stride_xm, 16, 512)
+    else:
+        s_enc = tl.load(s_enc_ptr)
+    x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
+    xq, xs = quantize_nvfp4_tile(x, s_enc)
+    # fp32 e2m1 * scale, exact; so is the bf16 cast below (module docstring)
+    xd = dequantize_nvfp4_tile(xq, xs, tl.full((), 1.0, tl.float32))
+    tl.store(out_ptr + rm[:, None].to(tl.int64) * K + rk[None, :], xd.to(tl.bfloat16), mask=mask)
+    if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+        tl.store(alpha_ptr, tl.math.div_rn(1.0, s_enc) * tl.load(w_dec_ptr))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -118,15 +136,22 @@ def dequantize_nvfp4_bf16(q) -> torch.Tensor:
     return out
 
 
-def quant_dequant_nvfp4(x: torch.Tensor, s_enc: torch.Tensor, w_dec: torch.Tensor) -> tuple:
+def amax_in_kernel(x: torch.Tensor) -> bool:
+    """Whether the kernel that quantizes x can compute S_enc from amax(x) itself (small x, unit inner stride)."""
+    return x.numel() <= IN_KERNEL_AMAX_MAX_ELEMENTS and x.stride(1) == 1
+
+
+def quant_dequant_nvfp4(x: torch.Tensor, s_enc: "torch.Tensor | None", w_dec: torch.Tensor) -> tuple:
     """(x_dq bf16 [M, K], alpha fp32 [1], launcher entry) for bf16 x [M, K] (K % 128 == 0, unit inner stride):
-    x_dq * alpha-part = the NVFP4 value of x quantized with `s_enc`; alpha = S_dec(x) * w_dec."""
+    x_dq * alpha-part = the NVFP4 value of x quantized with `s_enc`; alpha = S_dec(x) * w_dec. `s_enc=None`
+    computes S_enc from amax(x) inside the kernel (only where `amax_in_kernel(x)`)."""
     m, k = x.shape
     out = torch.empty((m, k), dtype=torch.bfloat16, device=x.device)
     alpha = torch.empty(1, dtype=torch.float32, device=x.device)
-    entry = _QDQ.launch(("qdq", m, k, x.stride(0)), (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K), x.device,
-                        (x, s_enc, w_dec, alpha, out, m, k, x.stride(0)),
-                        dict(BLOCK_M=QDQ_BLOCK_M, BLOCK_K=QDQ_BLOCK_K, num_warps=4))
+    from_amax = s_enc is None
+    entry = _QDQ.launch(("qdq", m, k, x.stride(0), from_amax), (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K),
+                        x.device, (x, w_dec if from_amax else s_enc, w_dec, alpha, out, m, k, x.stride(0)),
+                        dict(BLOCK_M=QDQ_BLOCK_M, BLOCK_K=QDQ_BLOCK_K, S_ENC_FROM_AMAX=from_amax, num_warps=4))
     return out, alpha, entry
 
 

@@ -35,14 +35,15 @@ import triton
 import triton.language as tl
 
 from ..errors import InputError
+from ..formats import QuantizedTensor
 from ..language.quant import quantize_nvfp4_tile
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
 from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
 from .decode import MAX_DECODE_M, decode_scaled
-from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, device_encode_scale,
-                            quant_dequant_nvfp4)
-from ._launcher import CachedLauncher, kernel_time_us, run_entry
+from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, amax_in_kernel,
+                            device_encode_scale, encode_scale_from_amax, quant_dequant_nvfp4)
+from ._launcher import CachedLauncher, StreamScratch, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -59,8 +60,10 @@ def _epilogue(acc, alpha, bias_ptr, out_ptr, rm, rn, M, N, HAS_BIAS: tl.constexp
 @triton.jit
 def nvfp4_linear_fused_kernel(x_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec_ptr, bias_ptr, out_ptr, M, N, K, stride_xm,
                               HAS_BIAS: tl.constexpr, SCALE_BLOCKED: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """Fused quantize(x) + NVFP4 GEMM. x bf16 [M, K]; w_q [N, K/2] bytes with UE4M3 scales; out bf16 [M, N]."""
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                              S_ENC_FROM_AMAX: tl.constexpr = False):
+    """Fused quantize(x) + NVFP4 GEMM. x bf16 [M, K]; w_q [N, K/2] bytes with UE4M3 scales; out bf16 [M, N].
+    S_ENC_FROM_AMAX: each program computes S_enc from amax(x) itself (small x; x_enc_ptr unused)."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = N // BLOCK_N
@@ -70,7 +73,10 @@ def nvfp4_linear_fused_kernel(x_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec_ptr, bias_p
     rk = tl.arange(0, BLOCK_K)
     rkh = tl.arange(0, BLOCK_K // 2)
     rks = tl.arange(0, BLOCK_K // 16)
-    s_enc = tl.load(x_enc_ptr)
+    if S_ENC_FROM_AMAX:
+        s_enc = encode_scale_from_amax(x_ptr, M, K, stride_xm, 16, 512)
+    else:
+        s_enc = tl.load(x_enc_ptr)
     m_mask = rm[:, None] < M
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
@@ -85,8 +91,11 @@ def nvfp4_linear_fused_kernel(x_ptr, x_enc_ptr, w_ptr, ws_ptr, w_dec_ptr, bias_p
 
 @triton.jit
 def quantize_nvfp4_pdl_kernel(x_ptr, x_enc_ptr, xq_ptr, xs_ptr, M, K, stride_xm,
-                              BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
-    """x bf16 [M, K] -> packed uint8 [M, K/2] + fp8e4nv scales [M, K/16] (plain layout)."""
+                              BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr,
+                              S_ENC_FROM_AMAX: tl.constexpr = False):
+    """x bf16 [M, K] -> packed uint8 [M, K/2] + fp8e4nv scales [M, K/16] (plain layout). S_ENC_FROM_AMAX: every
+    program computes S_enc from amax(x) (small x) and program (0, 0) writes it to x_enc_ptr for the GEMM, which
+    reads it only after its gdc_wait (the quantizer grid has completed then)."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     rkh = tl.program_id(1) * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
@@ -95,9 +104,15 @@ def quantize_nvfp4_pdl_kernel(x_ptr, x_enc_ptr, xq_ptr, xs_ptr, M, K, stride_xm,
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # x may be written by the kernel before us in the stream
     x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
+    if S_ENC_FROM_AMAX:
+        s_enc = encode_scale_from_amax(x_ptr, M, K, stride_xm, 16, 512)
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            tl.store(x_enc_ptr, s_enc)
+    else:
+        s_enc = tl.load(x_enc_ptr)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()  # let the GEMM start its weight prefetch now
-    xq, xs = quantize_nvfp4_tile(x, tl.load(x_enc_ptr))
+    xq, xs = quantize_nvfp4_tile(x, s_enc)
     tl.store(xq_ptr + rm[:, None].to(tl.int64) * (K // 2) + rkh[None, :], xq, mask=mask)
     tl.store(xs_ptr + rm[:, None].to(tl.int64) * (K // 16) + rks[None, :], xs, mask=mask)
 
@@ -160,8 +175,13 @@ def amax_encode_scale(x: torch.Tensor) -> torch.Tensor:
     return torch.where(amax == 0, torch.ones_like(s_enc), s_enc)
 
 
-def _encode_scale(x: torch.Tensor, x_global_scale, device: torch.device) -> torch.Tensor:
+def _encode_scale(x: torch.Tensor, x_global_scale, device: torch.device, *,
+                  in_kernel: bool = False) -> "torch.Tensor | None":
+    """S_enc of x as fp32 [1] on `device`; None when `in_kernel` (the form's first kernel can compute it) and x is
+    small enough for that (`amax_in_kernel`): then no separate amax launch."""
     if x_global_scale is None:
+        if in_kernel and amax_in_kernel(x):
+            return None
         if x.numel() <= DEVICE_AMAX_MAX_ELEMENTS and x.stride(1) == 1:
             return device_encode_scale(x)  # one launch, bit-equal to amax_encode_scale
         return amax_encode_scale(x)
@@ -191,7 +211,7 @@ def _validate(op: str, x, w_q, bias, x_global_scale):
     if bias is not None and bias.stride(0) != 1:
         raise InputError(f"{op}: bias must be contiguous; pass bias.contiguous()")
     device = InputChecker(op).on_cuda({"x": x, "w_q.data": w_q.data, "w_q.scales": w_q.scales, "bias": bias})
-    return m, n, k, device, _encode_scale(x, x_global_scale, device)
+    return m, n, k, device
 
 
 def _blocks(m: int, n: int) -> tuple[int, int, int]:
@@ -206,16 +226,21 @@ def _fused(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
     block_m, block_n, block_k = _blocks(m, n)
     grid = (triton.cdiv(m, block_m) * (n // block_n),)
     blocked = w_q.scale_layout == "blocked_128x4"
-    args = (x, s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out, out, m, n, k, x.stride(0))
+    from_amax = s_enc is None  # S_enc computed in the kernel; w_dec stands in for the unread x_enc_ptr
+    args = (x, w_dec if from_amax else s_enc, w_q.data, w_q.scales, w_dec, bias if bias is not None else out, out,
+            m, n, k, x.stride(0))
     kwargs = dict(HAS_BIAS=bias is not None, SCALE_BLOCKED=blocked, BLOCK_M=block_m, BLOCK_N=block_n,
-                  BLOCK_K=block_k, GROUP_M=8, num_warps=8, num_stages=3)
+                  BLOCK_K=block_k, GROUP_M=8, S_ENC_FROM_AMAX=from_amax, num_warps=8, num_stages=3)
     entry = _FUSED.launch(("fused", m, n, k, x.stride(0), bias is not None,
-                           bias.dtype if bias is not None else None, blocked), grid, device, args, kwargs)
+                           bias.dtype if bias is not None else None, blocked, from_amax), grid, device, args, kwargs)
     return out, (entry,)
 
 
 def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> tuple[torch.Tensor, tuple]:
-    xq, xs, q_entry = _quantize(x, s_enc, use_pdl, device)
+    from_amax = s_enc is None  # the quantizer computes S_enc from amax and writes it here for the GEMM
+    if from_amax:
+        s_enc = torch.empty(1, dtype=torch.float32, device=device)
+    xq, xs, q_entry = _quantize(x, s_enc, use_pdl, device, from_amax)
     out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
     w_dec = decode_scale_arg(w_q, device)
     block_m, block_n, block_k = _blocks(m, n)
@@ -299,18 +324,22 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     epilogue) or 'auto': the first call per (M rounded up to a power of two, N, K) times every form that tiles
     the shape under CUDA-graph replay and keeps the fastest (same products either way; only the fp32 summation
     order differs)."""
-    if isinstance(x, torch.Tensor):
-        plan = _PLANS.get(_plan_key(x, w_q, bias, x_global_scale, form))
+    if isinstance(x, torch.Tensor) and isinstance(w_q, QuantizedTensor):
+        key = _plan_key(x, w_q, bias, x_global_scale, form)
+        plan = _PLANS.get(key)
         if plan is not None:
-            return plan(x, bias, _encode_scale(x, x_global_scale, x.device))
+            return plan(x, w_q, bias, x_global_scale)
     op = "nvfp4_linear"
     if form not in _FORMS:
         raise InputError(f"{op}: form must be one of {', '.join(map(repr, _FORMS))}, got {form!r}")
-    m, n, k, device, s_enc = _validate(op, x, w_q, bias, x_global_scale)
+    m, n, k, device = _validate(op, x, w_q, bias, x_global_scale)
     if form == "dequant_decode" and not _dequant_decode_ok(m, k):
         raise InputError(f"{op}: form='dequant_decode' needs M <= {MAX_DECODE_M} and K % 256 == 0, got M={m}, "
                          f"K={k}; use form='auto'")
-    chosen = _pick_form(x, w_q, bias, m, n, k, device, s_enc) if form == "auto" else form
+    chosen = form
+    if form == "auto":
+        chosen = _pick_form(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device))
+    s_enc = _encode_scale(x, x_global_scale, device, in_kernel=True)
     if chosen == "fused":
         out, entries = _fused(x, w_q, bias, m, n, k, device, s_enc)
     elif chosen == "dequant_decode":
@@ -318,13 +347,14 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     else:
         out, entries = _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
     if form != "auto" or (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout) in _FORM:
-        _remember_plan(_plan_key(x, w_q, bias, x_global_scale, form), w_q, chosen, entries, m, n, k, device)
+        _remember_plan(_plan_key(x, w_q, bias, x_global_scale, form), w_q, chosen, entries, m, n, k, device,
+                       x_global_scale, s_enc)
     return out
 
 
 _FORMS = ("auto", "fused", "two_kernel", "dequant_decode")
 
-#: Replayable launches per call signature: a call whose weight object, x (shape, strides, dtype, device,
+#: Replayable launches per call signature: a call whose weight tensors, x (shape, strides, dtype, device,
 #: alignment), bias signature, kind of x scale and form match an earlier one skips validation and dispatch.
 _PLANS: dict[tuple, Callable] = {}
 
@@ -333,70 +363,101 @@ def _tensor_sig(t: "torch.Tensor | None") -> tuple:
     return () if t is None else (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16)
 
 
+def _weight_key(w_q) -> tuple:
+    """The weight's identity for plans: its tensors, not the `QuantizedTensor` wrapper, so that a wrapper built
+    anew around the same tensors on every call (`torch.ops.bwtriton.nvfp4_linear`, i.e. `nn.NVFP4Linear`) still
+    finds its plan and the weight is validated once. Plans go when one of the tensors does (`_drop_with`), so an
+    id in here always names the live tensor it was made from."""
+    return (id(w_q.data), id(w_q.scales), id(w_q.global_scale), w_q.scale_layout, w_q.format)
+
+
 def _plan_key(x: torch.Tensor, w_q, bias, x_global_scale, form: str) -> tuple:
     if x_global_scale is None or isinstance(x_global_scale, torch.Tensor):
         scale_kind = "amax" if x_global_scale is None else "tensor"
     else:  # the value itself: a plan then has one constant x scale (see the dequant_decode plan's alpha)
         scale_kind = ("float", x_global_scale) if isinstance(x_global_scale, (int, float)) else "other"
-    return (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16,
+    return (_weight_key(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16,
             _tensor_sig(bias) if isinstance(bias, torch.Tensor) else bias, scale_kind, form)
 
 
-def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k: int,
-                   device: torch.device) -> None:
+def _scale_source(x_global_scale, s_enc: "torch.Tensor | None", device: torch.device) -> Callable:
+    """s_enc_of(x, x_global_scale) for a plan: a float scale's cached tensor as is (it is in the plan key), None
+    when the first kernel computes S_enc from amax itself, else the per-call computation."""
+    if isinstance(x_global_scale, (int, float)) and s_enc is not None:
+        return lambda x, g: s_enc
+    if x_global_scale is None and s_enc is None:
+        return lambda x, g: None
+    return lambda x, g: _encode_scale(x, g, device)
+
+
+def _drop_with(w_q, key: tuple) -> None:
+    # The plans do not hold the weight's data/scales (each call passes its w_q), so these fire when the user drops
+    # the weight; global_scale may be held through w_dec (a view of it), which keeps its id from being reused.
+    for t in (w_q.data, w_q.scales, w_q.global_scale):
+        weakref.finalize(t, _PLANS.pop, key, None)
+
+
+def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k: int, device: torch.device,
+                   x_global_scale, s_enc: "torch.Tensor | None") -> None:
     if key in _PLANS or len(_PLANS) >= 4096:
         return
-    w_data, w_scales, w_dec = w_q.data, w_q.scales, decode_scale_arg(w_q, device)
+    w_dec = decode_scale_arg(w_q, device)
+    s_enc_of = _scale_source(x_global_scale, s_enc, device)
     block_m, block_n, _ = _blocks(m, n)
     bf16 = torch.bfloat16
     if form == "fused":
         (entry,) = entries
         grid = (triton.cdiv(m, block_m) * (n // block_n), 1, 1)
 
-        def plan(x, bias, s_enc):
+        def plan(x, w_q, bias, g):
+            s = s_enc_of(x, g)
             out = torch.empty((m, n), dtype=bf16, device=device)
-            run_entry(entry, grid, device, (x, s_enc, w_data, w_scales, w_dec, out if bias is None else bias, out,
-                                            m, n, k, x.stride(0)))
+            run_entry(entry, grid, device, (x, w_dec if s is None else s, w_q.data, w_q.scales, w_dec,
+                                            out if bias is None else bias, out, m, n, k, x.stride(0)))
             return out
     elif form == "dequant_decode":
         q_entry, replay = entries
         q_grid = (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
+        # x_dq and alpha (S_dec(x) * S_dec(w)) are written by the first kernel and read by the decode kernel only
+        scratch = StreamScratch(lambda: (torch.empty((m, k), dtype=bf16, device=device),
+                                         torch.empty(1, dtype=torch.float32, device=device)), device, 2 * m * k + 4)
 
-        # A float x scale is part of the plan key, so alpha = S_dec(x) * S_dec(w) is the same on every call of this
-        # plan: one buffer per plan saves an allocation (each call rewrites it with the same bits, which also
-        # follows an in-place edit of the weight's global scale). Tensor / amax scales change per call.
-        is_float = isinstance(key[-2], tuple) and key[-2][0] == "float"
-        fixed_alpha = torch.empty(1, dtype=torch.float32, device=device) if is_float else None
-
-        def plan(x, bias, s_enc):
-            xd = torch.empty((m, k), dtype=bf16, device=device)
-            alpha = fixed_alpha if fixed_alpha is not None else torch.empty(1, dtype=torch.float32, device=device)
-            run_entry(q_entry, q_grid, device, (x, s_enc, w_dec, alpha, xd, m, k, x.stride(0)))
+        def plan(x, w_q, bias, g):
+            s = s_enc_of(x, g)
+            xd, alpha = scratch.get()
+            run_entry(q_entry, q_grid, device, (x, w_dec if s is None else s, w_dec, alpha, xd, m, k, x.stride(0)))
             return replay(xd, alpha, bias)
     else:
         q_entry, g_entry = entries
         q_grid, g_grid = (triton.cdiv(m, 32), k // 128, 1), (n // block_n, triton.cdiv(m, block_m), 1)
+        # x_q, its scales and (S_ENC_FROM_AMAX) S_enc: written by the quantizer, read by the GEMM only
+        scratch = StreamScratch(lambda: (torch.empty((m, k // 2), dtype=torch.uint8, device=device),
+                                         torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device),
+                                         torch.empty(1, dtype=torch.float32, device=device)),
+                                device, m * k // 2 + m * k // 16 + 4)
 
-        def plan(x, bias, s_enc):
-            xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
-            xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
-            run_entry(q_entry, q_grid, device, (x, s_enc, xq, xs, m, k, x.stride(0)))
+        def plan(x, w_q, bias, g):
+            s = s_enc_of(x, g)
+            xq, xs, s_buf = scratch.get()
+            s = s_buf if s is None else s
+            run_entry(q_entry, q_grid, device, (x, s, xq, xs, m, k, x.stride(0)))
             out = torch.empty((m, n), dtype=bf16, device=device)
-            run_entry(g_entry, g_grid, device, (xq, xs, s_enc, w_data, w_scales, w_dec,
+            run_entry(g_entry, g_grid, device, (xq, xs, s, w_q.data, w_q.scales, w_dec,
                                                 out if bias is None else bias, out, m, n, k))
             return out
     _PLANS[key] = plan
-    weakref.finalize(w_q, _PLANS.pop, key, None)  # the plan holds the weight's tensors: drop it with the weight
+    _drop_with(w_q, key)
 
 
-def _quantize(x, s_enc, use_pdl: bool, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize(x, s_enc, use_pdl: bool, device, from_amax: bool = False) -> tuple:
     m, k = x.shape
     xq = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
     xs = torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device=device)
     block_m, block_k = 32, 128
-    entry = _QUANT.launch(("quant", m, k, x.stride(0), use_pdl), (triton.cdiv(m, block_m), k // block_k), device,
-                          (x, s_enc, xq, xs, m, k, x.stride(0)),
-                          dict(BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl, num_warps=4, launch_pdl=use_pdl))
+    entry = _QUANT.launch(("quant", m, k, x.stride(0), use_pdl, from_amax), (triton.cdiv(m, block_m), k // block_k),
+                          device, (x, s_enc, xq, xs, m, k, x.stride(0)),
+                          dict(BLOCK_M=block_m, BLOCK_K=block_k, USE_PDL=use_pdl, S_ENC_FROM_AMAX=from_amax,
+                               num_warps=4, launch_pdl=use_pdl))
     return xq, xs, entry
 
 
@@ -422,5 +483,6 @@ def nvfp4_linear_two_kernel(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] =
                             x_global_scale: "Optional[float | torch.Tensor]" = None,
                             use_pdl: bool = True) -> torch.Tensor:
     """Same result as `nvfp4_linear`, as quantize kernel + GEMM chained with PDL (`use_pdl=False`: plain launches)."""
-    m, n, k, device, s_enc = _validate("nvfp4_linear_two_kernel", x, w_q, bias, x_global_scale)
+    m, n, k, device = _validate("nvfp4_linear_two_kernel", x, w_q, bias, x_global_scale)
+    s_enc = _encode_scale(x, x_global_scale, device, in_kernel=True)
     return _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl)[0]

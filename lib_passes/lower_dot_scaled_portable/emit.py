@@ -1,13 +1,16 @@
 """The TTIR ops that replace one `tt.dot_scaled`: `TtirEmitter` writes well-typed TTIR lines with fresh SSA
 names, `dequant_operand` the exact dequantization of one operand.
 
-Triton 3.6's Python IR API cannot erase or replace ops, so `lower-nvfp4-portable` prints the module, swaps each
-`tt.dot_scaled` line (read by `bwtriton.mlir.dot_scaled`) for a block of these ops and re-parses
+Triton 3.6's Python IR API cannot erase or replace ops, so `lower-dot-scaled-portable` prints the module, swaps
+each `tt.dot_scaled` line (read by `bwtriton.mlir.dot_scaled`) for a block of these ops and re-parses
 (`bwtriton.mlir.reparse` verifies the result).
 
 The dequantization it emits is exact (see `dequant_operand`): an E2M1 element times a UE4M3 scale has at most
-2 x 4 significant bits and a magnitude in [2^-10, 2688], so it is representable in bf16 and fp16, and the
-following `tt.dot` (fp32 accumulate) sees exactly the values the block-scaled MMA would.
+2 x 4 significant bits and a magnitude in [2^-10, 2688], so it is representable in bf16 and fp16; with e8m0 scales
+(2^-127..2^127) it needs bf16's or tf32's 8 exponent bits; the pass picks the operand type per dot
+(`compute_dtype`), so the following `tt.dot` (fp32 accumulate) sees exactly the values the block-scaled MMA would.
+The one exception is the format's own edge: a dequantized element of magnitude >= 2^128 (e8m0 code >= 253 on an
+E2M1 6, >= 247 on an E4M3 448) is inf here where the hardware would carry it into a finite product.
 """
 from __future__ import annotations
 
@@ -136,8 +139,8 @@ def _decode_scale(em: TtirEmitter, scale: str, ty: TensorType) -> tuple[str, Ten
 
     UE4M3 (f8E4M3FN): the 7 magnitude bits shifted left by 7 are the fp16 with the same mantissa and an exponent
     bias of 15 instead of 7 (subnormals line up too), so it reads as scale * 2^-8: integer ops only, no fp8
-    conversion instructions, so it works on sm_80 as well. UE8M0 (i8): 2^(code-127) built as f32 bits; code 255
-    (NaN in the format) becomes NaN."""
+    conversion instructions, so it works on sm_80 as well. UE8M0 (i8): 2^(code-127) built as f32 bits (code 0,
+    2^-127, as the f32 subnormal); code 255 (NaN in the format) becomes NaN."""
     i8 = ty.with_(elem="i8")
     i16 = ty.with_(elem="i16")
     f32 = ty.with_(elem="f32")
@@ -147,12 +150,16 @@ def _decode_scale(em: TtirEmitter, scale: str, ty: TensorType) -> tuple[str, Ten
         half = em.bitcast(em.int_binary_const("shli", wide, 7, i16), i16, ty.with_(elem="f16"))
         return em.cast("extf", half, ty.with_(elem="f16"), f32), f32, UE4M3_F16_FACTOR
     if ty.elem == "i8":
-        i32 = ty.with_(elem="i32")
+        i1, i32 = ty.with_(elem="i1"), ty.with_(elem="i32")
         wide = em.cast("extui", scale, i8, i32)
         value = em.bitcast(em.int_binary_const("shli", wide, 23, i32), i32, f32)
+        # code 0 is 2^-127, the f32 subnormal 0x00400000 (exponent bits alone would give +0.0)
+        is_min = em.op(f"arith.cmpi eq, {wide}, {em.splat_int(0, i32)} : {i32}")
+        value = em.op(f"arith.select {is_min}, {em.op(f'arith.constant dense<0x00400000> : {f32}')}, {value} : "
+                      f"{i1}, {f32}")
         is_nan = em.op(f"arith.cmpi eq, {wide}, {em.splat_int(255, i32)} : {i32}")
         nan = em.op(f"arith.constant dense<0x7FC00000> : {f32}")
-        return em.op(f"arith.select {is_nan}, {nan}, {value} : {ty.with_(elem='i1')}, {f32}"), f32, 1.0
+        return em.op(f"arith.select {is_nan}, {nan}, {value} : {i1}, {f32}"), f32, 1.0
     raise ValueError(f"unsupported tt.dot_scaled scale element type {ty.elem}")
 
 
@@ -168,7 +175,8 @@ def _broadcast_scale(em: TtirEmitter, scale: str, sty: TensorType, rows_k: tuple
 
 def dequant_operand(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale: Optional[str],
                     scale_ty: Optional[TensorType], packed_axis: int, compute_elem: str) -> tuple[str, TensorType]:
-    """Dequantize one operand given in rows-major form [rows, K'] to [rows, K] of `compute_elem` (bf16/f16).
+    """Dequantize one operand given in rows-major form [rows, K'] to [rows, K] of `compute_elem` (bf16, f16, or
+    f32 for a tf32 dot).
 
     `packed_axis` is the axis along which two fp4 codes share a byte (1 = K, i.e. k_pack; 0 = rows)."""
     out_elem = compute_elem
@@ -178,7 +186,10 @@ def dequant_operand(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale
         if ty.elem == out_elem:
             return value, ty
         f32 = ty.with_(elem="f32")
-        return em.cast("truncf", em.cast("extf", value, ty, f32), f32, ty.with_(elem=out_elem)), ty.with_(elem=out_elem)
+        wide = em.cast("extf", value, ty, f32)
+        if out_elem == "f32":
+            return wide, f32
+        return em.cast("truncf", wide, f32, ty.with_(elem=out_elem)), ty.with_(elem=out_elem)
     if fmt == "e2m1":
         codes, cty = _unpack_fp4(em, value, ty, packed_axis)
         elems, ety = _decode_e2m1(em, codes, cty)
@@ -202,5 +213,7 @@ def dequant_operand(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale
         elif elem_factor != 1.0:  # e8m0 scales span 2^+-127: keep the element factor separate to avoid overflow
             elems = em.binary("mulf", elems, em.splat_float(elem_factor, ety), ety)
         scaled = em.binary("mulf", elems, _broadcast_scale(em, svals, sty, (rows, k)), ety)
+    if out_elem == "f32":
+        return scaled, ety
     out = ety.with_(elem=out_elem)
     return em.cast("truncf", scaled, ety, out), out
