@@ -51,6 +51,9 @@ class TensorMap:
     swizzle: int = 0
     name: str = ""
     smem_elem_bytes: int = 0
+    #: PTX tensormap elemtype (0 u8 .. 10 bf16, see ELEM_BYTES), -1 when the binder did not record it; only TMA
+    #: reductions (cp.reduce.async.bulk.tensor) need it: their PTX names no type
+    elem_type: int = -1
 
     @classmethod
     def fp4_padded(cls, base: int, shape: list, outer_strides: list, box: list, swizzle: int) -> "TensorMap":
@@ -172,7 +175,7 @@ def decode(raw: np.ndarray, where: str = ""):
     if eb is None:
         raise UnsupportedInstructionError(f"device tensor map{where}: element type {etype} is not emulated")
     return TensorMap(base=base, shape=tuple(gdim), strides=tuple(gstride) + (eb,), box=tuple(box), elem_bytes=eb,
-                     swizzle=swz)
+                     swizzle=swz, elem_type=etype)
 
 
 def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
