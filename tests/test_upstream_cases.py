@@ -30,6 +30,7 @@ def device(request):
 # Expected behaviour per case is encoded in its parameters; `list` must find: copy[64], copy[128] (launch),
 # pure (no launch, runs anyway), fails, hangs; not copy[4096] (upstream-style skip) nor the non-Blackwell test.
 TEST_FILE = """
+import os
 import time
 import pytest
 import torch
@@ -71,7 +72,7 @@ def test_fails(device):
 
 
 def test_hangs(device):
-    time.sleep(60)
+    time.sleep(float(os.environ.get("TINY_HANG_S", "0")))  # the timeout test sets it; the list probe must not wait
 """
 
 
@@ -194,6 +195,7 @@ def test_run_records_pass_fail_crash_and_writes_reports(upstream_file, tmp_path,
     assert "[3/3]" in capsys.readouterr().err
 
 
-def test_run_kills_a_case_at_the_timeout(upstream_file):
+def test_run_kills_a_case_at_the_timeout(upstream_file, monkeypatch):
+    monkeypatch.setenv("TINY_HANG_S", "60")
     r = uc.run_case(upstream_file, _ids("test_hangs")[0], timeout_s=2.0)
     assert r.outcome == "timeout" and r.wall < 10 and "killed after 2 s" in r.message

@@ -264,7 +264,8 @@ def result_from_records(nodeid: str, records: list[CaseRecord], wall: float, rc:
     return CaseResult(nodeid, rec.outcome, rec.duration, wall, rec.message[:400])
 
 
-_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(\.\d+)?|'[^']*'|\"[^\"]*\"")
+#: numbers that stand alone (not the digits of a name like tcgen05 or sm_100a), hex, quoted names
+_VOLATILE = re.compile(r"\b0x[0-9a-fA-F]+\b|(?<![\w.])\d+(\.\d+)?(?![\w])|'[^']*'|\"[^\"]*\"")
 
 
 def reason_key(result: CaseResult) -> str:
