@@ -126,10 +126,12 @@ def test_device_descriptor_atomic_add_accumulates_and_clips(emulated_b200, dtype
 
 @pytest.mark.emu
 @pytest.mark.emulated
-def test_device_descriptor_atomic_max(emulated_b200):
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bfloat16])  # Triton's atomic_max takes no fp32
+def test_device_descriptor_atomic_max(emulated_b200, dtype):
     _, max_tiles = _kernels()
     gen = torch.Generator().manual_seed(2)
-    x = torch.randn(2, 16, 32, generator=gen)
-    out = torch.full((16, 32), 0.25)
-    max_tiles[(2,)](out, x, 16, 32, BM=16, BN=32)
-    assert torch.equal(out, torch.maximum(x.amax(0), torch.tensor(0.25)))
+    x = torch.randint(-50, 50, (2, 16, 32), generator=gen).to(dtype)
+    out = torch.full((16, 32), 7).to(dtype)
+    k = max_tiles[(2,)](out, x, 16, 32, BM=16, BN=32)
+    assert ".max" in next(ln for ln in k.asm["ptx"].splitlines() if "cp.reduce.async.bulk.tensor" in ln)
+    assert torch.equal(out, torch.maximum(x.amax(0), torch.tensor(7).to(dtype)))

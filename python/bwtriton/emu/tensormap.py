@@ -10,7 +10,7 @@ ordinal i = the byte stride of dimension i + 1, the PTX elemtype enum).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from typing import Callable, Optional
 
 import numpy as np
@@ -53,7 +53,7 @@ class TensorMap:
     smem_elem_bytes: int = 0
     #: PTX tensormap elemtype (0 u8 .. 10 bf16, see ELEM_BYTES), -1 when the binder did not record it; only TMA
     #: reductions (cp.reduce.async.bulk.tensor) need it: their PTX names no type
-    elem_type: int = -1
+    elem_type: int = dc_field(default=-1, compare=False)
 
     @classmethod
     def fp4_padded(cls, base: int, shape: list, outer_strides: list, box: list, swizzle: int) -> "TensorMap":
