@@ -9,6 +9,7 @@ Cases over ~10 s here are `slow` and skipped unless BWTRITON_EMU_SLOW=1.
 """
 from __future__ import annotations
 
+import importlib
 import os
 
 import pytest
@@ -16,10 +17,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bwtriton.emu.driver import emulated_gpu  # noqa: E402
-from bwtriton.kernels import matmul as kmatmul  # noqa: E402
 from bwtriton.kernels._configs import GemmConfig  # noqa: E402
 from test_kernels_matmul import _assert_close, _fp8_tolerances  # noqa: E402
 
+kmatmul = importlib.import_module("bwtriton.kernels.matmul")  # the module (bwtriton.kernels.matmul is also a function)
 pytestmark = [pytest.mark.emu, pytest.mark.emulated]
 BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 SLOW = pytest.mark.skipif(os.environ.get("BWTRITON_EMU_SLOW") != "1",
