@@ -143,11 +143,12 @@ def _prmt(a, b, c, mode: Optional[str]):
     c = lanes32(np.asarray(c).astype(np.uint32))
     src = (a | (b << np.uint64(32)))
     bytes8 = np.stack([(src >> np.uint64(8 * i)) & np.uint64(0xFF) for i in range(8)], axis=1).astype(np.uint32)
-    out = np.zeros(32, dtype=np.uint32)
+    n = len(c)
+    out = np.zeros(n, dtype=np.uint32)
     if mode is None:
         for k in range(4):
             sel = (c >> np.uint32(4 * k)) & np.uint32(0xF)
-            byte = bytes8[np.arange(32), (sel & 7).astype(np.int64)]
+            byte = bytes8[np.arange(n), (sel & 7).astype(np.int64)]
             rep = np.where((sel & 8) != 0, np.where((byte & 0x80) != 0, np.uint32(0xFF), np.uint32(0)), byte)
             out |= rep.astype(np.uint32) << np.uint32(8 * k)
         return out
@@ -158,7 +159,7 @@ def _prmt(a, b, c, mode: Optional[str]):
              "rc16": lambda s: [2 * (s & 1), 2 * (s & 1) + 1, 2 * (s & 1), 2 * (s & 1) + 1]}
     if mode not in table:
         raise UnsupportedInstructionError(f"prmt mode .{mode}")
-    for lane in range(32):
+    for lane in range(n):
         idxs = table[mode](int(sel[lane]))
         v = 0
         for k, i in enumerate(idxs):
@@ -389,7 +390,7 @@ def _f32x2(ins: Instruction, prog: Program) -> Callable:
     rds = [prog.src(o, U64, ins) for o in ins.operands[1:]]
 
     def pairs(w) -> list:
-        return [np.ascontiguousarray(lanes32(r(w))).view(F32).reshape(32, 2) for r in rds]
+        return [np.ascontiguousarray(lanes32(r(w))).view(F32).reshape(-1, 2) for r in rds]
 
     if op in ("fma", "mad"):
         def f(w):
@@ -595,7 +596,7 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
 
         def lop3(w):
             a, b, c = (lanes32(np.asarray(r(w), np.uint32)) for r in (ra, rb, rc))
-            out = np.zeros(32, dtype=np.uint32)
+            out = np.zeros(len(a), dtype=np.uint32)
             for i in range(8):
                 if lut >> i & 1:
                     ta = a if i & 4 else ~a

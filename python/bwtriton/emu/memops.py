@@ -9,7 +9,7 @@ from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
-from .program import NP_TYPES, Program, active_index, address_reader, convert, lanes32
+from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, lanes32
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
@@ -24,8 +24,11 @@ def space_of(ins: Instruction) -> str:
     return "generic"
 
 
-def mem_read(w, space: str, addr: np.ndarray, nbytes: int) -> np.ndarray:
-    """Bytes [len(addr), nbytes] at per-lane addresses in a state space (generic resolves by address)."""
+def mem_read(w, space: str, addr: np.ndarray, nbytes: int, lanes: Optional[np.ndarray] = None) -> np.ndarray:
+    """Bytes [len(addr), nbytes] at per-lane addresses in a state space (generic resolves by address).
+    `lanes`: which lanes the addresses belong to when not all (a gang needs it to find each lane's CTA)."""
+    if w.is_gang and _gang_shared(space, addr):
+        return w.shared.read(addr, nbytes, lanes)
     if space == "shared":
         raw = _own_shared_read(w, addr, nbytes)
         if raw is not None:
@@ -41,7 +44,9 @@ def mem_read(w, space: str, addr: np.ndarray, nbytes: int) -> np.ndarray:
     raise UnsupportedInstructionError(f"reads from .{space} are not emulated")
 
 
-def mem_write(w, space: str, addr: np.ndarray, data: np.ndarray) -> None:
+def mem_write(w, space: str, addr: np.ndarray, data: np.ndarray, lanes: Optional[np.ndarray] = None) -> None:
+    if w.is_gang and _gang_shared(space, addr):
+        return w.shared.write(addr, data, lanes, _line(w))
     if space == "global":
         return w.launch.gmem.write(addr, data)
     if space in ("shared", "shared::cluster"):
@@ -51,6 +56,20 @@ def mem_write(w, space: str, addr: np.ndarray, data: np.ndarray) -> None:
         _generic(w, addr, data.shape[1], data)
         return None
     raise UnsupportedInstructionError(f"writes to .{space} are not emulated")
+
+
+def _gang_shared(space: str, addr: np.ndarray) -> bool:
+    """Whether a gang's access goes to its CTAs' shared memories (global and param accesses need no CTA). What a
+    gang cannot do in one step (shared::cluster, anything but a plain shared access) it hands back to per-CTA
+    execution (gang.GangFallback) before any side effect."""
+    if space in ("global", "param"):
+        return False
+    if space == "shared":
+        return True
+    if space == "generic":
+        return bool(addr.size) and int(addr.max()) < (1 << 31)
+    from .gang import GangFallback
+    raise GangFallback(space)
 
 
 def _param_origin(addr: np.ndarray) -> int:
@@ -123,13 +142,13 @@ def _span_poisoned(smem, a: np.ndarray, nbytes: int) -> bool:
 
 
 def _line(w) -> int:
-    ins = w.cta.prog.fn.instructions
+    ins = w.fn.instructions
     return ins[w.pc].line if w.pc < len(ins) else 0
 
 
 def current_instruction(w) -> str:
     """The opcode warp `w` executes, for messages (the error's "PTX line N:" prefix names the line)."""
-    ins = w.cta.prog.fn.instructions
+    ins = w.fn.instructions
     return ins[w.pc].opcode if w.pc < len(ins) else "the kernel"
 
 
@@ -166,19 +185,19 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
     def ld(w):
         if w.mask is None:  # every lane: no gather of active lanes, no zero fill
             raw = mem_read(w, space, rd_addr(w), width * n)
-            vals = raw.view(dt).reshape(32, n)
+            vals = raw.view(dt).reshape(-1, n)
             if n == 1:
-                writers[0](w, vals.reshape(32))
+                writers[0](w, vals.reshape(-1))
             else:
                 for i, wr in enumerate(writers):
                     wr(w, vals[:, i].copy())
             return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
-        raw = mem_read(w, space, addr, width * n)  # [k, width*n]
+        raw = mem_read(w, space, addr, width * n, idx)  # [k, width*n]
         vals = raw.view(dt).reshape(len(idx), n)
         for i, wr in enumerate(writers):
-            full = np.zeros(32, dtype=dt)
+            full = np.zeros(lane_count(), dtype=dt)
             full[idx] = vals[:, i]
             wr(w, full)
     return ld
@@ -195,17 +214,17 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         if w.mask is None:
             if len(srcs) == 1:
                 col = lanes32(np.asarray(convert(srcs[0](w), dt)))
-                data = np.ascontiguousarray(col).view(np.uint8).reshape(32, -1)
+                data = np.ascontiguousarray(col).view(np.uint8).reshape(len(col), -1)
             else:
                 data = np.stack([lanes32(np.asarray(convert(s(w), dt))) for s in srcs], axis=1)
-                data = data.view(np.uint8).reshape(32, -1)
+                data = data.view(np.uint8).reshape(len(data), -1)
             mem_write(w, space, rd_addr(w), data)
             return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
         cols = [lanes32(np.asarray(convert(s(w), dt)))[idx] for s in srcs]
         data = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.uint8).reshape(len(idx), -1)
-        mem_write(w, space, addr, data)
+        mem_write(w, space, addr, data, idx)
     return st
 
 
@@ -274,6 +293,8 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
     line, text = ins.line, ins.text
 
     def cp(w):
+        if w.is_gang:
+            return _gang_cp(w, rd_dst, rd_src, rd_srcsize, size, line, text)
         idx = active_index(w)
         dst = rd_dst(w)[idx].copy()
         src = rd_src(w)[idx].copy()
@@ -289,18 +310,60 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
     return cp
 
 
+def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> None:
+    """cp.async for every CTA of a gang as one asynchronous operation over the stacked shared memories
+    (gang.GangShared); anything unusual (a pending asynchronous read, an out-of-window address, bytes still
+    owned by another copy) goes to the per-CTA path before any side effect, which reports it."""
+    from .gang import GangFallback
+    shared = w.shared
+    idx = active_index(w)
+    flat, lo, hi = shared.cells(rd_dst(w)[idx], size, idx)
+    if shared.pending_read(lo, hi):
+        raise GangFallback("pending asynchronous reads")
+    src = rd_src(w)[idx].copy()
+    srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
+    cells = (flat[:, None] + np.arange(size)).ravel()
+    if shared.n_poison or any(s.n_poison for s in shared.smems):
+        if shared.poison[cells].any():
+            raise GangFallback("bytes owned by a pending copy")
+    op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid), writes=[(shared, cells)],
+                 observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
+    launch = w.launch
+
+    def finish():
+        data = _gather_src(launch.gmem, src, srcsize, size)
+        if size % 4 == 0 and not (flat & 3).any():
+            words = (flat >> 2)[:, None] + np.arange(size // 4)
+            shared.words[words] = data.view(np.uint32).reshape(words.shape)
+        else:
+            shared.data[cells] = data.ravel()
+    op.finish = finish
+    engine_of(w.rows[0]).issue(w, op)
+    act = w.mask if w.mask is not None else w.live
+    for b, row in enumerate(w.rows):
+        if act[32 * b:32 * b + 32].any():
+            row.cp_open.append(op)
+    return None
+
+
+def _gather_src(gmem, src: np.ndarray, srcsize: Optional[np.ndarray], size: int) -> np.ndarray:
+    """cp.async's source bytes [lanes, size]: the bytes past each lane's src-size are zeros and not read (Triton
+    masks loads with src-size 0, often with an address that must not be dereferenced)."""
+    if srcsize is None or (srcsize >= size).all():
+        return gmem.read(src, size)
+    data = np.zeros((len(src), size), dtype=np.uint8)
+    full = srcsize >= size
+    if full.any():
+        data[full] = gmem.read(src[full], size)
+    for k in np.flatnonzero((srcsize > 0) & ~full):
+        nb = int(srcsize[k])
+        data[k, :nb] = gmem.read(src[k:k + 1], nb)[0]
+    return data
+
+
 def _copy_in(w, dst: np.ndarray, src: np.ndarray, srcsize: np.ndarray, size: int) -> None:
     """cp.async's data movement: `size` bytes per lane, the bytes past src-size zero-filled."""
-    data = np.zeros((len(dst), size), dtype=np.uint8)
-    full = srcsize >= size
-    if full.all():
-        data = w.launch.gmem.read(src, size)
-    else:
-        for k in range(len(dst)):
-            nb = int(min(srcsize[k], size))
-            if nb:
-                data[k, :nb] = w.launch.gmem.read(src[k:k + 1], nb)[0]
-    w.cta.smem.write(dst, data)
+    w.cta.smem.write(dst, _gather_src(w.launch.gmem, src, srcsize, size))
 
 
 def _cp_commit(w):

@@ -60,6 +60,12 @@ class GlobalMemory:
             lo, hi = int(a.min()), int(a.max())
             if lo >= base and hi + nbytes <= base + self.regions[i].size:
                 return np.full(a.shape, i), (a - np.uint64(base)).astype(np.int64)
+        if self.bases and a.size:  # one other region holding every address (loads alternating between tensors)
+            lo, hi = int(a.min()), int(a.max())
+            r = bisect.bisect_right(self.bases, lo) - 1
+            if r >= 0 and hi + nbytes <= self.bases[r] + self.regions[r].size:
+                self._last = r
+                return np.full(a.shape, r), (a - np.uint64(self.bases[r])).astype(np.int64)
         idx = np.array([bisect.bisect_right(self.bases, int(x)) - 1 for x in a.ravel()]).reshape(a.shape)
         offs = np.empty(a.shape, dtype=np.int64)
         for k, (x, r) in enumerate(zip(a.ravel(), idx.ravel())):

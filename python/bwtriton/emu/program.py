@@ -18,6 +18,24 @@ import numpy as np
 from ..ptx.ir import Function, Instruction, Label, Operand
 from .errors import EmulationError, UnsupportedInstructionError, short
 
+#: Lanes a closure works on: 32 for a warp; more while `gang.py` runs one instruction for many CTAs at once (their
+#: warps' lanes side by side). Set only by the gang runner, around the closures it runs (the emulator is
+#: single-threaded); lane-array helpers below broadcast to it.
+_LANES = [32]
+
+
+def lane_count() -> int:
+    """Lanes of the warp (or gang of warps) whose instruction is executing."""
+    return _LANES[0]
+
+
+def set_lane_count(n: int) -> int:
+    """Set the lane count; returns the previous one (the gang runner restores it)."""
+    old = _LANES[0]
+    _LANES[0] = n
+    return old
+
+
 YIELD = -1     # the warp is blocked (barrier, mbarrier wait): retry this instruction later
 DIVERGED = -2  # the instruction updated per-lane program counters itself (divergent branch)
 EXITED = -3    # the active lanes exited
@@ -173,7 +191,7 @@ class Program:
 
             def pack(w):
                 parts = [lanes32(np.asarray(r(w), dtype=part)) for r in readers]
-                return np.stack(parts, axis=1).copy().view(_CONTAINER[dt.itemsize]).reshape(32).view(dt)
+                return np.stack(parts, axis=1).copy().view(_CONTAINER[dt.itemsize]).reshape(-1).view(dt)
             return pack
         raise UnsupportedInstructionError(f"operand {op.text!r} ({op.kind}) cannot be read as a value",
                                           line=ins.line, text=ins.text)
@@ -191,7 +209,7 @@ class Program:
 
             def unpack(w, v):
                 v = lanes32(np.asarray(v))
-                pieces = np.ascontiguousarray(v).view(part).reshape(32, n)
+                pieces = np.ascontiguousarray(v).view(part).reshape(-1, n)
                 for i, wr in enumerate(writers):
                     wr(w, pieces[:, i])
             return unpack
@@ -209,8 +227,8 @@ class Program:
                 vdt = v.dtype
                 # same-width numbers (f64 results into b64 registers): a view, what `convert` would do
                 v = v.view(cdt) if vdt.itemsize == width and vdt.kind in "fiu" else convert(v, cdt)
-            if v.shape != (32,):
-                v = np.full(32, v, dtype=cdt)
+            if v.shape != (_LANES[0],):
+                v = np.full(_LANES[0], v, dtype=cdt)
             m = w.mask
             w.R[s] = v if m is None else np.where(m, v, w.R[s])
         write.slot = s  # lets instruction families with a fast path store straight into the register file
@@ -284,12 +302,17 @@ def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
         raise UnsupportedInstructionError(f"expected an address operand, got {op.text!r}", line=ins.line,
                                           text=ins.text)
     off = np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF)
-    if op.base is None:
-        c = np.full(32, off, dtype=np.uint64)
-        return lambda w: c
-    if op.base.kind == "sym":
-        c = np.full(32, np.uint64(prog.env.symbol_address(op.base.name, ins)) + off, dtype=np.uint64)
-        return lambda w: c
+    if op.base is None or op.base.kind == "sym":
+        c = off if op.base is None else np.uint64(prog.env.symbol_address(op.base.name, ins)) + off
+        by_lanes: dict[int, np.ndarray] = {}
+
+        def const_address(w):
+            n = _LANES[0]
+            v = by_lanes.get(n)
+            if v is None:
+                v = by_lanes[n] = np.full(n, c, dtype=np.uint64)
+            return v
+        return const_address
     rd = prog.src(op.base, np.dtype(np.uint64), ins)
     if op.offset == 0:
         return lambda w: lanes32(rd(w))
@@ -297,10 +320,12 @@ def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
 
 
 def lanes32(v) -> np.ndarray:
-    """`v` as a 32-lane array (scalars broadcast, read-only); the common already-an-array case costs nothing."""
-    if type(v) is np.ndarray and v.shape == (32,):
+    """`v` as a lane array (32 lanes for a warp, `lane_count()` in a gang; scalars broadcast, read-only); the
+    common already-an-array case costs nothing."""
+    n = _LANES[0]
+    if type(v) is np.ndarray and v.shape == (n,):
         return v
-    return np.broadcast_to(np.asarray(v), (32,))
+    return np.broadcast_to(np.asarray(v), (n,))
 
 
 def active_index(w) -> np.ndarray:

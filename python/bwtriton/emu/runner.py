@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -17,6 +18,7 @@ from .launcher import Raw, TmaArg
 from .memory import PARAM_BASE, SMEM_BASE, GlobalMemory, ParamSpace, SharedMemory, TensorMemory
 from .program import NP_TYPES, CompileEnv, Program
 from .clc import GridSchedule, run_grid, static_shared_layout
+from .gang import DEFAULT_GANG_LANES, gang_eligible, run_gangs
 from .scheduler import ProgressMeter, check_schedule
 from .tma import SWIZZLE_CODES, TensorMap
 from .warp import Warp
@@ -139,7 +141,8 @@ class Cluster:
 
 
 class CTA:
-    def __init__(self, cluster: Cluster, rank: int, ctaid, image: KernelImage, ntid, smem_bytes: int):
+    def __init__(self, cluster: Cluster, rank: int, ctaid, image: KernelImage, ntid, smem_bytes: int,
+                 registers: bool = True):
         self.cluster = cluster
         self.rank = rank
         self.ctaid = ctaid
@@ -151,7 +154,7 @@ class CTA:
         self.nthreads = ntid[0] * ntid[1] * ntid[2]
         nwarps = (self.nthreads + 31) // 32
         self.warps_spec = range(nwarps)
-        self.warps = [Warp(self, i, image.prog, cluster.launch, ntid) for i in range(nwarps)]
+        self.warps = [Warp(self, i, image.prog, cluster.launch, ntid, registers) for i in range(nwarps)]
 
 
 # --- arguments ---------------------------------------------------------------------------------------
@@ -315,6 +318,19 @@ class _ArgPacker:
         self._store(self._next("profile scratch"), profile_scratch)
 
 
+def _gang_lanes(value: Optional[int]) -> int:
+    if value is None:
+        env = os.environ.get("BWTRITON_EMU_GANG_LANES", "")
+        try:
+            value = int(env) if env.strip() else DEFAULT_GANG_LANES
+        except ValueError:
+            raise InputError(f"BWTRITON_EMU_GANG_LANES={env!r}: give a lane count (e.g. 4096) or 0 to run "
+                             "clusters warp by warp") from None
+    if not isinstance(value, int) or value < 0:
+        raise InputError(f"gang_lanes must be a non-negative int (lanes per gang warp; 0: no gangs), got {value!r}")
+    return value
+
+
 # --- entry point ---------------------------------------------------------------------------------------
 def _unpack_compiled(compiled: Any) -> tuple[str, dict, Optional[str]]:
     if isinstance(compiled, str):
@@ -334,7 +350,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         global_scratch: Any = None, profile_scratch: Any = None,
         triton_abi: Optional[bool] = None, schedule: str = "latest",
         progress: Optional[bool] = None, read_slack: int = 0,
-        grid_schedule: Optional[GridSchedule] = None) -> EmulationStats:
+        grid_schedule: Optional[GridSchedule] = None, gang_lanes: Optional[int] = None) -> EmulationStats:
     """Emulate `compiled` (a bwtriton/triton compile result, or PTX text) on `grid` programs with `args`
     (CPU torch tensors, ints, floats, None, TensorDescriptors) in the kernel's non-constexpr argument order.
     Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations.
@@ -350,7 +366,10 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     `read_slack`: bytes after each tensor argument that read as 0xFF instead of faulting, as on a GPU (the
     Triton driver passes 64 KiB; 0, the default, faults on any access outside a tensor). Stores there fault.
     `grid_schedule` (`bwtriton.emu.clc.GridSchedule`): how many clusters run at once and in which order
-    (default: one after the other); it records which worker ran which cluster (CLC work stealing)."""
+    (default: one after the other); it records which worker ran which cluster (CLC work stealing).
+    `gang_lanes`: without a `grid_schedule`, clusters run in gangs (`bwtriton.emu.gang`: the same warp of many
+    CTAs executes each instruction together, over up to this many lanes); 0 runs them warp by warp. Default:
+    $BWTRITON_EMU_GANG_LANES, else gang.DEFAULT_GANG_LANES. Results and errors are the same either way."""
     t0 = time.perf_counter()
     ptx, md, md_name = _unpack_compiled(compiled)
     if tensordesc_meta is not None:
@@ -391,17 +410,22 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     meter = ProgressMeter(grid3[0] * grid3[1] * grid3[2], enabled=progress)
     smem_bytes = max(int(smem_bytes), 16) + static_shared_layout(fn)[1]
 
-    def make_cluster(coord):
+    def make_cluster(coord, registers: bool = True):
         cx, cy, cz = coord
         cluster = Cluster(launch, coord, nctas)
         for r in range(nctas):
-            cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes))
+            cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes, registers))
         cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
         return cluster
     coords = [(cx, cy, cz) for cz in range(grid3[2]) for cy in range(grid3[1]) for cx in range(grid3[0])]
     try:
-        run_grid(launch, coords, make_cluster, grid_schedule or GridSchedule(), max_instructions,
-                 on_cluster_done=lambda: meter.tick(launch))
+        lanes = _gang_lanes(gang_lanes)
+        if grid_schedule is None and lanes and gang_eligible(image.prog):
+            run_gangs(launch, coords, make_cluster, max_instructions, lanes,
+                      on_cluster_done=lambda: meter.tick(launch))
+        else:
+            run_grid(launch, coords, make_cluster, grid_schedule or GridSchedule(), max_instructions,
+                     on_cluster_done=lambda: meter.tick(launch))
     finally:
         packer.write_back()
     return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)

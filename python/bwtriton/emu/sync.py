@@ -20,7 +20,7 @@ BOOL = np.dtype(bool)
 # --- branches ------------------------------------------------------------------------------------------
 def diverge(w, taken: np.ndarray, target: int) -> int:
     """Split the active lanes: `taken` go to `target`, the rest fall through."""
-    act = w.mask if w.mask is not None else np.ones(32, dtype=bool)
+    act = w.mask if w.mask is not None else np.ones(len(w.live), dtype=bool)
     if w.lane_pc is None:
         w.lane_pc = np.where(w.live, w.pc, DONE_PC)
     w.lane_pc[act & ~taken] = w.pc + 1
@@ -249,13 +249,17 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
             res = np.zeros(32, dtype=bool)
             obs = w.observed
             engine = engine_of(w)
-            for lane in idx:
-                bar = find_mbarrier(w, int(addrs[lane]))
-                s = int(st[lane])
+            a_act, s_act = addrs[idx], st[idx]
+            if (a_act == a_act[0]).all() and (s_act == s_act[0]).all():  # the usual case: one barrier, one phase
+                pairs = [(idx, int(a_act[0]), int(s_act[0]))]
+            else:
+                pairs = [(np.array([lane]), int(addrs[lane]), int(st[lane])) for lane in idx]
+            for lanes, a, s in pairs:
+                bar = find_mbarrier(w, a)
                 done = bar.phase_done(s) if parity else bar.phase > s
                 if not done and engine.settle(bar):  # the latest moment: pending work completes when observed
                     done = bar.phase_done(s) if parity else bar.phase > s
-                res[lane] = done
+                res[lanes] = done
                 if done:
                     obs = max(obs, bar.done_seq)
             if blocking and not res[idx].any():

@@ -14,12 +14,15 @@ _ALL = np.arange(32)
 class Warp:
     """One warp of one CTA. `mask` is None when all 32 lanes are live and active (the fast path)."""
 
-    def __init__(self, cta, wid: int, prog: Program, launch, ntid: tuple[int, int, int]):
+    is_gang = False  # gang.GangWarp: the same warp of many CTAs executing together
+
+    def __init__(self, cta, wid: int, prog: Program, launch, ntid: tuple[int, int, int], registers: bool = True):
         self.cta = cta
         self.wid = wid
         self.launch = launch
         self.code = prog.code
-        self.R = [np.zeros(32, dtype=dt) for dt in prog.slot_dtypes]
+        # a gang's warps keep their registers in the gang (gang.py) until it dissolves
+        self.R = register_file(prog.slot_dtypes) if registers else None
         self.pc = 0
         self.lane_pc: Optional[np.ndarray] = None
         tid_linear = wid * 32 + _ALL
@@ -65,6 +68,16 @@ class Warp:
         self._sregs["%cluster_ctarank"] = u32(cta.rank)
         self._sregs["%cluster_nctarank"] = u32(cta.cluster.nctas)
 
+    def allocate_registers(self) -> None:
+        """Zeroed registers for a warp created without them (registers=False)."""
+        if self.R is None:
+            self.R = register_file(self.cta.prog.slot_dtypes)
+
+    @property
+    def fn(self):
+        """The PTX function the warp runs."""
+        return self.cta.prog.fn
+
     def sreg(self, name: str):
         try:
             return self._sregs[name]
@@ -74,3 +87,17 @@ class Warp:
 
     def where(self) -> str:
         return f"CTA {self.cta.ctaid} (cluster rank {self.cta.rank}), warp {self.wid}"
+
+
+def register_file(dtypes: list, lanes: int = 32) -> list:
+    """Zeroed registers of `lanes` lanes, one array per slot: rows of one block per dtype (a few allocations per
+    warp instead of one per register; kernels declare thousands)."""
+    regs: list = [None] * len(dtypes)
+    by_dtype: dict = {}
+    for i, dt in enumerate(dtypes):
+        by_dtype.setdefault(dt, []).append(i)
+    for dt, slots in by_dtype.items():
+        block = np.zeros((len(slots), lanes), dtype=dt)
+        for row, i in zip(block, slots):
+            regs[i] = row
+    return regs

@@ -1,0 +1,414 @@
+"""Gangs: the same warp of many CTAs executing each instruction together, over their lanes side by side.
+
+Most of a kernel's instructions do the same thing in every CTA of a launch, only on other data, and one numpy
+operation over (CTAs x 32) lanes costs about what it costs over 32. A gang takes B clusters of the launch and
+makes, for each (cluster rank, warp), one `GangWarp` whose registers hold that warp's lanes of all B clusters.
+`scheduler.run_warp` runs a GangWarp like a warp; two kinds of instruction make up its program:
+
+* gang-safe instructions (arithmetic, conversions, branches, global / param / plain shared loads and stores):
+  the warp's own closure, run once over all lanes (`program.lane_count()` is the gang's width meanwhile);
+* everything else (barriers, mbarriers, TMA, tcgen05, cp.async, shuffles...): the closure runs once per CTA
+  on that CTA's own `Warp`, whose registers are bound to the gang's rows (`RowRegs`), so per-CTA state (barrier
+  counts, asynchronous engines, TMEM, shared memory bookkeeping) is exactly what the warp-by-warp emulator keeps.
+
+A gang-safe closure that meets something it cannot do for the whole gang (a shared::cluster access, bytes an
+asynchronous operation owns) raises `GangFallback` before any side effect, and the instruction runs per CTA.
+When the CTAs stop agreeing (a per-CTA step returns different results: one CTA's barrier releases, another's
+does not), the gang dissolves: every CTA's warps take their rows back and the clusters finish warp by warp. So
+a gang never changes what a kernel computes or which errors it gets, only how fast the uniform part runs.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from .errors import DeadlockError
+from .memory import SMEM_BASE, byte_range
+from .program import DIVERGED, DONE_PC, EXITED, YIELD, set_lane_count
+from .warp import register_file
+
+#: lanes of one GangWarp (clusters per gang = this / (32 * warps per CTA)); 0 turns gangs off
+DEFAULT_GANG_LANES = 16384
+#: bytes a gang may hold in registers and stacked shared memory (bounds the gang for register-heavy kernels)
+GANG_MEMORY_BYTES = 1 << 29
+#: opcodes whose closures are gang-safe (they touch only registers, masks, global/param memory and, through
+#: `GangWarp.shared`, plain shared memory). Everything else runs per CTA.
+GANG_SAFE = frozenset(
+    ("mov add sub mul mad fma div rem min max neg abs and or xor not cnot shl shr selp setp set bfe bfi prmt "
+     "popc clz brev rcp sqrt rsqrt ex2 lg2 sin cos tanh copysign testp mul24 mad24 sad bfind fns shf lop3 dp4a "
+     "dp2a cvt cvta bra ret exit ld ld.global.nc st cp.async").split())
+
+
+class GangFallback(Exception):
+    """Raised by a gang-safe closure, before any side effect, when this execution needs per-CTA handling."""
+
+
+class Dissolve(Exception):
+    """The CTAs of a gang disagreed on an instruction's outcome: `results` are (row, result) of those that ran."""
+
+    def __init__(self, gw: "GangWarp", results: list) -> None:
+        super().__init__("gang dissolves")
+        self.gw, self.results = gw, results
+
+
+class RowRegs:
+    """A CTA warp's view of its 32 lanes in a GangWarp's registers (reads are views, writes copy in).
+
+    Register arrays may be shared between slots (a `mov` stores its source array), so the first write to a slot
+    during one per-CTA step copies that slot's array (`owned` holds the slots copied in this step)."""
+
+    __slots__ = ("regs", "lo", "hi", "owned")
+
+    def __init__(self, regs: list, row: int, owned: set) -> None:
+        self.regs, self.lo, self.hi, self.owned = regs, 32 * row, 32 * row + 32, owned
+
+    def __getitem__(self, slot: int) -> np.ndarray:
+        return self.regs[slot][self.lo:self.hi]
+
+    def __setitem__(self, slot: int, value) -> None:
+        if slot not in self.owned:
+            self.regs[slot] = self.regs[slot].copy()
+            self.owned.add(slot)
+        self.regs[slot][self.lo:self.hi] = value
+
+    def __len__(self) -> int:
+        return len(self.regs)
+
+
+class GangShared:
+    """The shared memories of one cluster rank's CTAs in a gang, stacked so one gather serves every lane. Each
+    CTA's `SharedMemory` keeps working on its row (its arrays become views of the stacks). To the asynchronous
+    engine it is one more shared memory (flat `data`/`poison`/`unfenced`), for operations a gang issues at once
+    (cp.async): the poison counts it keeps are mirrored into every CTA's memory, so per-CTA accesses see them."""
+
+    rank = "gang"
+
+    def __init__(self, smems: list) -> None:
+        self.smems = smems
+        self.size = size = smems[0].size
+        stride = (size + 15) // 16 * 16  # rows 16-byte aligned: aligned accesses gather whole words
+        b = len(smems)
+        self.data2d = np.zeros((b, stride), dtype=np.uint8)
+        self.poison2d = np.zeros((b, stride), dtype=smems[0].poison.dtype)
+        self.unfenced2d = np.zeros((b, stride), dtype=smems[0].unfenced.dtype)
+        for i, s in enumerate(smems):  # fresh CTAs: nothing to copy (zeros are what a new SharedMemory holds)
+            s.data, s.poison, s.unfenced = self.data2d[i, :size], self.poison2d[i, :size], self.unfenced2d[i, :size]
+        self.data = self.data2d.reshape(-1)
+        self.words = self.data.view(np.uint32)
+        self.poison = self.poison2d.reshape(-1)
+        self.unfenced = self.unfenced2d.reshape(-1)
+        self.lane_base = np.repeat(np.arange(b, dtype=np.int64) * stride, 32)
+        self._n_poison = 0
+
+    # -- what the asynchronous engine reads and updates (asyncops.AsyncEngine.issue / complete) --------------
+    @property
+    def n_poison(self) -> int:
+        return self._n_poison
+
+    @n_poison.setter
+    def n_poison(self, value: int) -> None:
+        delta, self._n_poison = value - self._n_poison, value
+        for s in self.smems:
+            s.n_poison += delta
+
+    @property
+    def any_unfenced(self) -> bool:
+        return any(s.any_unfenced for s in self.smems)
+
+    def reader_of(self, lo: int, hi: int):
+        return None  # gang operations are issued only when no CTA's pending reads overlap them (pending_read)
+
+    def pending_read(self, lo: int, hi: int) -> bool:
+        """Whether a pending asynchronous read (an MMA's operands, a TMA store's source) of any CTA overlaps
+        CTA offsets [lo, hi)."""
+        return any(s.async_reads and s.reader_of(lo, hi) is not None for s in self.smems)
+
+    # -- plain loads and stores ------------------------------------------------------------------------------
+    def cells(self, addr: np.ndarray, nbytes: int, lanes: Optional[np.ndarray]) -> tuple[np.ndarray, int, int]:
+        """Flat offsets (into the stacks) of the first byte of each access, and the span of CTA offsets."""
+        off = addr.astype(np.int64) - SMEM_BASE
+        if not off.size:
+            raise GangFallback("no lanes")
+        lo, hi = int(off.min()), int(off.max()) + nbytes
+        if lo < 0 or hi > self.size:
+            raise GangFallback("outside shared memory")  # the per-CTA path reports the fault
+        base = self.lane_base if lanes is None else self.lane_base[lanes]
+        return base + off, lo, hi
+
+    def read(self, addr: np.ndarray, nbytes: int, lanes: Optional[np.ndarray]) -> np.ndarray:
+        flat, lo, hi = self.cells(addr, nbytes, lanes)
+        poisoned = any(s.n_poison for s in self.smems)
+        if nbytes % 4 == 0 and not (flat & 3).any():  # naturally aligned: gather 32-bit words
+            words = flat >> 2 if nbytes == 4 else (flat >> 2)[:, None] + np.arange(nbytes // 4)
+            # Asynchronous writers own whole aligned chunks (cp.async 4/8/16 bytes, TMA boxes) and a kernel that
+            # skips a wait skips it for the whole chunk, so each access's first byte decides; a poisoned access
+            # goes to the per-CTA path, which checks every byte and names the racing instructions.
+            if poisoned and self.poison[flat].any():
+                raise GangFallback("pending asynchronous write")
+            return self.words[words].view(np.uint8).reshape(-1, nbytes)
+        if poisoned and self.poison2d[:, lo:hi].any():
+            raise GangFallback("pending asynchronous write")
+        if nbytes == 1:
+            return self.data[flat][:, None]
+        return self.data[flat[:, None] + byte_range(nbytes)]
+
+    def write(self, addr: np.ndarray, data: np.ndarray, lanes: Optional[np.ndarray], line: int) -> None:
+        nbytes = data.shape[1]
+        flat, lo, hi = self.cells(addr, nbytes, lanes)
+        cells = flat[:, None] + np.arange(nbytes)
+        if self.pending_read(lo, hi) or (any(s.n_poison for s in self.smems) and self.poison[cells].any()):
+            raise GangFallback("pending asynchronous operations")  # the per-CTA path names the race
+        if nbytes % 4 == 0 and not (flat & 3).any():
+            words = (flat >> 2)[:, None] + np.arange(nbytes // 4)
+            self.words[words] = np.ascontiguousarray(data).view(np.uint32).reshape(words.shape)
+        else:
+            self.data[cells] = data
+        self.unfenced[cells] = line  # what SharedMemory.mark_generic_write records
+        for s in self.smems:
+            s.any_unfenced = True
+
+
+class GangWarp:
+    """Warp `wid` of rank `rank` in B clusters: registers over 32 * B lanes (CTA row b = lanes 32b .. 32b+31)."""
+
+    is_gang = True
+
+    def __init__(self, rows: list, shared: GangShared, code: list) -> None:
+        first = rows[0]
+        self.rows = rows
+        self.shared = shared
+        self.code = code
+        self.nl = 32 * len(rows)
+        self.launch = first.launch
+        self.wid = first.wid
+        self.R = register_file(first.cta.prog.slot_dtypes, self.nl)
+        self.live = np.concatenate([w.live for w in rows])
+        self.mask = None if self.live.all() else self.live.copy()
+        self.lane_pc = None
+        self.pc = 0
+        self.done = not self.live.any()
+        self.all_lanes = np.arange(self.nl)
+        self.executed = 0
+        self.blocked_on = ""
+        self._sregs: dict = {}
+
+    @property
+    def fn(self):
+        return self.rows[0].fn
+
+    def sreg(self, name: str) -> np.ndarray:
+        v = self._sregs.get(name)
+        if v is None:
+            v = self._sregs[name] = np.concatenate([np.broadcast_to(w.sreg(name), (32,)) for w in self.rows])
+        return v
+
+    def where(self) -> str:
+        return f"warp {self.wid} of {len(self.rows)} CTAs run together (first: {self.rows[0].where()})"
+
+
+# --- building the gang's program ----------------------------------------------------------------------------
+def _per_cta(f: Callable) -> Callable:
+    """Run closure `f` once per CTA row with active lanes, on that CTA's own warp; one result for the gang, or
+    Dissolve when they differ."""
+    def run(gw: GangWarp):
+        act = gw.mask if gw.mask is not None else gw.live
+        results = []
+        owned: set = set()
+        set_lane_count(32)
+        try:
+            for b, w in enumerate(gw.rows):
+                lo = 32 * b
+                m = act[lo:lo + 32]
+                if not m.any():
+                    continue
+                w.R = RowRegs(gw.R, b, owned)
+                w.live = gw.live[lo:lo + 32]
+                w.mask = None if m.all() else m.copy()
+                w.lane_pc = None if gw.lane_pc is None else gw.lane_pc[lo:lo + 32]
+                w.pc = gw.pc
+                results.append((b, f(w)))
+        finally:
+            set_lane_count(gw.nl)
+        first = results[0][1] if results else None
+        if all(r == first for _, r in results) and first != DIVERGED:
+            if first == YIELD:
+                gw.blocked_on = gw.rows[results[0][0]].blocked_on
+            return first
+        raise Dissolve(gw, results)
+    return run
+
+
+def _gang_safe(f: Callable, per_cta: Callable) -> Callable:
+    def run(gw: GangWarp):
+        try:
+            return f(gw)
+        except GangFallback:
+            return per_cta(gw)
+    return run
+
+
+def gang_code(prog) -> list:
+    """The gang's closure for every instruction of `prog` (cached on it)."""
+    code = getattr(prog, "gang_code", None)
+    if code is None:
+        code = []
+        for ins, f in zip(prog.fn.instructions, prog.code):
+            per_cta = _per_cta(f)
+            code.append(_gang_safe(f, per_cta) if ins.opcode in GANG_SAFE and "b128" not in ins.types
+                        else per_cta)
+        code.append(prog.code[-1])  # falling off the end exits
+        prog.gang_code = code
+    return code
+
+
+def gang_eligible(prog) -> bool:
+    """Gangs need CTAs that do not depend on the launch order (CLC work stealing does)."""
+    return not any(ins.opcode.startswith("clusterlaunchcontrol.") for ins in prog.fn.instructions)
+
+
+# --- running -------------------------------------------------------------------------------------------------
+def build_gang(clusters: list) -> list:
+    """One GangWarp per (rank, warp) over `clusters` (already started)."""
+    prog = clusters[0].ctas[0].prog
+    code = gang_code(prog)
+    gws = []
+    for rank in range(len(clusters[0].ctas)):
+        shared = GangShared([c.ctas[rank].smem for c in clusters])
+        for wid in range(len(clusters[0].ctas[rank].warps)):
+            gws.append(GangWarp([c.ctas[rank].warps[wid] for c in clusters], shared, code))
+    return gws
+
+
+def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
+    """One round of every GangWarp. Returns (warp-instructions retired, dissolved?)."""
+    from .scheduler import run_warp
+    launch = clusters[0].launch
+    total, progressed = 0, False
+    for gw in gws:
+        if gw.done:
+            continue
+        before = launch.progress
+        set_lane_count(gw.nl)
+        try:
+            n, _ = run_warp(gw, budget)
+        except Dissolve as d:
+            dissolve(gws, d)
+            return total, True
+        finally:
+            set_lane_count(32)
+        total += n * len(gw.rows)
+        progressed |= bool(n) or launch.progress != before
+    if not progressed and not any([c.engine.complete_all() for c in clusters]) and not all(g.done for g in gws):
+        blocked = "; ".join(f"{g.where()} at pc {g.pc}: {g.blocked_on or 'running'}" for g in gws if not g.done)
+        raise DeadlockError(f"deadlock: no warp can make progress and no asynchronous work is pending -- {blocked}")
+    return total, False
+
+
+def dissolve(gws: list, d: Optional[Dissolve] = None) -> None:
+    """Give every CTA warp its rows back (registers, lanes, PCs); the warp whose per-CTA step disagreed takes
+    each CTA's own outcome of that step."""
+    from .scheduler import _reselect
+    outcome = {b: r for b, r in d.results} if d is not None else {}
+    for gw in gws:
+        for b, w in enumerate(gw.rows):
+            lo, hi = 32 * b, 32 * b + 32
+            r = outcome.get(b) if gw is (d.gw if d else None) else None
+            own_lane_pc = w.lane_pc if r == DIVERGED else None
+            w.R = [a[lo:hi].copy() for a in gw.R]
+            w.live = gw.live[lo:hi].copy()
+            w.pc = gw.pc
+            w.lane_pc = None if gw.lane_pc is None else gw.lane_pc[lo:hi].copy()
+            w.done = gw.done or not w.live.any()
+            if w.done:
+                continue
+            act = (gw.mask if gw.mask is not None else gw.live)[lo:hi].copy()
+            w.mask = None if (w.lane_pc is None and w.live.all()) else w.live.copy()
+            if w.lane_pc is not None:
+                _reselect(w)
+            if gw is (d.gw if d else None) and b in outcome:
+                _apply(w, r, act, own_lane_pc)
+
+
+def _apply(w, r, act: np.ndarray, own_lane_pc) -> None:
+    """Advance warp `w` past the instruction it just executed at w.pc on lanes `act`, as run_warp would."""
+    from .scheduler import _exit_lanes, _reselect
+    if r == YIELD:
+        return
+    if r == DIVERGED:
+        w.lane_pc = own_lane_pc.copy()
+        _reselect(w)
+        return
+    if w.lane_pc is None and (act == w.live).all():
+        if r == EXITED:
+            _exit_lanes(w)
+            if not w.done:
+                w.pc += 1
+                w.mask = w.live.copy()
+            return
+        w.pc = w.pc + 1 if r is None else r
+        return
+    if w.lane_pc is None:
+        w.lane_pc = np.where(w.live, w.pc, DONE_PC)
+    if r is None:
+        w.lane_pc[act] = w.pc + 1
+    elif r >= 0:
+        w.lane_pc[act] = r
+    elif r == EXITED:
+        w.mask = act
+        _exit_lanes(w)
+        if w.done:
+            return
+        w.lane_pc[~w.live] = DONE_PC
+    _reselect(w)
+
+
+def _clusters_per_gang(cluster, lanes: int) -> int:
+    """As many clusters as fit in `lanes` lanes per warp and in GANG_MEMORY_BYTES."""
+    cta = cluster.ctas[0]
+    nwarps = max(len(cta.warps), 1)
+    reg_bytes = sum(dt.itemsize for dt in cta.prog.slot_dtypes) * 32 * nwarps
+    smem_bytes = cta.smem.size * (1 + cta.smem.poison.itemsize + cta.smem.unfenced.itemsize)
+    per_cluster = (reg_bytes + smem_bytes) * len(cluster.ctas)
+    return max(1, min(lanes // (32 * nwarps), GANG_MEMORY_BYTES // max(per_cluster, 1)))
+
+
+def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: int, lanes: int,
+              on_cluster_done: Optional[Callable] = None) -> None:
+    """Run the launch's clusters (launch order) in gangs of as many clusters as fit in `lanes` lanes per warp;
+    a gang that dissolves finishes its clusters warp by warp, round-robin."""
+    from .scheduler import QUANTUM, check_budget, cluster_done, finish_cluster, start_cluster, step_cluster
+    total = 0
+    i = 0
+    while i < len(coords):
+        first = make_cluster(coords[i], registers=False)
+        per_gang = _clusters_per_gang(first, lanes)
+        clusters = [first] + [make_cluster(c, registers=False) for c in coords[i + 1:i + per_gang]]
+        i += len(clusters)
+        if len(clusters) == 1:
+            for w in (w for cta in first.ctas for w in cta.warps):
+                w.allocate_registers()
+        for c in clusters:
+            start_cluster(c)
+        for c in clusters[1:]:  # one engine: operations a gang issues at once belong to all its clusters
+            c.engine = clusters[0].engine
+        dissolved = len(clusters) == 1
+        gws = [] if dissolved else build_gang(clusters)
+        while not dissolved and not all(g.done for g in gws):
+            n, dissolved = step_gang(gws, clusters, QUANTUM)
+            total += n
+            check_budget(total, max_instructions)
+        if not dissolved:
+            for g in gws:  # the rows' warps are done too (their registers no longer matter)
+                for w in g.rows:
+                    w.done = True
+        while not all(cluster_done(c) for c in clusters):
+            for c in clusters:
+                if not cluster_done(c):
+                    total += step_cluster(c)
+            check_budget(total, max_instructions)
+        for c in clusters:
+            finish_cluster(c)
+            if on_cluster_done is not None:
+                on_cluster_done()
+    launch.instructions += total
