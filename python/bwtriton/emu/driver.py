@@ -205,7 +205,30 @@ def _cuda_answers(target: Target) -> dict[str, Callable]:
         "synchronize": lambda device=None: None,
         "set_device": lambda device: None,
         "empty_cache": lambda: None,
+        "is_current_stream_capturing": lambda: False,  # nothing is ever captured: stream 0 runs eagerly
+        "device": _EmulatedDeviceContext,
     }
+
+
+class _EmulatedDeviceContext:
+    """`torch.cuda.device(d)` while emulating: the one emulated device (0, or the CPU tensors' `cpu`) is always
+    current, so `with torch.cuda.device(x.device):` around a launch is a no-op instead of "Expected a cuda
+    device"."""
+
+    def __init__(self, device: Any):
+        import torch
+        dev = torch.device(device) if isinstance(device, (str, torch.device)) else device
+        if isinstance(dev, torch.device):
+            if dev.type not in ("cpu", "cuda") or (dev.index or 0) != 0:
+                raise InputError(f"the emulated GPU is device 0 (CPU tensors); there is no device {dev}")
+        elif dev not in (None, -1, 0):
+            raise InputError(f"the emulated GPU is device 0 (CPU tensors); there is no device {dev}")
+
+    def __enter__(self) -> "_EmulatedDeviceContext":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
 
 
 def _default_alloc_fn(size: int, align: int, stream: Any):
@@ -248,6 +271,8 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
     driver_config.set_active(drv)
     for name, fn in _cuda_answers(drv.target).items():
         _patch(saved, torch.cuda, name, fn)
+    # the raw current-stream query Triton-style launchers make (absent from CPU builds of torch): stream 0
+    _patch(saved, torch._C, "_cuda_getCurrentRawStream", lambda device=None: 0)
     try:
         import triton._internal_testing as internal_testing
         _patch(saved, internal_testing, "default_alloc_fn", _default_alloc_fn)

@@ -144,8 +144,19 @@ def _ldst_shape(ins: Instruction) -> tuple[str, int, bool]:
 
 @functools.lru_cache(maxsize=1024)
 def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
-    """(lanes [32, R], columns [32, R], the distinct columns) a tcgen05.ld/st at `taddr` touches."""
-    lane_off, col_off, half = ld_st_map(shape, num * (2 if packed else 1))
+    """(lanes [32, R], columns [32, R], the distinct columns) a tcgen05.ld/st at `taddr` touches.
+
+    `packed` (.pack::16b / .unpack::16b): the shape's thread mapping applies to 32-bit registers that each hold
+    the 16-bit halves of two ADJACENT columns of one lane (2c low, 2c+1 high, with c the column the unpacked
+    mapping gives), so the access spans twice the columns; the result lists those pairs as consecutive entries
+    (R = 2 x registers). For 32x32b this equals pairing consecutive registers; for 16x64b/16x128b/16x256b it does
+    not (their consecutive registers sit in other lanes or non-adjacent columns): Triton's 16x256b f16
+    accumulator epilogue (upstream test_simple_matmul, TRITON_PREFER_TMEM_16x256_LAYOUT) reads the pairs."""
+    lane_off, col_off, half = ld_st_map(shape, num)
+    if packed:
+        lane_off = np.repeat(lane_off, 2, axis=1)
+        col_off = (2 * col_off[:, :, None] + np.arange(2)).reshape(32, -1)
+        half = np.repeat(half, 2, axis=1)
     lanes = (taddr >> 16) + lane_off
     cols = (taddr & 0xFFFF) + col_off + np.where(half, half_off, 0)
     return lanes, cols, np.unique(cols)

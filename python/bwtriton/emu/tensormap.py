@@ -10,7 +10,7 @@ ordinal i = the byte stride of dimension i + 1, the PTX elemtype enum).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from typing import Callable, Optional
 
 import numpy as np
@@ -51,6 +51,9 @@ class TensorMap:
     swizzle: int = 0
     name: str = ""
     smem_elem_bytes: int = 0
+    #: PTX tensormap elemtype (0 u8 .. 10 bf16, see ELEM_BYTES), -1 when the binder did not record it; only TMA
+    #: reductions (cp.reduce.async.bulk.tensor) need it: their PTX names no type
+    elem_type: int = dc_field(default=-1, compare=False)
 
     @classmethod
     def fp4_padded(cls, base: int, shape: list, outer_strides: list, box: list, swizzle: int) -> "TensorMap":
@@ -172,7 +175,7 @@ def decode(raw: np.ndarray, where: str = ""):
     if eb is None:
         raise UnsupportedInstructionError(f"device tensor map{where}: element type {etype} is not emulated")
     return TensorMap(base=base, shape=tuple(gdim), strides=tuple(gstride) + (eb,), box=tuple(box), elem_bytes=eb,
-                     swizzle=swz)
+                     swizzle=swz, elem_type=etype)
 
 
 def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:

@@ -105,14 +105,16 @@ _STORE_OBSERVE = ("Issue cp.async.bulk.commit_group and cp.async.bulk.wait_group
 
 
 def _store(ins: Instruction, prog: Program) -> Callable:
+    """cp.async.bulk.tensor shared -> global (a TMA store), and cp.reduce.async.bulk.tensor (a TMA reduce: the
+    same transfer, combined element-wise into global memory by the instruction's .add/.min/... operation)."""
     ops = ins.operands
     rd_map, rd_coords = _coords_reader(ops[0], prog, ins)
     rd_src = address_reader(ops[1], prog, ins)
-    if ins.opcode.startswith("cp.reduce"):
-        raise UnsupportedInstructionError("cp.reduce.async.bulk.tensor (TMA reduce) is not emulated",
-                                          line=ins.line, text=ins.text)
+    if "im2col_no_offs" in ins.modifiers:
+        raise UnsupportedInstructionError("TMA im2col", line=ins.line, text=ins.text)
+    red_op = _reduce_op(ins) if ins.opcode.startswith("cp.reduce") else None
     line, text = ins.line, ins.text
-    reader = "the TMA store"
+    reader, kind = ("the TMA reduce", "TMA reduce") if red_op else ("the TMA store", "TMA store")
 
     def store(w):
         map_all, src_all = lanes32(rd_map(w)), rd_src(w)
@@ -120,20 +122,87 @@ def _store(ins: Instruction, prog: Program) -> Callable:
         smem = w.cta.smem
         for lane in active_index(w):
             tmap = tensormap_at(w, map_all[lane])
+            combine = _reduction(red_op, tmap, w, line, text) if red_op else None
             coords = [int(c[lane]) for c in coords_all][::-1]
             eb = tmap.elem_bytes
             cells = smem.offsets(tmap.smem_addresses(int(src_all[lane])), eb)[:, None] + np.arange(eb)  # data only
             engine_of(w).check_async_read(smem, cells, reader)
             data = smem.data[cells]
 
-            def finish(tmap=tmap, coords=coords, data=data):
+            def finish(tmap=tmap, coords=coords, data=data, combine=combine):
                 gaddr, ok = tmap.offsets(coords)
                 if ok.any():
-                    w.launch.gmem.write(gaddr[ok].astype(np.uint64), data[ok])
-            op = AsyncOp(kind="TMA store", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
+                    addr, new = gaddr[ok].astype(np.uint64), data[ok]
+                    if combine is not None:  # read-modify-write, element by element (each is one atomic)
+                        new = combine(w.launch.gmem.read(addr, tmap.elem_bytes), new)
+                    w.launch.gmem.write(addr, new)
+            op = AsyncOp(kind=kind, line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
                          reads=[(smem, int(cells.min()), int(cells.max()) + 1)], observe=_STORE_OBSERVE)
             w.bulk_open.append(engine_of(w).issue(w, op))
     return store
+
+
+# ------------------------------------------------------------------------------------------------ TMA reduce
+_RED_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
+#: tensormap elemtype -> (name, numpy dtype of the raw element); f16/bf16 are computed through float64
+_ELEM = {0: ("u8", np.uint8), 1: ("u16", np.uint16), 2: ("u32", np.uint32), 3: ("s32", np.int32),
+         4: ("u64", np.uint64), 5: ("s64", np.int64), 6: ("f16", np.uint16), 7: ("f32", np.float32),
+         8: ("f32", np.float32), 9: ("f64", np.float64), 10: ("bf16", np.uint16)}
+#: which element types each operation takes (PTX ISA, cp.reduce.async.bulk.tensor)
+_RED_TYPES = {"add": ("u32", "s32", "u64", "f32", "f16", "bf16"),
+              "min": ("u32", "s32", "u64", "s64", "f16", "bf16"), "max": ("u32", "s32", "u64", "s64", "f16", "bf16"),
+              "inc": ("u32",), "dec": ("u32",), "and": ("u32", "s32", "u64", "s64"),
+              "or": ("u32", "s32", "u64", "s64"), "xor": ("u32", "s32", "u64", "s64")}
+
+
+def _reduce_op(ins: Instruction) -> str:
+    ops = [m for m in ins.modifiers if m in _RED_OPS]
+    if len(ops) != 1:
+        raise UnsupportedInstructionError(f"cp.reduce.async.bulk.tensor needs one of .{', .'.join(_RED_OPS)}",
+                                          line=ins.line, text=ins.text)
+    return ops[0]
+
+
+def _reduction(op: str, tmap: TensorMap, w, line: int, text: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """combine(old bytes [n, eb], new bytes [n, eb]) -> result bytes, for `op` over the map's element type."""
+    name, dt = _ELEM.get(tmap.elem_type, (None, None))
+    if name is None:
+        why = ("the tensor map does not record its element type (host TensorDescriptor maps bound by "
+               "runner._tensor_map carry none yet; device-side maps from tl.make_tensor_descriptor do)"
+               if tmap.elem_type < 0 else f"element type {tmap.elem_type} is not emulated")
+        raise UnsupportedInstructionError(f"TMA reduce: {why}", line=line, text=text)
+    if name not in _RED_TYPES[op]:
+        raise EmulationError(f"cp.reduce.async.bulk.tensor .{op} is not defined for {name} elements (PTX allows "
+                             f"{', '.join(_RED_TYPES[op])})", where=w.where())
+
+    def combine(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        a = np.ascontiguousarray(old).view(dt).reshape(-1)
+        b = np.ascontiguousarray(new).view(dt).reshape(-1)
+        out = _float_combine(op, name, a, b) if name in ("f16", "bf16", "f32") else _int_combine(op, a, b)
+        return np.ascontiguousarray(out.astype(dt, copy=False)).view(np.uint8).reshape(old.shape)
+    return combine
+
+
+def _float_combine(op: str, name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    from .numerics import bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
+    to_f32 = {"f16": f16_bits_to_f32, "bf16": bf16_bits_to_f32, "f32": lambda x: x}[name]
+    x, y = to_f32(a).astype(np.float64), to_f32(b).astype(np.float64)
+    # add: exact in float64, then one round to nearest even (via f32, exact wherever it could matter for
+    # f16/bf16 sums); min/max return the non-NaN operand, as PTX min/max do
+    r = (x + y if op == "add" else np.fmin(x, y) if op == "min" else np.fmax(x, y)).astype(np.float32)
+    return {"f16": f32_to_f16_bits, "bf16": f32_to_bf16_bits, "f32": lambda v: v}[name](r)
+
+
+def _int_combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        if op == "add":
+            return a + b  # wraps modulo 2^bits, like the hardware
+        if op == "inc":  # PTX: old >= b ? 0 : old + 1
+            return np.where(a >= b, 0, a + 1).astype(a.dtype)
+        if op == "dec":  # PTX: (old == 0 || old > b) ? b : old - 1
+            return np.where((a == 0) | (a > b), b, a - 1).astype(a.dtype)
+    return {"min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+            "xor": np.bitwise_xor}[op](a, b)
 
 
 def _bulk_copy(ins: Instruction, prog: Program) -> Callable:

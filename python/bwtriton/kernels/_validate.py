@@ -35,6 +35,15 @@ TMA_ALIGN_BYTES = 16
 #: Output dtypes every block-scaled entry point can store.
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
+def _emulated_target() -> "str | None":
+    """The target of the active emulated GPU (bwtriton.emu.driver), or None; never imports the emulator when it
+    was not loaded (then it cannot be active)."""
+    import sys
+    drv_mod = sys.modules.get("bwtriton.emu.driver")
+    drv = drv_mod.active_driver() if drv_mod is not None else None
+    return drv.target.name if drv is not None else None
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """'bfloat16' for torch.bfloat16 (short names read better in messages)."""
     return str(dtype).replace("torch.", "")
@@ -123,14 +132,29 @@ class InputChecker:
             fix = fix or f"pad it with {pad} zeros to {value + pad}"
             raise self.fail(f"{what} = {value} must be a positive multiple of {block}; {fix}")
 
-    def on_cuda(self, tensors: Mapping[str, "torch.Tensor | None"], hint: str = "") -> torch.device:
+    def on_cuda(self, tensors: Mapping[str, "torch.Tensor | None"], hint: str = "",
+                emulable: bool = True) -> torch.device:
         """All given tensors (None entries skipped) live on one CUDA device; returns it. `hint` is appended to
-        the error for a tensor off the GPU (e.g. where to find a CPU reference)."""
+        the error for a tensor off the GPU (e.g. where to find a CPU reference).
+
+        While bwtriton's emulated B200 is active (`bwtriton.emu.emulated_gpu`, `--emulate sm_100a`), CPU tensors
+        are that GPU's memory: they are accepted and `cpu` is returned, for kernels with an sm_100a path
+        (`emulable`; a kernel without one says so instead of running a path the emulator does not model)."""
         present = {n: t for n, t in tensors.items() if t is not None}
+        emulated = _emulated_target()
         for n, t in present.items():
+            if t.device.type == "cpu" and emulated is not None:
+                if not emulable:
+                    raise self.fail(f"{n} is a CPU tensor on the emulated {emulated}, but this kernel has no "
+                                    f"sm_100a path for the emulator to run; use a CUDA GPU")
+                continue
             if t.device.type != "cuda":
+                extra = f"; {hint}" if hint else ""
+                if t.device.type == "cpu" and emulable:
+                    extra += ("; or run it on the CPU as a Blackwell GPU: "
+                              "`with bwtriton.emu.emulated_gpu(\"sm_100a\"): ...`")
                 raise self.fail(f"{n} is on device '{t.device}', but this kernel runs on a CUDA GPU; move it "
-                                f"with {n}.cuda(){f' ({hint})' if hint else ''}")
+                                f"with {n}.cuda(){f' ({extra[2:]})' if extra else ''}")
         devices = {t.device for t in present.values()}
         if len(devices) > 1:
             listing = ", ".join(f"{n}: {t.device}" for n, t in present.items())
