@@ -135,3 +135,25 @@ def test_device_descriptor_atomic_max(emulated_b200, dtype):
     k = max_tiles[(2,)](out, x, 16, 32, BM=16, BN=32)
     assert ".max" in next(ln for ln in k.asm["ptx"].splitlines() if "cp.reduce.async.bulk.tensor" in ln)
     assert torch.equal(out, torch.maximum(x.amax(0), torch.tensor(7).to(dtype)))
+
+
+@pytest.mark.emu
+@pytest.mark.emulated
+def test_host_descriptor_atomic_add(emulated_b200):
+    """A host TensorDescriptor's map gets its element type from the compile's tensordesc_meta (the runner)."""
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    @triton.jit
+    def add_tiles_host(desc, x_ptr, BM: tl.constexpr, BN: tl.constexpr):
+        r = tl.program_id(0) * BM * BN + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+        desc.atomic_add([0, 0], tl.load(x_ptr + r))
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randint(-8, 9, (3, 16, 32), generator=gen).to(torch.float32)
+    out = torch.randint(-8, 9, (16, 32), generator=gen).to(torch.float32)
+    want = out.double() + x.double().sum(0)
+    k = add_tiles_host[(3,)](TensorDescriptor.from_tensor(out, [16, 32]), x, BM=16, BN=32)
+    assert "cp.reduce.async.bulk.tensor" in k.asm["ptx"]
+    assert torch.equal(out.double(), want)

@@ -104,10 +104,8 @@ def test_emulated_decode(what, m, config, blocked):
     assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="emulator bug (reported): the split-K epilogue's atom.global.gpu.relaxed.add.v4.f32 "
-                          "(vector atomics) dies with a raw ValueError in memops.atom instead of adding 4 floats")
 def test_emulated_decode_split_k():
+    """Split-K's epilogue adds its partial sums with vector atomics (atom.global.gpu.relaxed.add.v4.f32)."""
     gen = torch.Generator().manual_seed(15)
     x = torch.randn(3, 1024, generator=gen).to(torch.bfloat16)
     w_q = quantize_nvfp4(torch.randn(128, 1024, generator=gen))

@@ -285,9 +285,10 @@ class _ArgPacker:
             tmap = TensorMap.fp4_padded(self.tensor_address(d.base), shape[:-1] + [2 * shape[-1]],
                                         [s * eb for s in strides[:-1]], block, swz)
         else:
+            # Triton's tensordesc_meta elem_type is already the CUtensorMapDataType enum a TMA reduce needs
             tmap = TensorMap(base=self.tensor_address(d.base), shape=tuple(shape),
                              strides=tuple(s * eb for s in strides), box=tuple(block), elem_bytes=elem,
-                             swizzle=swz)
+                             swizzle=swz, elem_type=int(meta.get("elem_type", -1)) if meta else -1)
         self.params.tensormaps[PARAM_BASE + slot.offset] = tmap
         # a recognisable blob in param space: the map's base address (the emulator keys maps by address)
         self.params.data[slot.offset:slot.offset + 8] = np.array([tmap.base], dtype=np.uint64).view(np.uint8)

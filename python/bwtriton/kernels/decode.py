@@ -260,17 +260,20 @@ _GEMV_VALUE_BUDGET = 16
 #: adjacent loads per row (G4: wider per-thread loads), or two K steps' loads issued before decoding either.
 #: Wide loads and two steps together (1, 4, True), (2, 4, True) put 4x the bytes of R1 G2 in flight per thread
 #: (73 / 96 registers at M = 1): a CTA at M = 1 lives for only K / 1024 steps, each waiting a full HBM latency.
+#: The fourth field is warps per CTA (default 4): 8 warps puts twice the warps per SM at the same register count; R4
+#: G2 two-step with 8 warps was the fastest M = 1 config of an H200 sweep at N = K = 8192 (18.1 us against 19.0 us
+#: for the best 4-warp one; cuBLAS bf16 33.4 us, all under graph replay).
 _GEMV_SHAPES = ((1, 2, False), (2, 2, False), (4, 2, False), (1, 4, False), (2, 4, False), (1, 2, True),
-                (2, 2, True), (1, 4, True), (2, 4, True))
+                (2, 2, True), (1, 4, True), (2, 4, True), (2, 2, True, 8), (4, 2, True, 8))
 
 
 def _gemv_fits(m: int, rows: int, groups: int, two_steps: bool) -> bool:
     return triton.next_power_of_2(m) * rows * groups * (2 if two_steps else 1) <= _GEMV_VALUE_BUDGET
 
 
-def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int, two_steps: bool) -> "dict | None":
+def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int, two_steps: bool,
+                    warps: int = 4) -> "dict | None":
     """A GEMV config of that shape which tiles (N, K), K split until >= 2 CTAs per SM; None if none tiles."""
-    warps = 4
     for threads_n in (1, 2, 4):
         block_n = rows * threads_n * warps
         block_k = 512 * groups // threads_n * (2 if two_steps else 1)
@@ -288,9 +291,9 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path')."""
     cands = []
     if m <= GEMV_TUNE_MAX_M:
-        for rows, groups, two_steps in _GEMV_SHAPES:
+        for rows, groups, two_steps, *warps in _GEMV_SHAPES:
             if _gemv_fits(m, rows, groups, two_steps):
-                cfg = _gemv_candidate(m, n, k, num_sms, rows, groups, two_steps)
+                cfg = _gemv_candidate(m, n, k, num_sms, rows, groups, two_steps, *warps)
                 if cfg is not None and cfg not in cands:
                     cands.append(cfg)
     base = decode_config(m, n, k, num_sms)
@@ -324,7 +327,7 @@ def config_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gemv R2 G2 split1' or 'mma BN32 split2'."""
     if cfg["path"] == "gemv":
         return (f"gemv R{cfg['ROWS_PER_THREAD']} G{cfg.get('GROUPS_PER_THREAD', 2)} T{cfg['THREADS_N']}"
-                f"{' 2step' if cfg.get('TWO_STEPS') else ''} split{cfg['SPLIT_K']}")
+                f"{' 2step' if cfg.get('TWO_STEPS') else ''} w{cfg['num_warps']} split{cfg['SPLIT_K']}")
     return f"mma BN{cfg['BLOCK_N']} BK{cfg['BLOCK_K']} w{cfg['num_warps']} split{cfg['SPLIT_K']}"
 
 
