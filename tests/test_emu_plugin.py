@@ -9,21 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fixtures.upstream_conftest import DEVICE_CONFTEST
 
 pytestmark = [pytest.mark.emu, pytest.mark.emulated]
 ROOT = Path(__file__).resolve().parent.parent
 
-# what upstream Triton's python/test/conftest.py provides (written here, not copied)
-CONFTEST = """
-import pytest
-
-def pytest_addoption(parser):
-    parser.addoption("--device", action="store", default="cuda")
-
-@pytest.fixture
-def device(request):
-    return request.config.getoption("--device")
-"""
+CONFTEST = DEVICE_CONFTEST
 
 TEST_FILE = """
 import pytest

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fixtures.upstream_conftest import DEVICE_CONFTEST
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("upstream_cases", ROOT / "tools" / "upstream_cases.py")
@@ -16,16 +17,7 @@ uc = importlib.util.module_from_spec(_spec)
 sys.modules["upstream_cases"] = uc
 _spec.loader.exec_module(uc)
 
-CONFTEST = """
-import pytest
-
-def pytest_addoption(parser):
-    parser.addoption("--device", action="store", default="cuda")
-
-@pytest.fixture
-def device(request):
-    return request.config.getoption("--device")
-"""
+CONFTEST = DEVICE_CONFTEST
 
 # Expected behaviour per case is encoded in its parameters; `list` must find: copy[64], copy[128] (launch),
 # pure (no launch, runs anyway), fails, hangs; not copy[4096] (upstream-style skip) nor the non-Blackwell test.
