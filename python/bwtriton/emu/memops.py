@@ -9,7 +9,7 @@ from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
-from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, lanes32
+from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, as_lanes
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
@@ -213,16 +213,16 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     def st(w):
         if w.mask is None:
             if len(srcs) == 1:
-                col = lanes32(np.asarray(convert(srcs[0](w), dt)))
+                col = as_lanes(np.asarray(convert(srcs[0](w), dt)))
                 data = np.ascontiguousarray(col).view(np.uint8).reshape(len(col), -1)
             else:
-                data = np.stack([lanes32(np.asarray(convert(s(w), dt))) for s in srcs], axis=1)
+                data = np.stack([as_lanes(np.asarray(convert(s(w), dt))) for s in srcs], axis=1)
                 data = data.view(np.uint8).reshape(len(data), -1)
             mem_write(w, space, rd_addr(w), data)
             return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
-        cols = [lanes32(np.asarray(convert(s(w), dt)))[idx] for s in srcs]
+        cols = [as_lanes(np.asarray(convert(s(w), dt)))[idx] for s in srcs]
         data = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.uint8).reshape(len(idx), -1)
         mem_write(w, space, addr, data, idx)
     return st
@@ -264,10 +264,10 @@ def _atom(ins: Instruction, prog: Program) -> Callable:
 
     def atom(w):
         idx = active_index(w)
-        base = lanes32(rd_addr(w))[idx]
+        base = as_lanes(rd_addr(w))[idx]
         addr = (base[:, None] + np.arange(n, dtype=np.uint64) * np.uint64(size)).ravel()  # [lane, element]
-        x = np.stack([lanes32(np.asarray(r(w), dtype=dt))[idx] for r in srcs], 1).ravel()
-        c = np.repeat(lanes32(np.asarray(rc(w), dtype=dt))[idx], n) if rc else None
+        x = np.stack([as_lanes(np.asarray(r(w), dtype=dt))[idx] for r in srcs], 1).ravel()
+        c = np.repeat(as_lanes(np.asarray(rc(w), dtype=dt))[idx], n) if rc else None
         lanes = np.repeat(idx, n)
         if len(np.unique(addr)) == len(addr):
             old = apply(w, addr, x, c, lanes)
@@ -299,7 +299,7 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
         idx = active_index(w)
         dst = rd_dst(w)[idx].copy()
         src = rd_src(w)[idx].copy()
-        srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else \
+        srcsize = as_lanes(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else \
             np.full(len(idx), size)
         smem = w.cta.smem
         cells = (smem.offsets(dst, size)[:, None] + np.arange(size)).ravel()
@@ -322,7 +322,7 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     if shared.pending_read(lo, hi):
         raise GangFallback("pending asynchronous reads")
     src = rd_src(w)[idx].copy()
-    srcsize = lanes32(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
+    srcsize = as_lanes(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
     cells = (flat[:, None] + np.arange(size)).ravel()
     op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid), writes=[(shared, cells)],
                  observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
@@ -397,7 +397,7 @@ def _ldmatrix(ins: Instruction, prog: Program) -> Callable:
 
     def ldm(w):
         # per warp (a gang: per CTA row of 32 lanes): lanes 8i..8i+7 give matrix i's row addresses
-        addr = lanes32(rd_addr(w)).reshape(-1, 32)
+        addr = as_lanes(rd_addr(w)).reshape(-1, 32)
         warps = np.arange(addr.shape[0])[:, None] * 32
         for i, wr in enumerate(writers):
             lanes = (warps + 8 * i + np.arange(8)).ravel()
@@ -423,11 +423,11 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     t = np.arange(32)
 
     def stm(w):
-        addr = lanes32(rd_addr(w)).reshape(-1, 32)
+        addr = as_lanes(rd_addr(w)).reshape(-1, 32)
         nw = addr.shape[0]
         warps = np.arange(nw)[:, None] * 32
         for i, s in enumerate(srcs):
-            v = lanes32(np.asarray(s(w), np.uint32)).reshape(nw, 32)
+            v = as_lanes(np.asarray(s(w), np.uint32)).reshape(nw, 32)
             mat = np.zeros((nw, 8, 8), dtype=np.uint16)
             lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
             if trans:
@@ -449,8 +449,8 @@ def _mapa(ins: Instruction, prog: Program) -> Callable:
     ra, rr = prog.src(ins.operands[1], U64, ins), prog.src(ins.operands[2], np.dtype(np.uint32), ins)
 
     def mapa(w):
-        a = lanes32(ra(w)).astype(np.uint64)
-        r = lanes32(rr(w)).astype(np.uint64)
+        a = as_lanes(ra(w)).astype(np.uint64)
+        r = as_lanes(rr(w)).astype(np.uint64)
         return wr(w, np.uint64(CLUSTER_WINDOW) | (r << np.uint64(24)) | (a & np.uint64(0xFFFFFF)))
     return mapa
 
@@ -460,7 +460,7 @@ def _getctarank(ins: Instruction, prog: Program) -> Callable:
     ra = prog.src(ins.operands[1], U64, ins)
 
     def getctarank(w):
-        a = lanes32(ra(w)).astype(np.uint64)
+        a = as_lanes(ra(w)).astype(np.uint64)
         window = (a & np.uint64(CLUSTER_WINDOW)) != 0
         return wr(w, np.where(window, (a >> np.uint64(24)) & np.uint64(0x3F), np.uint64(w.cta.rank)))
     return getctarank

@@ -10,7 +10,7 @@ import numpy as np
 from ..ptx.ir import Instruction
 from . import numerics as nx
 from .errors import UnsupportedInstructionError
-from .program import Program, lanes32
+from .program import Program, as_lanes
 
 _LANE = np.arange(32)
 _G, _T = _LANE >> 2, _LANE % 4
@@ -89,7 +89,7 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
 
     def mma(w):
         # one MMA per warp; in a gang (bwtriton.emu.gang) one per CTA row of 32 lanes, batched
-        regs = lambda rs: [lanes32(np.asarray(r(w), np.uint32)) for r in rs]  # noqa: E731
+        regs = lambda rs: [as_lanes(np.asarray(r(w), np.uint32)) for r in rs]  # noqa: E731
         a_el = _elements(regs(a_r), 32 // per, a_t)
         nw = len(a_el) // 32
         b_el = _elements(regs(b_r), 32 // per, b_t)

@@ -190,7 +190,7 @@ class Program:
             readers = [self.src(it, part, ins) for it in op.items]
 
             def pack(w):
-                parts = [lanes32(np.asarray(r(w), dtype=part)) for r in readers]
+                parts = [as_lanes(np.asarray(r(w), dtype=part)) for r in readers]
                 return np.stack(parts, axis=1).copy().view(_CONTAINER[dt.itemsize]).reshape(-1).view(dt)
             return pack
         raise UnsupportedInstructionError(f"operand {op.text!r} ({op.kind}) cannot be read as a value",
@@ -208,7 +208,7 @@ class Program:
             part = dts[0] if dts else np.dtype(np.uint32)
 
             def unpack(w, v):
-                v = lanes32(np.asarray(v))
+                v = as_lanes(np.asarray(v))
                 pieces = np.ascontiguousarray(v).view(part).reshape(-1, n)
                 for i, wr in enumerate(writers):
                     wr(w, pieces[:, i])
@@ -315,11 +315,11 @@ def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
         return const_address
     rd = prog.src(op.base, np.dtype(np.uint64), ins)
     if op.offset == 0:
-        return lambda w: lanes32(rd(w))
-    return lambda w: lanes32(rd(w)) + off
+        return lambda w: as_lanes(rd(w))
+    return lambda w: as_lanes(rd(w)) + off
 
 
-def lanes32(v) -> np.ndarray:
+def as_lanes(v) -> np.ndarray:
     """`v` as a lane array (32 lanes for a warp, `lane_count()` in a gang; scalars broadcast, read-only); the
     common already-an-array case costs nothing."""
     n = _LANES[0]

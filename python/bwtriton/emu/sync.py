@@ -10,7 +10,7 @@ from ..ptx.ir import Instruction
 from .asyncops import engine_of
 from .errors import EmulationError, UnsupportedInstructionError
 from .memory import MBarrier, split_cluster_address
-from .program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, lanes32
+from .program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, as_lanes
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -54,7 +54,7 @@ def _brx(ins: Instruction, prog: Program) -> Callable:
     rd = prog.src(ins.operands[0], U32, ins)
 
     def brx(w):
-        idx = lanes32(np.asarray(rd(w)))
+        idx = as_lanes(np.asarray(rd(w)))
         act = active_index(w)
         vals = np.unique(idx[act])
         if len(vals) != 1:
@@ -182,7 +182,7 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
 
         def init(w):
             addrs = rd(w)
-            cnt = lanes32(np.asarray(rc(w)))
+            cnt = as_lanes(np.asarray(rc(w)))
             for lane in active_index(w):
                 rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
                 c = int(cnt[lane])
@@ -244,7 +244,7 @@ def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
 
         def try_wait(w):
             addrs = rd(w)
-            st = lanes32(np.asarray(rs(w)))
+            st = as_lanes(np.asarray(rs(w)))
             idx = active_index(w)
             res = np.zeros(32, dtype=bool)
             obs = w.observed
@@ -308,9 +308,9 @@ def _shfl(ins: Instruction, prog: Program) -> Callable:
     lane = np.arange(32, dtype=np.int64)
 
     def shfl(w):
-        a = lanes32(np.asarray(ra(w)))
-        b = lanes32(np.asarray(rb(w)).astype(np.int64)) & 31
-        c = lanes32(np.asarray(rc(w)).astype(np.int64))
+        a = as_lanes(np.asarray(ra(w)))
+        b = as_lanes(np.asarray(rb(w)).astype(np.int64)) & 31
+        c = as_lanes(np.asarray(rc(w)).astype(np.int64))
         clamp, segmask = c & 31, (c >> 8) & 31
         max_lane = (lane & segmask) | (clamp & ~segmask)
         min_lane = lane & segmask
@@ -339,7 +339,7 @@ def _vote(ins: Instruction, prog: Program) -> Callable:
     rp = prog.src(ins.operands[1], BOOL, ins)
 
     def vote(w):
-        p = lanes32(np.asarray(rp(w)))
+        p = as_lanes(np.asarray(rp(w)))
         act = w.mask if w.mask is not None else np.ones(32, bool)
         vals = p[act]
         if mode == "ballot":
@@ -360,7 +360,7 @@ def _redux(ins: Instruction, prog: Program) -> Callable:
           "and": np.bitwise_and.reduce, "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}[mode]
 
     def redux(w):
-        v = lanes32(np.asarray(ra(w)))[active_index(w)]
+        v = as_lanes(np.asarray(ra(w)))[active_index(w)]
         r = fn(v)
         return wr(w, np.array([int(r) & 0xFFFFFFFF], dtype=np.uint32).view(dt)[0])
     return redux

@@ -22,7 +22,7 @@ from .asyncops import AsyncOp, engine_of, short
 from .errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
                      UnsupportedInstructionError, UnwaitedTmemLoadError)
 from .memory import TMEM_COLS, TMEM_LANES, split_cluster_address
-from .program import Program, active_index, address_reader, lanes32
+from .program import Program, active_index, address_reader, as_lanes
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -39,7 +39,7 @@ def _cta_group(ins: Instruction) -> int:
 
 
 def _uniform(w, arr, what: str) -> int:
-    a = lanes32(np.asarray(arr))[active_index(w)]
+    a = as_lanes(np.asarray(arr))[active_index(w)]
     if (a != a[0]).any():
         raise EmulationError(f"{what} differs between the lanes of the warp (must be warp-uniform)",
                              where=w.where())
@@ -263,7 +263,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         if tm.inflight[ucols].any():
             raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
         check_pending_ld(w.cta, {w.wid % 4}, ucols, "tcgen05.st")
-        vals = np.stack([lanes32(np.asarray(r(w), np.uint32)) for r in readers], axis=1)
+        vals = np.stack([as_lanes(np.asarray(r(w), np.uint32)) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
         tm.data[lanes, cols] = vals
@@ -291,7 +291,7 @@ def _commit(ins: Instruction, prog: Program) -> Callable:
         for lane in active_index(w):  # single-thread semantics: every issuing lane commits
             rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
             if multicast:
-                mask = int(lanes32(np.asarray(rd_mask(w)))[lane])
+                mask = int(as_lanes(np.asarray(rd_mask(w)))[lane])
                 targets = [(r, local) for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
             else:
                 targets = [(rank, local)]
@@ -361,15 +361,15 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
 
     def mma(w):
         d_all, a_all, b_all, i_all = rd_d(w), rd_a(w), rd_b(w), rd_i(w)
-        en_all = lanes32(np.asarray(rd_en(w)))
+        en_all = as_lanes(np.asarray(rd_en(w)))
         sa_all = rd_sa(w) if rd_sa else None
         sb_all = rd_sb(w) if rd_sb else None
         sd = int(np.asarray(rd_scale_d(w)).flat[0]) if rd_scale_d else 0
         for lane in active_index(w):  # single-thread issue: every active lane starts one MMA
-            taddr_d = int(lanes32(d_all)[lane])
-            a = int(lanes32(a_all)[lane])
-            b = int(lanes32(b_all)[lane])
-            idesc = idesc_of(int(lanes32(i_all)[lane]), kind)
+            taddr_d = int(as_lanes(d_all)[lane])
+            a = int(as_lanes(a_all)[lane])
+            b = int(as_lanes(b_all)[lane])
+            idesc = idesc_of(int(as_lanes(i_all)[lane]), kind)
             enable = bool(en_all[lane])
             sa = int(sa_all[lane]) if sa_all is not None else None
             sb = int(sb_all[lane]) if sb_all is not None else None
@@ -579,7 +579,7 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
     def cp(w):
         taddr_all, desc_all = rd_t(w), rd_s(w)
         for lane in active_index(w):
-            taddr, desc = int(taddr_all[lane]), int(lanes32(desc_all)[lane])
+            taddr, desc = int(taddr_all[lane]), int(as_lanes(desc_all)[lane])
             ctas = _pair(w, cta_group)
             cols = (taddr & 0xFFFF) + np.arange(ncols)
             lanes = (taddr >> 16) + dst_lanes

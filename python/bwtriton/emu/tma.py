@@ -11,7 +11,7 @@ from .asyncops import AsyncOp, engine_of
 from .tensormap import SWIZZLE_CODES, TENSORMAP_BYTES, TensorMap, decode  # noqa: F401 (runner uses SWIZZLE_CODES)
 from .errors import EmulationError, UnsupportedInstructionError
 from .memory import split_cluster_address
-from .program import Program, active_index, address_reader, lanes32
+from .program import Program, active_index, address_reader, as_lanes
 
 U32 = np.dtype(np.uint32)
 
@@ -55,8 +55,8 @@ def _load(ins: Instruction, prog: Program) -> Callable:
     line, text = ins.line, ins.text
 
     def load(w):
-        dst_all, map_all, bar_all = rd_dst(w), lanes32(rd_map(w)), rd_bar(w)
-        coords_all = [lanes32(np.asarray(c(w))) for c in rd_coords]
+        dst_all, map_all, bar_all = rd_dst(w), as_lanes(rd_map(w)), rd_bar(w)
+        coords_all = [as_lanes(np.asarray(c(w))) for c in rd_coords]
         for lane in active_index(w):  # single-thread issue
             tmap = tensormap_at(w, map_all[lane])
             coords = [int(c[lane]) for c in coords_all][::-1]  # PTX lists the innermost coordinate first
@@ -64,7 +64,7 @@ def _load(ins: Instruction, prog: Program) -> Callable:
             brank, bar = split_cluster_address(int(bar_all[lane]), w.cta.rank)
             ranks = [rank]
             if multicast:
-                mask = int(lanes32(np.asarray(rd_mask(w)))[lane])
+                mask = int(as_lanes(np.asarray(rd_mask(w)))[lane])
                 ranks = [r for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
             ctas = [w.cta.cluster.ctas[r] for r in ranks]
             # multicast: each destination CTA's mbarrier at the same offset gets the bytes
@@ -117,8 +117,8 @@ def _store(ins: Instruction, prog: Program) -> Callable:
     reader, kind = ("the TMA reduce", "TMA reduce") if red_op else ("the TMA store", "TMA store")
 
     def store(w):
-        map_all, src_all = lanes32(rd_map(w)), rd_src(w)
-        coords_all = [lanes32(np.asarray(c(w))) for c in rd_coords]
+        map_all, src_all = as_lanes(rd_map(w)), rd_src(w)
+        coords_all = [as_lanes(np.asarray(c(w))) for c in rd_coords]
         smem = w.cta.smem
         for lane in active_index(w):
             tmap = tensormap_at(w, map_all[lane])
@@ -220,7 +220,7 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
 
     def bulk(w):
         dst_all, src_all = rd_dst(w), rd_src(w)
-        n_all = lanes32(np.asarray(rd_n(w)))
+        n_all = as_lanes(np.asarray(rd_n(w)))
         engine = engine_of(w)
         for lane in active_index(w):
             n = int(n_all[lane])
