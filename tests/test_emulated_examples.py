@@ -8,17 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bwtriton.emu.driver import emulated_gpu  # noqa: E402
 from bwtriton.examples.runners import _check  # noqa: E402
 
-pytestmark = [pytest.mark.emu, pytest.mark.emulated]
+pytestmark = [pytest.mark.emu, pytest.mark.emulated, pytest.mark.usefixtures("emulated_b200_module")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def emulated_b200():
-    """Every test here launches on the emulated B200 (sm_100a)."""
-    with emulated_gpu("sm_100a") as drv:
-        yield drv
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8_e4m3fn"])

@@ -19,20 +19,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bwtriton.emu.driver import emulated_gpu  # noqa: E402
 from bwtriton.formats import quantize_mxfp4, quantize_mxfp8, quantize_nvfp4  # noqa: E402
 from test_kernels_blockscaled import assert_close_to_reference  # noqa: E402
 
 blockscaled = importlib.import_module("bwtriton.kernels.blockscaled")
 decode = importlib.import_module("bwtriton.kernels.decode")
 
-pytestmark = [pytest.mark.emu, pytest.mark.emulated]
+pytestmark = [pytest.mark.emu, pytest.mark.emulated, pytest.mark.usefixtures("emulated_b200_module")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def emulated_b200():
-    with emulated_gpu("sm_100a") as drv:
-        yield drv
 
 
 @pytest.fixture(autouse=True)

@@ -15,12 +15,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bwtriton.emu.driver import emulated_gpu  # noqa: E402
 from bwtriton.kernels._configs import GemmConfig  # noqa: E402
 from test_kernels_matmul import _assert_close, _fp8_tolerances  # noqa: E402
 
 kmatmul = importlib.import_module("bwtriton.kernels.matmul")  # the module (bwtriton.kernels.matmul is also a function)
-pytestmark = [pytest.mark.emu, pytest.mark.emulated]
+pytestmark = [pytest.mark.emu, pytest.mark.emulated, pytest.mark.usefixtures("emulated_b200_module")]
 BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 
 #: the sm_100 candidates' shape (warp-specialized, 2-way epilogue split), at 128x128 tiles to keep emulation short
@@ -30,11 +29,6 @@ WS_128 = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=3, num_warp
 PLAIN_128 = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=3, num_warps=8, group_m=8,
                        epilogue_split=1, warp_specialize=False, flatten=False)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def emulated_b200():
-    with emulated_gpu("sm_100a") as drv:
-        yield drv
 
 
 def _operands(m, n, k, dtype, col_major, seed):

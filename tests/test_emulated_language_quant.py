@@ -8,17 +8,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from bwtriton.emu.driver import emulated_gpu  # noqa: E402
 from test_language_quant import MX_CASES, NVFP4_CASES, check_mx, check_nvfp4, check_unswizzle  # noqa: E402
 
-pytestmark = [pytest.mark.emu, pytest.mark.emulated]
+pytestmark = [pytest.mark.emu, pytest.mark.emulated, pytest.mark.usefixtures("emulated_b200_module")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def emulated_b200():
-    """Every test here launches on the emulated B200 (sm_100a)."""
-    with emulated_gpu("sm_100a") as drv:
-        yield drv
 
 
 @pytest.mark.parametrize("case", NVFP4_CASES)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from fixtures.interpreter import interpret_module
 import torch
 
 from bwtriton.errors import InputError
@@ -99,10 +97,7 @@ def test_every_e2m1_times_e4m3_product_is_a_bf16_value():
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return interpret_module(__file__)
 
 
 @pytest.mark.parametrize("name", list(cases()))

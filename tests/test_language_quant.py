@@ -11,10 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from fixtures.interpreter import interpret_module
 import torch
 
 BM, BK = 32, 64  # tile; inputs below are [64, 128] -> a 2x2 grid of tiles
@@ -187,10 +186,7 @@ ALL_NAMES = ([f"nvfp4-{c}" for c in NVFP4_CASES]
 # ----------------------------------------------------------------------------------------------- interpreter (CPU)
 @pytest.fixture(scope="module")
 def interpreter_results():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return interpret_module(__file__)
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
