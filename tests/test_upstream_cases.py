@@ -191,3 +191,18 @@ def test_run_kills_a_case_at_the_timeout(upstream_file, monkeypatch):
     monkeypatch.setenv("TINY_HANG_S", "60")
     r = uc.run_case(upstream_file, _ids("test_hangs")[0], timeout_s=2.0)
     assert r.outcome == "timeout" and r.wall < 10 and "killed after 2 s" in r.message
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--cases", "/nonexistent/cases.txt"], "is not a file (make one with `list FILE`)"),
+    (["list", "/nonexistent/test_x.py"], "FILE '/nonexistent/test_x.py' is not a file"),
+    (["run", "--all", __file__, "--sample", "-1"], "--sample must be >= 0"),
+    (["run", "--all", __file__, "--jobs", "0"], "--jobs must be >= 1"),
+    (["run", "--all", __file__, "--timeout-s", "0"], "--timeout-s and --budget-s must be positive"),
+    (["run"], "run needs --cases LIST"),
+])
+def test_bad_arguments_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        uc.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

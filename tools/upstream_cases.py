@@ -418,7 +418,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for sp in (ls, rn):
         sp.add_argument("--pytest-arg", action="append", default=[], help="extra pytest argument (repeatable)")
     args = p.parse_args(argv)
+    _check_args(p, args)
     return _cmd_list(args) if args.cmd == "list" else _cmd_run(args)
+
+
+def _check_args(p: argparse.ArgumentParser, args) -> None:
+    """Bad paths and counts are usage errors naming the fix (argparse exits 2), not tracebacks later."""
+    for name in ("file", "cases"):
+        path = getattr(args, name, None)
+        if path and not os.path.isfile(path):
+            p.error(f"{'--cases' if name == 'cases' else 'FILE'} {path!r} is not a file"
+                    + (" (make one with `list FILE`)" if name == "cases" else ""))
+    if args.cmd != "run":
+        return
+    if not (args.cases or args.all or args.file):
+        p.error("run needs --cases LIST (from `list`), or FILE with --all")
+    if args.sample < 0:
+        p.error(f"--sample must be >= 0 (0: every case), got {args.sample}")
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.timeout_s <= 0 or args.budget_s <= 0:
+        p.error("--timeout-s and --budget-s must be positive seconds")
 
 
 if __name__ == "__main__":
