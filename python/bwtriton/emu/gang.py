@@ -300,7 +300,8 @@ def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
             set_lane_count(32)
         total += n * len(gw.rows)
         progressed |= bool(n) or launch.progress != before
-    if not progressed and not any([c.engine.complete_all() for c in clusters]) and not all(g.done for g in gws):
+    # the gang's clusters share one engine (run_gangs)
+    if not progressed and not clusters[0].engine.complete_all() and not all(g.done for g in gws):
         blocked = "; ".join(f"{g.where()} at pc {g.pc}: {g.blocked_on or 'running'}" for g in gws if not g.done)
         raise DeadlockError(f"deadlock: no warp can make progress and no asynchronous work is pending -- {blocked}")
     return total, False

@@ -8,6 +8,7 @@ import numpy as np
 from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
+from .gang import GangFallback
 from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
 from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, as_lanes
 
@@ -68,7 +69,6 @@ def _gang_shared(space: str, addr: np.ndarray) -> bool:
         return True
     if space == "generic":
         return bool(addr.size) and int(addr.max()) < (1 << 31)
-    from .gang import GangFallback
     raise GangFallback(space)
 
 
@@ -315,7 +315,6 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     """cp.async for every CTA of a gang as one asynchronous operation over the stacked shared memories
     (gang.GangShared); anything unusual (a pending asynchronous read, an out-of-window address, bytes still
     owned by another copy) goes to the per-CTA path before any side effect, which reports it."""
-    from .gang import GangFallback
     shared = w.shared
     idx = active_index(w)
     flat, lo, hi = shared.cells(rd_dst(w)[idx], size, idx)
