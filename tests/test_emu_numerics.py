@@ -6,8 +6,6 @@ references within format tolerance (tolerances: `emu_cases.out_tolerance` -- out
 order). All run under the default "latest" schedule, so they are also the unmutated controls of the strict model."""
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -80,16 +78,14 @@ def test_matmul_multi_cta_grid_bf16():
     assert err <= tol
 
 
-def test_speed_256x256x512_bf16_gemm():
-    """Issue target: a 256x256x512 bf16 GEMM (BLOCK 128x128x64 -> 4 CTAs) emulates in < 10 s."""
+def test_256x256x512_bf16_gemm():
+    """A 256x256x512 bf16 GEMM (BLOCK 128x128x64 -> 4 CTAs, 8 K steps). Its speed is a row of
+    benchmarks/emulator.py: time is never asserted here."""
     case = ec.case_example_matmul("bf16", M=256, N=256, K=512, seed=1)
     args, out, ref, tol = case.make()
-    t0 = time.perf_counter()
     stats = emu.run(case.kernel, case.grid, *args)
-    elapsed = time.perf_counter() - t0
-    print(f"\n256x256x512 bf16: {stats}")
+    assert stats.ctas == 4
     assert float((out.double() - ref).abs().max()) <= tol
-    assert elapsed < 10.0, f"took {elapsed:.1f} s"
 
 
 def test_opcode_census_every_instruction_has_semantics():
@@ -110,19 +106,14 @@ def test_opcode_census_every_instruction_has_semantics():
 
 
 @pytest.mark.parametrize("bn", [128, 256])
-def test_speed_1024x512x256_bf16_gemm(bn):
-    """Issue 13 target: the 1024x512x256 bf16 tl.dot GEMM upstream's tests use emulates in <= 5 s with 128x128
-    and 128x256 tiles. Asserted on this process's CPU time: the machine is shared, so wall time measures the
-    neighbours (both are printed)."""
+def test_1024x512x256_bf16_gemm(bn):
+    """The 1024x512x256 bf16 tl.dot GEMM upstream's tests use, with 128x128 and 128x256 tiles (32 / 16 CTAs).
+    Its speed (goal <= 5 s) is a row of benchmarks/emulator.py: time is never asserted here."""
     case = ec.case_matmul("bf16", M=1024, N=512, K=256, bm=128, bn=bn, bk=64)
     args, out, ref, tol = case.make()
-    w0, c0 = time.perf_counter(), time.process_time()
     stats = emu.run(case.kernel, case.grid, *args)
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    print(f"\n1024x512x256 bf16, 128x{bn} tiles: {stats}; wall {wall:.2f} s, cpu {cpu:.2f} s, "
-          f"{stats.instructions / cpu / 1e3:.0f} k warp-instr per cpu-second")
+    assert stats.ctas == (1024 // 128) * (512 // bn)
     assert float((out.double() - ref).abs().max()) <= tol
-    assert cpu <= 5.0, f"took {cpu:.1f} s of CPU"
 
 
 def test_lhs_in_tmem_cases_really_read_a_from_tmem():

@@ -190,7 +190,8 @@ def test_run_records_pass_fail_crash_and_writes_reports(upstream_file, tmp_path,
 def test_run_kills_a_case_at_the_timeout(upstream_file, monkeypatch):
     monkeypatch.setenv("TINY_HANG_S", "60")
     r = uc.run_case(upstream_file, _ids("test_hangs")[0], timeout_s=2.0)
-    assert r.outcome == "timeout" and r.wall < 10 and "killed after 2 s" in r.message
+    # the case would hang 60 s: finishing well before that shows the hard kill, whatever the load
+    assert r.outcome == "timeout" and r.wall < 45 and "killed after 2 s" in r.message
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -7,7 +7,6 @@ mutated instruction or its partner), so a check that silently stops working fail
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -252,14 +251,14 @@ def test_ld_lane_quarter_and_bounds():
     assert "lane-quarter" in _checks("\n".join(lines) + "\n")
 
 
-def test_parse_and_verify_speed():
-    """10k+ lines of real PTX parse well under a second (the biggest corpus kernel, repeated)."""
+def test_parse_many_entries_in_one_module():
+    """10k+ lines of real PTX (the biggest corpus kernel, repeated under new names) parse into one entry per copy,
+    each with the same instructions. Parse speed is a row of benchmarks/emulator.py, not asserted here."""
     text = corpus_ptx("gluon_two_ctas")
-    body = text
+    body, copies = text, 1
     while len(body.splitlines()) < 10000:
-        body += "\n" + text.replace(".entry mma_two_ctas", f".entry k{len(body)}")
-    t0 = time.perf_counter()
+        body += "\n" + text.replace(".entry mma_two_ctas", f".entry k{copies}")
+        copies += 1
     mod = parse_ptx(body)
-    dt = time.perf_counter() - t0
-    assert len(mod.entries) >= 3
-    assert dt < 1.0, f"parse took {dt:.2f}s"
+    assert [e.name for e in mod.entries] == ["mma_two_ctas"] + [f"k{i}" for i in range(1, copies)]
+    assert len({len(e.instructions) for e in mod.entries}) == 1

@@ -84,17 +84,11 @@ def test_matrix_subset_covers_every_option():
     assert len(us.matrix(full=True)) == len(us.CASES) * 2 * 4 * 2 * 2
 
 
-def test_unaligned_gemm_verifies_under_two_seconds():
-    """Issue 12's reproducer (M/N/K not known divisible by 16, num_stages=1: ~2950 lines of PTX) verifies clean,
-    in under 2 s of CPU time (process time, so a loaded machine does not make it flaky)."""
-    import time
-
+def test_unaligned_gemm_verifies_clean():
+    """Issue 12's reproducer (M/N/K not known divisible by 16, num_stages=1: ~2950 lines of PTX) verifies clean.
+    Its verify time (goal < 2 s) is a row of benchmarks/emulator.py, not asserted here."""
     result = bwtriton.compile(us.matmul_plain, **us.options("t03_plain_masked", False, 1, 4, 1))
     text = result.asm["ptx"]
     assert len(text.splitlines()) > 2500
-    verify_ptx(text)  # warm-up: z3's first query loads the solver
-    t0 = time.process_time()
     report = verify_ptx(text)
-    cpu = time.process_time() - t0
     assert report.errors == [] and report.warnings == []
-    assert cpu < 2.0, f"verify took {cpu:.2f} s CPU"
