@@ -81,10 +81,13 @@ def test_emulated_nvfp4_two_tiles_and_k_loop():
 #: (M = 32) lowers to mma.sync; gemv is the CUDA-core Gluon kernel
 DECODE_CASES = [("tcgen05", 16, {"path": "mma", "BLOCK_N": 64, "SPLIT_K": 1}),
                 ("mma.sync", 16, {"path": "mma", "BLOCK_N": 32, "SPLIT_K": 1}),
-                ("gemv", 1, {"path": "gemv"})]
+                ("gemv", 1, {"path": "gemv"}),
+                ("frag", 1, {"path": "frag", "SPLIT_K": 1}),
+                ("frag", 5, {"path": "frag", "SPLIT_K": 2}),
+                ("frag", 16, {"path": "frag", "TILES_PER_THREAD": 1, "SPLIT_K": 4})]
 
 
-@pytest.mark.parametrize("what,m,config", DECODE_CASES, ids=[c[0] for c in DECODE_CASES])
+@pytest.mark.parametrize("what,m,config", DECODE_CASES, ids=[f"{c[0]}-m{c[1]}" for c in DECODE_CASES])
 @pytest.mark.parametrize("blocked", [False, True])
 def test_emulated_decode(what, m, config, blocked):
     gen = torch.Generator().manual_seed(14)
@@ -93,7 +96,10 @@ def test_emulated_decode(what, m, config, blocked):
     w_q = quantize_nvfp4(torch.randn(n, k, generator=gen) * 0.05, blocked=blocked)
     out = decode.nvfp4_decode_matmul(x, w_q, config=config)
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
-    if what != "gemv":
+    if what == "frag":  # the fragment decode: prmt byte tables feeding bf16 mma.sync
+        ptx = _last_ptx(decode._FRAG_LAUNCHER)
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx and "prmt.b32" in ptx
+    elif what != "gemv":
         assert what in _last_ptx(decode._MMA_LAUNCHER)
     assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
 
@@ -105,3 +111,22 @@ def test_emulated_decode_split_k():
     w_q = quantize_nvfp4(torch.randn(128, 1024, generator=gen))
     out = decode.nvfp4_decode_matmul(x, w_q, config={"path": "mma", "BLOCK_N": 64, "SPLIT_K": 2})
     assert_close_to_reference(out, x.double(), w_q.dequantize(torch.float64))
+
+
+def test_emulated_frag_decode_is_exact_on_every_code_and_scale():
+    """One-hot activations pick single weights: every byte value (both nibbles, -0, the subnormal 0.5) and UE4M3
+    scales down to the subnormal 2^-9 must come out exactly (fp32 output), through the repack and the prmt
+    decode; a bias is added in fp32."""
+    from bwtriton.formats import QuantizedTensor
+    gen = torch.Generator().manual_seed(16)
+    n, k = 64, 512
+    data = torch.stack([torch.randperm(256, generator=gen)[torch.arange(k // 2) % 256] for _ in range(n)])
+    scale_bytes = torch.randint(0, 0x7F, (n, k // 16), generator=gen, dtype=torch.uint8)  # 0x7F is NaN
+    w_q = QuantizedTensor(data=data.to(torch.uint8), scales=scale_bytes.view(torch.float8_e4m3fn),
+                          scale_layout="plain", global_scale=torch.tensor(0.75), format="nvfp4", shape=(n, k))
+    dense = w_q.dequantize(torch.float64)
+    cols = torch.tensor([0, 1, 2, 3, 17, 255, 256, 511])
+    x = torch.zeros(8, k, dtype=torch.bfloat16)
+    x[torch.arange(8), cols] = 1.0
+    out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config={"path": "frag", "SPLIT_K": 1})
+    assert torch.equal(out.double(), dense[:, cols].T)

@@ -231,7 +231,8 @@ def test_decode_gemv_two_steps(split):
 
 
 @pytest.mark.gpu
-def test_decode_gemv_decodes_every_byte_and_scale_exactly():
+@pytest.mark.parametrize("path", ["gemv", "frag"])
+def test_decode_decodes_every_byte_and_scale_exactly(path):
     """All 256 weight bytes (both nibbles, signed zero, subnormal 0.5) in every row, UE4M3 scales down to the
     subnormal 2^-9, one-hot activations: out[0, n] picks single weights, so the fp32 result must equal the
     dequantized weight exactly (no accumulation error), here read with fp32 output."""
@@ -247,12 +248,12 @@ def test_decode_gemv_decodes_every_byte_and_scale_exactly():
     for cols in (torch.arange(0, 4), torch.tensor([1, 17, 510, 1023])):
         x = torch.zeros(4, k, device="cuda", dtype=torch.bfloat16)
         x[torch.arange(4), cols.cuda()] = 1.0
-        out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config={"path": "gemv", "SPLIT_K": 1})
+        out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config={"path": path, "SPLIT_K": 1})
         assert torch.equal(out.double().cpu(), dense[:, cols].T.cpu())
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gemv", "mma"])
+@pytest.mark.parametrize("path", ["gemv", "mma", "frag"])
 def test_decode_paths_agree_at_llm_shape(path):
     """N = K = 8192 (the benchmark shape) through both paths with their default configs."""
     torch.manual_seed(8)
@@ -317,7 +318,7 @@ def test_decode_auto_path_tunes_once_then_replays_its_plan():
     x = torch.randn(2, k, device="cuda").to(torch.bfloat16)
     first = decode.nvfp4_decode_matmul(x, w_q)
     cfg = decode.tuned_decode_config(2, n, k, device_index=x.device.index)
-    assert cfg is not None and cfg["path"] in ("gemv", "mma")
+    assert cfg is not None and cfg["path"] in ("gemv", "mma", "frag")
     plans = len(decode._PLANS)
     x2 = torch.randn(2, k, device="cuda").to(torch.bfloat16)
     second = decode.nvfp4_decode_matmul(x2, w_q)  # plan path: same signature, new data

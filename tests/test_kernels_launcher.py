@@ -114,9 +114,12 @@ _SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
 @pytest.mark.parametrize("n,k", _SHAPES)
 def test_decode_candidates_tile_the_shape_and_fit_registers(m, n, k):
     cands = decode.decode_candidates(m, n, k, num_sms=132)
-    assert cands and len(cands) <= 14  # tuning must stay quick
+    assert cands and len(cands) <= 20  # tuning must stay quick (one compile, ~1-2 s, per candidate per process)
     for cfg in cands:
-        if cfg["path"] == "gemv":
+        if cfg["path"] == "frag":
+            assert m <= 16 and n % (16 * cfg["TILES_PER_THREAD"] * cfg["num_warps"]) == 0
+            assert (k // 64) % (cfg["CHUNKS_PER_STEP"] * cfg["SPLIT_K"]) == 0
+        elif cfg["path"] == "gemv":
             groups = cfg["GROUPS_PER_THREAD"]
             block_n = cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
             block_k = 512 * groups // cfg["THREADS_N"] * (2 if cfg["TWO_STEPS"] else 1)
@@ -137,10 +140,19 @@ def test_decode_candidates_at_m1_cover_gemv_rows_wide_loads_and_tensor_cores():
     assert not any(c["path"] == "gemv" for c in decode.decode_candidates(16, 8192, 8192))
 
 
+def test_decode_candidates_take_the_frag_path_up_to_m16_unless_disabled(monkeypatch):
+    assert any(c["path"] == "frag" for c in decode.decode_candidates(16, 8192, 8192))
+    assert not any(c["path"] == "frag" for c in decode.decode_candidates(17, 8192, 8192))
+    # K = 7168 has 112 chunks of 64: the sweep's split 16 / 32 shapes are lowered until they divide it
+    assert {c["SPLIT_K"] for c in decode.decode_candidates(1, 4096, 7168) if c["path"] == "frag"} <= {1, 2, 4, 8, 16}
+    monkeypatch.setenv("BWTRITON_DECODE_FRAG", "0")
+    assert not any(c["path"] == "frag" for c in decode.decode_candidates(1, 8192, 8192))
+
+
 def test_decode_user_config_errors_name_the_keys():
     with pytest.raises(InputError, match=r"unknown config keys \['BOGUS'\]"):
         decode._user_config("nvfp4_decode_matmul", {"BOGUS": 1}, 1, 8192, 8192, 132)
-    with pytest.raises(InputError, match="'gemv' .* or 'mma'"):
+    with pytest.raises(InputError, match="'gemv' .*, 'mma' .* or 'frag'"):
         decode._user_config("nvfp4_decode_matmul", {"path": "simt"}, 1, 8192, 8192, 132)
 
 

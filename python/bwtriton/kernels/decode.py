@@ -44,6 +44,7 @@ from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
+from . import _decode_frag as _frag
 
 __all__ = ["nvfp4_decode_matmul", "decode_scaled", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -288,8 +289,11 @@ def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int
 
 
 def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
-    """Every config the auto path times for this shape (each a full config with its 'path')."""
-    cands = []
+    """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
+    (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
+    (M <= GEMV_TUNE_MAX_M) and the tensor-core kernel's."""
+    import os
+    cands = [] if os.environ.get("BWTRITON_DECODE_FRAG") == "0" else _frag.frag_candidates(m, n, k)
     if m <= GEMV_TUNE_MAX_M:
         for rows, groups, two_steps, *warps in _GEMV_SHAPES:
             if _gemv_fits(m, rows, groups, two_steps):
@@ -321,10 +325,15 @@ TUNING_LOG: dict[tuple, dict[str, float]] = {}
 
 _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
+_FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
+_PATHS = ("gemv", "mma", "frag")
 
 
 def config_label(cfg: dict) -> str:
-    """Short name of a config, e.g. 'gemv R2 G2 split1' or 'mma BN32 split2'."""
+    """Short name of a config, e.g. 'gemv R2 G2 split1', 'mma BN32 split2' or 'frag T4 C2 w8 split16'."""
+    if cfg["path"] == "frag":
+        return (f"frag T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
+                f"split{cfg['SPLIT_K']}")
     if cfg["path"] == "gemv":
         return (f"gemv R{cfg['ROWS_PER_THREAD']} G{cfg.get('GROUPS_PER_THREAD', 2)} T{cfg['THREADS_N']}"
                 f"{' 2step' if cfg.get('TWO_STEPS') else ''} w{cfg['num_warps']} split{cfg['SPLIT_K']}")
@@ -424,8 +433,9 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     """replay(x, alpha, bias) -> out: launch `entry` (made by `decode_launch` for `cfg`, an x of M rows and the
     same bias-or-not) again for new activations, epilogue scale and bias (one allocation, one launch)."""
     n, k = w_q.shape
-    split, gemv = cfg["SPLIT_K"], cfg["path"] == "gemv"
+    split, path = cfg["SPLIT_K"], cfg["path"]
     grid = (n // _block_n(cfg), split, 1)
+    frag_ref = weakref.ref(_frag.frag_weight(w_q)) if path == "frag" else None
     # Weak references: the plans that hold this replay are dropped with the weight's tensors (nvfp4_linear keys
     # them on those tensors), which a strong reference here would keep alive forever.
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
@@ -435,7 +445,10 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
         w_data, w_scales = data_ref(), scales_ref()
         out = alloc((m, n), dtype=buf_dtype, device=device)
         b = out if bias is None else bias
-        if gemv:
+        if path == "frag":
+            x64 = _frag.x_as_int64(x)
+            run_entry(entry, grid, device, _frag.frag_args(x64, frag_ref(), out, alpha, b, split, device))
+        elif path == "gemv":
             xp = _as_int32_pairs(x)
             run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, xp.stride(0), w_stride, n))
         else:
@@ -446,6 +459,8 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
 
 
 def _block_n(cfg: dict) -> int:
+    if cfg["path"] == "frag":
+        return _frag.frag_block_n(cfg)
     if cfg["path"] == "gemv":
         return cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
     return cfg["BLOCK_N"]
@@ -484,9 +499,16 @@ def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]
 def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) -> dict:
     user = dict(config)
     path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma")
-    if path not in ("gemv", "mma"):
-        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores) or 'mma' (tensor cores), got {path!r}")
-    if path == "gemv":
+    if path not in _PATHS:
+        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' (tensor cores) or 'frag' "
+                         f"(tensor cores, fragment-ordered weight copy), got {path!r}")
+    if path == "frag":
+        cands = _frag.frag_candidates(m, n, k)
+        defaults = cands[0] if cands else _frag.frag_candidate(m, n, k, 1, 1, 4, 1)
+        if defaults is None:
+            raise InputError(f"{op}: the frag path takes M <= {_frag.FRAG_MAX_M}, got M={m}; use path 'mma'")
+        defaults = {key: v for key, v in defaults.items() if key != "path"}
+    elif path == "gemv":
         defaults = dict(gemv_config(m, n, k, num_sms), GROUPS_PER_THREAD=2)
     else:
         defaults = decode_config(m, n, k, num_sms)
@@ -516,7 +538,9 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
     kwargs["HAS_BIAS"] = bias is not None
     b = out if bias is None else bias
-    if cfg["path"] == "gemv":
+    if cfg["path"] == "frag":
+        entry = _launch_frag(op, x, w_q, out, alpha, b, cfg, bias is not None)
+    elif cfg["path"] == "gemv":
         entry = _launch_gemv(op, x, w_q, out, alpha, b, kwargs, blocked)
     else:
         grid = (n // cfg["BLOCK_N"], split)
@@ -541,3 +565,19 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
             out.stride(0))
     key = ("gemv", m, n, k, x_pairs.stride(0), out.dtype, blocked, bias.dtype, tuple(sorted(cfg.items())))
     return _GEMV_LAUNCHER.launch(key, grid, x.device, args, dict(cfg, SCALE_BLOCKED=blocked))
+
+
+def _launch_frag(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
+                 cfg: dict, has_bias: bool) -> tuple:
+    m, k = x.shape
+    n = w_q.shape[0]
+    block_n, split = _frag.frag_block_n(cfg), cfg["SPLIT_K"]
+    if m > _frag.FRAG_MAX_M or n % block_n or k % (64 * cfg["CHUNKS_PER_STEP"] * split):
+        raise InputError(f"{op}: frag config {cfg} does not tile M={m}, N={n}, K={k}: M must be <= "
+                         f"{_frag.FRAG_MAX_M}, N a multiple of 16*TILES_PER_THREAD*num_warps={block_n}, K of "
+                         f"64*CHUNKS_PER_STEP*SPLIT_K={64 * cfg['CHUNKS_PER_STEP'] * split}")
+    x64 = _frag.x_as_int64(x)
+    args = _frag.frag_args(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
+    kwargs = _frag.frag_kwargs(cfg, m, has_bias)
+    key = ("frag", m, n, k, x64.stride(0), out.dtype, bias.dtype, tuple(sorted(kwargs.items())), split)
+    return _FRAG_LAUNCHER.launch(key, (n // block_n, split), x.device, args, kwargs)
