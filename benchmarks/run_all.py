@@ -30,6 +30,8 @@ def _tuning_logs() -> dict:
         mod = importlib.import_module(f"bwtriton.kernels.{name}")
         logs[name] = {str(tuple(str(x).replace("torch.", "") for x in key)): times
                       for key, times in mod.TUNING_LOG.items()}
+        if getattr(mod, "TUNING_FAILURES", None):  # candidates that raised while tuning (skipped)
+            logs[f"{name} failures"] = {str(key): errs for key, errs in mod.TUNING_FAILURES.items()}
     return logs
 
 

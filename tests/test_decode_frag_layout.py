@@ -96,3 +96,39 @@ def test_frag_kernel_compiles_to_wide_loads_and_mma_without_spills(act_rows):
     assert mmas and mmas % (64 * (2 if act_rows == 16 else 1)) == 0
     assert not re.search(r"\b(STL|LDL)\b", sass)   # no register spills
     assert "convert_layout" not in res.asm["ttgir"] and "local_alloc" not in res.asm["ttgir"]
+
+
+def test_repacked_copy_is_made_once_per_weight_and_again_after_an_in_place_edit():
+    w_q = quantize_nvfp4(torch.randn(32, 128))
+    first = frag.frag_weight(w_q)
+    assert frag.frag_weight(w_q) is first  # a second lookup of a multi-element tensor key (was a RuntimeError)
+    w_q.data[0, 0] ^= 0x11
+    again = frag.frag_weight(w_q)
+    assert again is not first and not torch.equal(again.words, first.words)
+    key = id(w_q.data)
+    del w_q, first, again
+    import gc
+    gc.collect()
+    assert key not in frag._FRAG  # dropped with the weight
+
+
+def test_decode_tuner_warns_about_and_records_a_failing_candidate(monkeypatch):
+    from bwtriton.kernels import decode
+    calls = []
+
+    def fake_decode(op, x, w_q, cfg, out_dtype, device, *rest):
+        calls.append(cfg["path"])
+        if cfg["path"] == "frag":
+            raise RuntimeError("frag broke")
+        return None, None
+    monkeypatch.setattr(decode, "_decode", fake_decode)
+    monkeypatch.setattr(decode, "kernel_time_us", lambda fn: 1.0)
+    monkeypatch.setattr(decode.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(decode, "_TUNED", {})
+    monkeypatch.setattr(decode, "TUNING_FAILURES", {})
+    w_q = quantize_nvfp4(torch.randn(8192, 256))
+    with pytest.warns(RuntimeWarning, match="candidate frag .* failed .* skipped .*frag broke"):
+        cfg = decode._tuned("nvfp4_decode_matmul", None, w_q, 1, 8192, 8192, torch.bfloat16, torch.device("cpu"), 132)
+    assert cfg["path"] != "frag" and "frag" in calls
+    (failures,) = decode.TUNING_FAILURES.values()
+    assert failures and all(label.startswith("frag") and "frag broke" in err for label, err in failures.items())

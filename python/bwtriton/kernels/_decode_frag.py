@@ -95,16 +95,21 @@ def _versions(w_q) -> tuple:
     return (w_q.data._version, w_q.scales._version)
 
 
-_FRAG: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+#: Repacked copies by id of the weight's data tensor (a WeakKeyDictionary would compare tensor keys with ==,
+#: which is elementwise); an entry goes when that tensor does.
+_FRAG: dict[int, FragWeight] = {}
 
 
 def frag_weight(w_q) -> FragWeight:
     """The repacked copy of `w_q`'s codes and scales, made on first use (again after an in-place edit) and dropped
     with the weight's data."""
-    hit = _FRAG.get(w_q.data)
+    key = id(w_q.data)
+    hit = _FRAG.get(key)
     if hit is None or hit.shape != tuple(w_q.shape) or hit.versions != _versions(w_q):
+        if hit is None:
+            weakref.finalize(w_q.data, _FRAG.pop, key, None)
         hit = FragWeight(w_q)
-        _FRAG[w_q.data] = hit
+        _FRAG[key] = hit
     return hit
 
 

@@ -30,6 +30,7 @@ at a time (ld.shared.b8) in the MMA operand layout.
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Callable
 
@@ -322,6 +323,8 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
 #: Tuned config per (capability, M, N, K, scale layout, out dtype); TUNING_LOG keeps every candidate's time (us).
 _TUNED: dict[tuple, dict] = {}
 TUNING_LOG: dict[tuple, dict[str, float]] = {}
+#: Candidates that raised while being tuned (label -> error), per tuning key: skipped, and warned about.
+TUNING_FAILURES: dict[tuple, dict[str, str]] = {}
 
 _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
@@ -354,7 +357,10 @@ def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: 
             _decode(op, x, w_q, cand, out_dtype, device)  # compile + warm up outside the timing
             us = kernel_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device))
             timings[config_label(cand)] = (us, cand)
-        except Exception:  # noqa: BLE001 - a candidate that fails to compile or launch is skipped
+        except Exception as exc:  # noqa: BLE001 - a candidate that fails to compile or launch is skipped, loudly
+            TUNING_FAILURES.setdefault(key, {})[config_label(cand)] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"nvfp4 decode tuning: candidate {config_label(cand)} failed for M={m} N={n} K={k} and "
+                          f"was skipped ({type(exc).__name__}: {str(exc)[:200]})", RuntimeWarning, stacklevel=3)
             continue
     if not timings:
         cfg = default_config(m, n, k, num_sms)
