@@ -8,7 +8,10 @@ weight, exact), and the MMA is "swapped": the dequantized weight tile [BLOCK_N, 
 and x^T [BLOCK_K, 16..64] the small B operand, so no MMA work is wasted on padding M up to 64/128 rows.
 SPLIT_K > 1 splits K over more CTAs (fp32 atomics) when N alone gives too few CTAs to saturate HBM.
 
-Two paths. M <= GEMV_MAX_M (4) takes a CUDA-core GEMV (`nvfp4_gemv_kernel`, Gluon so that one explicit 4-D
+Three paths; the auto path times them per shape. For M <= 16 the tensor-core "frag" kernel
+(`_decode_frag`: the weight repacked once into mma.sync fragment order, ~3 instructions per weight) is the usual
+winner at large N x K (H200, graph replay, N = K = 8192: 18 us at M = 1 and 4, 25 us at M = 16). M <= GEMV_MAX_M
+(4) takes a CUDA-core GEMV (`nvfp4_gemv_kernel`, Gluon so that one explicit 4-D
 layout [M, rows, groups, 8 bytes] covers every tensor: no layout conversions, 16-byte loads, no spills); it decodes
 each weight once (4 instructions, exact) and pays one FFMA per weight per activation row. Larger M takes the
 tensor-core kernel above, whose auto config is now BLOCK_N 32, split 2 at N = K = 8192 (measured fastest).
