@@ -76,7 +76,7 @@ def test_blocked_scales_repack_like_plain_ones():
     gen = torch.Generator().manual_seed(1)
     w = torch.randn(128, 256, generator=gen)
     plain, blocked = quantize_nvfp4(w), quantize_nvfp4(w, blocked=True)
-    a, b = frag.FragWeight(plain), frag.FragWeight(blocked)
+    a, b = frag.frag_weight(plain), frag.frag_weight(blocked)
     assert torch.equal(a.words, b.words) and torch.equal(a.scales, b.scales)
 
 

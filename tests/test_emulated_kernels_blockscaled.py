@@ -130,3 +130,19 @@ def test_emulated_frag_decode_is_exact_on_every_code_and_scale():
     x[torch.arange(8), cols] = 1.0
     out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config={"path": "frag", "SPLIT_K": 1})
     assert torch.equal(out.double(), dense[:, cols].T)
+
+
+def test_emulated_frag_plan_replay_sees_an_in_place_weight_edit(monkeypatch):
+    """The auto path's replay plan reads the repacked copy through a version check: editing the weight's codes
+    in place between calls must change the result (a stale copy would be a silent wrong answer)."""
+    monkeypatch.setattr(decode, "_tuned", lambda *a, **kw: {"path": "frag", "TILES_PER_THREAD": 1,
+                                                             "CHUNKS_PER_STEP": 1, "num_warps": 4, "SPLIT_K": 1})
+    gen = torch.Generator().manual_seed(17)
+    x = torch.randn(2, 256, generator=gen).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(64, 256, generator=gen))
+    _, entry = decode._decode("t", x, w_q, decode._tuned(), torch.bfloat16, x.device)
+    replay = decode.make_replay(w_q, decode._tuned(), entry, 2, torch.bfloat16, x.device)
+    alpha = decode.decode_scale_arg(w_q, x.device)
+    assert_close_to_reference(replay(x, alpha, None), x.double(), w_q.dequantize(torch.float64))
+    w_q.data.copy_(w_q.data ^ 0x88)  # flip every sign
+    assert_close_to_reference(replay(x, alpha, None), x.double(), w_q.dequantize(torch.float64))

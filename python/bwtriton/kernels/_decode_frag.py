@@ -77,22 +77,15 @@ def repack(data: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 class FragWeight:
-    """A weight's repacked copy for the frag path (made once per weight object, see `frag_weight`)."""
+    """A weight's repacked copy for the frag path (made once per weight tensor, see `frag_weight`)."""
 
-    def __init__(self, w_q):
+    def __init__(self, data: torch.Tensor, scales: torch.Tensor, scale_layout: str, shape: tuple[int, int]):
         from ..formats import from_blocked_scales
-        n, k = w_q.shape
-        scales = w_q.scales
-        if w_q.scale_layout != "plain":
-            scales = from_blocked_scales(scales, n, k // 16)
-        self.words, self.scales = repack(w_q.data, scales)
+        n, k = shape
+        plain = scales if scale_layout == "plain" else from_blocked_scales(scales, n, k // 16)
+        self.words, self.scales = repack(data, plain)
         self.shape = (n, k)
-        self.versions = _versions(w_q)
-
-
-def _versions(w_q) -> tuple:
-    """The weight tensors' version counters: an in-place edit of codes or scales makes the copy stale."""
-    return (w_q.data._version, w_q.scales._version)
+        self.versions = (data._version, scales._version)
 
 
 #: Repacked copies by id of the weight's data tensor (a WeakKeyDictionary would compare tensor keys with ==,
@@ -100,17 +93,23 @@ def _versions(w_q) -> tuple:
 _FRAG: dict[int, FragWeight] = {}
 
 
-def frag_weight(w_q) -> FragWeight:
-    """The repacked copy of `w_q`'s codes and scales, made on first use (again after an in-place edit) and dropped
-    with the weight's data."""
-    key = id(w_q.data)
+def frag_weight_of(data: torch.Tensor, scales: torch.Tensor, scale_layout: str,
+                   shape: tuple[int, int]) -> FragWeight:
+    """The repacked copy of these codes and scales: made on first use, again after an in-place edit of either
+    (their version counters), dropped with the data tensor."""
+    key = id(data)
     hit = _FRAG.get(key)
-    if hit is None or hit.shape != tuple(w_q.shape) or hit.versions != _versions(w_q):
-        if hit is None:
-            weakref.finalize(w_q.data, _FRAG.pop, key, None)
-        hit = FragWeight(w_q)
-        _FRAG[key] = hit
+    if hit is not None and hit.shape == tuple(shape) and hit.versions == (data._version, scales._version):
+        return hit
+    if hit is None:
+        weakref.finalize(data, _FRAG.pop, key, None)
+    hit = _FRAG[key] = FragWeight(data, scales, scale_layout, tuple(shape))
     return hit
+
+
+def frag_weight(w_q) -> FragWeight:
+    """`frag_weight_of` an NVFP4 `QuantizedTensor`."""
+    return frag_weight_of(w_q.data, w_q.scales, w_q.scale_layout, tuple(w_q.shape))
 
 
 # Byte tables of the bf16 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0..7): high bytes 00 3F 3F 3F 40 40 40 40,

@@ -444,7 +444,7 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     n, k = w_q.shape
     split, path = cfg["SPLIT_K"], cfg["path"]
     grid = (n // _block_n(cfg), split, 1)
-    frag_ref = weakref.ref(_frag.frag_weight(w_q)) if path == "frag" else None
+    layout, shape = w_q.scale_layout, tuple(w_q.shape)
     # Weak references: the plans that hold this replay are dropped with the weight's tensors (nvfp4_linear keys
     # them on those tensors), which a strong reference here would keep alive forever.
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
@@ -456,7 +456,8 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
         b = out if bias is None else bias
         if path == "frag":
             x64 = _frag.x_as_int64(x)
-            run_entry(entry, grid, device, _frag.frag_args(x64, frag_ref(), out, alpha, b, split, device))
+            fw = _frag.frag_weight_of(w_data, w_scales, layout, shape)  # a lookup; a repack after in-place edits
+            run_entry(entry, grid, device, _frag.frag_args(x64, fw, out, alpha, b, split, device))
         elif path == "gemv":
             xp = _as_int32_pairs(x)
             run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, xp.stride(0), w_stride, n))
