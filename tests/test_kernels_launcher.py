@@ -156,6 +156,17 @@ def test_decode_user_config_errors_name_the_keys():
         decode._user_config("nvfp4_decode_matmul", {"path": "simt"}, 1, 8192, 8192, 132)
 
 
+def test_decode_frag_config_errors_say_what_tiles():
+    with pytest.raises(InputError, match="frag path takes M <= 16, got M=17; use path 'mma'"):
+        decode._user_config("nvfp4_decode_matmul", {"path": "frag"}, 17, 8192, 8192, 132)
+    cfg = decode._user_config("nvfp4_decode_matmul", {"path": "frag", "TILES_PER_THREAD": 4, "num_warps": 8},
+                              1, 256, 256, 132)
+    w_q = quantize_nvfp4(torch.randn(256, 256))
+    x, out = torch.randn(1, 256).bfloat16(), torch.empty(1, 256)
+    with pytest.raises(InputError, match=r"N a multiple of 16\*TILES_PER_THREAD\*num_warps=512"):
+        decode._launch_frag("nvfp4_decode_matmul", x, w_q, out, torch.ones(1), out, cfg, False)
+
+
 def test_decode_rejects_cpu_inputs_after_caching_the_weight_check():
     w_q = quantize_nvfp4(torch.randn(64, 256))
     for _ in range(2):  # the second call takes the cached weight check and must still refuse CPU tensors
