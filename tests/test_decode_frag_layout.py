@@ -132,3 +132,11 @@ def test_decode_tuner_warns_about_and_records_a_failing_candidate(monkeypatch):
     assert cfg["path"] != "frag" and "frag" in calls
     (failures,) = decode.TUNING_FAILURES.values()
     assert failures and all(label.startswith("frag") and "frag broke" in err for label, err in failures.items())
+
+
+def test_repack_in_row_blocks_equals_one_pass(monkeypatch):
+    w_q = quantize_nvfp4(torch.randn(96, 128, generator=torch.Generator().manual_seed(2)))
+    whole = frag.FragWeight(w_q.data, w_q.scales, "plain", (96, 128))
+    monkeypatch.setattr(frag, "REPACK_BYTES", 16 * 128 * 32)  # 32 rows per block: 3 blocks
+    blocks = frag.FragWeight(w_q.data, w_q.scales, "plain", (96, 128))
+    assert torch.equal(blocks.words, whole.words) and torch.equal(blocks.scales, whole.scales)

@@ -76,6 +76,10 @@ def repack(data: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torc
     return words, pairs
 
 
+#: Rows repacked at a time are chosen so that their int32 temporaries stay near this many bytes (~1 GiB).
+REPACK_BYTES = 1 << 30
+
+
 class FragWeight:
     """A weight's repacked copy for the frag path (made once per weight tensor, see `frag_weight`)."""
 
@@ -83,7 +87,11 @@ class FragWeight:
         from ..formats import from_blocked_scales
         n, k = shape
         plain = scales if scale_layout == "plain" else from_blocked_scales(scales, n, k // 16)
-        self.words, self.scales = repack(data, plain)
+        # in blocks of rows: the repack's int32 temporaries are ~16x the weight's bytes
+        step = max(16, (REPACK_BYTES // max(1, 16 * k)) // 16 * 16)
+        parts = [repack(data[r:r + step], plain[r:r + step]) for r in range(0, n, step)]
+        self.words = torch.cat([w for w, _ in parts]) if len(parts) > 1 else parts[0][0]
+        self.scales = torch.cat([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
         self.shape = (n, k)
         self.versions = (data._version, scales._version)
 
