@@ -146,3 +146,20 @@ def test_emulated_frag_plan_replay_sees_an_in_place_weight_edit(monkeypatch):
     assert_close_to_reference(replay(x, alpha, None), x.double(), w_q.dequantize(torch.float64))
     w_q.data.copy_(w_q.data ^ 0x88)  # flip every sign
     assert_close_to_reference(replay(x, alpha, None), x.double(), w_q.dequantize(torch.float64))
+
+
+@pytest.mark.parametrize("m,split,out_dtype", [(2, 2, torch.float16), (9, 1, torch.float32), (16, 4, torch.bfloat16)])
+def test_emulated_frag_decode_with_bias_split_and_out_dtype(m, split, out_dtype):
+    """The small-M linear's call (`_decode` with alpha and bias): with split-K only K slice 0 adds the bias; odd
+    M exercises the MMA's second column, M > 8 its second MMA."""
+    gen = torch.Generator().manual_seed(18)
+    n, k = 64, 512
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, generator=gen) * 0.05)
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+    alpha = torch.tensor([0.375])
+    cfg = {"path": "frag", "TILES_PER_THREAD": 1, "CHUNKS_PER_STEP": 1, "num_warps": 4, "SPLIT_K": split}
+    out, _ = decode._decode("t", x, w_q, cfg, out_dtype, x.device, alpha, bias)
+    assert out.dtype == out_dtype and out.shape == (m, n)
+    w = w_q.dequantize(torch.float64) / w_q.global_scale.double() * 0.375  # alpha replaces the global scale
+    assert_close_to_reference(out, x.double(), w, bias)
