@@ -88,38 +88,34 @@ def emulated_b200():
             triton.set_allocator(NullAllocator())
 
 
-def _kernels():
+def _reduce_tiles_kernel():
     import triton
     import triton.language as tl
 
     @triton.jit
-    def add_tiles(out_ptr, x_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
-        # every program adds its own x tile into the SAME output rows 0..BM-1 (and rows past M are clipped)
+    def reduce_tiles(out_ptr, x_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr, MAX: tl.constexpr):
+        # every program reduces its own x tile into the SAME output rows 0..BM-1 (and rows past M are clipped)
         desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
         pid = tl.program_id(0)
         r = pid * BM * BN + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-        desc.atomic_add([0, 0], tl.load(x_ptr + r))
-
-    @triton.jit
-    def max_tiles(out_ptr, x_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
-        desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
-        pid = tl.program_id(0)
-        r = pid * BM * BN + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-        desc.atomic_max([0, 0], tl.load(x_ptr + r))
-    return add_tiles, max_tiles
+        if MAX:
+            desc.atomic_max([0, 0], tl.load(x_ptr + r))
+        else:
+            desc.atomic_add([0, 0], tl.load(x_ptr + r))
+    return reduce_tiles
 
 
 @pytest.mark.emu
 @pytest.mark.emulated
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
 def test_device_descriptor_atomic_add_accumulates_and_clips(emulated_b200, dtype):
-    add_tiles, _ = _kernels()
+    reduce_tiles = _reduce_tiles_kernel()
     bm, bn, m, n, progs = 16, 32, 12, 32, 3  # M < BM: the box's last 4 rows are out of bounds
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(-8, 9, (progs, bm, bn), generator=gen).to(dtype)  # small integers: every sum is exact
     out = torch.randint(-8, 9, (m, n), generator=gen).to(dtype)
     want = out.double() + x.double().sum(0)[:m]
-    k = add_tiles[(progs,)](out, x, m, n, BM=bm, BN=bn)
+    k = reduce_tiles[(progs,)](out, x, m, n, BM=bm, BN=bn, MAX=False)
     assert "cp.reduce.async.bulk.tensor" in k.asm["ptx"]
     assert torch.equal(out.double(), want)
 
@@ -128,11 +124,11 @@ def test_device_descriptor_atomic_add_accumulates_and_clips(emulated_b200, dtype
 @pytest.mark.emulated
 @pytest.mark.parametrize("dtype", [torch.int32, torch.bfloat16])  # Triton's atomic_max takes no fp32
 def test_device_descriptor_atomic_max(emulated_b200, dtype):
-    _, max_tiles = _kernels()
+    reduce_tiles = _reduce_tiles_kernel()
     gen = torch.Generator().manual_seed(2)
     x = torch.randint(-50, 50, (2, 16, 32), generator=gen).to(dtype)
     out = torch.full((16, 32), 7).to(dtype)
-    k = max_tiles[(2,)](out, x, 16, 32, BM=16, BN=32)
+    k = reduce_tiles[(2,)](out, x, 16, 32, BM=16, BN=32, MAX=True)
     assert ".max" in next(ln for ln in k.asm["ptx"].splitlines() if "cp.reduce.async.bulk.tensor" in ln)
     assert torch.equal(out, torch.maximum(x.amax(0), torch.tensor(7).to(dtype)))
 
