@@ -140,3 +140,13 @@ def test_repack_in_row_blocks_equals_one_pass(monkeypatch):
     monkeypatch.setattr(frag, "REPACK_BYTES", 16 * 128 * 32)  # 32 rows per block: 3 blocks
     blocks = frag.FragWeight(w_q.data, w_q.scales, "plain", (96, 128))
     assert torch.equal(blocks.words, whole.words) and torch.equal(blocks.scales, whole.scales)
+
+
+def test_activations_view_as_words_or_copy_when_the_view_is_impossible():
+    from bwtriton.kernels._common import view_as_words
+    x = torch.randn(3, 66).bfloat16()
+    ok = x[:, :64]                      # row stride 66: no int64 view -> a contiguous copy
+    words = view_as_words(ok, torch.int64)
+    assert words.shape == (3, 16) and torch.equal(words.view(torch.bfloat16), ok)
+    y = torch.randn(2, 64).bfloat16()
+    assert view_as_words(y, torch.int32).data_ptr() == y.data_ptr()  # a view when allowed

@@ -13,6 +13,16 @@ import triton.language as tl
 from ._device import device_capability
 
 
+def view_as_words(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x bf16 [M, K] viewed as wider words [M, K * 2 / itemsize] (int32: element pairs, int64: quads; the low
+    element in the low half), as the decode kernels read activations; a contiguous copy when the row stride or
+    storage offset does not allow the view."""
+    try:
+        return x.view(dtype)
+    except RuntimeError:
+        return x.clone(memory_format=torch.contiguous_format).view(dtype)
+
+
 def tcgen05_block_scaled(device: torch.device) -> bool:
     """Whether `device` has block-scaled tcgen05 MMA with scales in TMEM (sm_100a / sm_103a), which the TMA kernel
     needs. Not `Target.native_block_scaled`: that also holds for sm_120a, whose block-scaled MMA is mma.sync."""

@@ -343,15 +343,6 @@ def act_rows(m: int) -> int:
     return 1 if m == 1 else (8 if m <= 8 else 16)
 
 
-def x_as_int64(x: torch.Tensor) -> torch.Tensor:
-    """x bf16 [M, K] viewed as int64 [M, K/4] (4 elements per word, as the kernel's B operands read it); a copy
-    when its row stride or offset does not allow the view."""
-    try:
-        return x.view(torch.int64)
-    except RuntimeError:
-        return x.clone(memory_format=torch.contiguous_format).view(torch.int64)
-
-
 def frag_args(x64: torch.Tensor, fw: FragWeight, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
               split: int, device: torch.device) -> tuple:
     """The kernel's positional arguments (the order of `nvfp4_frag_kernel`)."""

@@ -33,6 +33,7 @@ at a time (ld.shared.b8) in the MMA operand layout.
 """
 from __future__ import annotations
 
+import os
 import warnings
 import weakref
 from typing import Callable
@@ -46,7 +47,7 @@ from triton.experimental.gluon import language as gl
 from ..errors import InputError
 from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
-from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets
+from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_as_words
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 from . import _decode_frag as _frag
 
@@ -296,7 +297,6 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
     (M <= GEMV_TUNE_MAX_M) and the tensor-core kernel's."""
-    import os
     cands = [] if os.environ.get("BWTRITON_DECODE_FRAG") == "0" else _frag.frag_candidates(m, n, k)
     if m <= GEMV_TUNE_MAX_M:
         for rows, groups, two_steps, *warps in _GEMV_SHAPES:
@@ -347,7 +347,6 @@ def config_label(cfg: dict) -> str:
 
 
 def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: int) -> dict:
-    import os
     key = (device.index, m, n, k, w_q.scale_layout, out_dtype)
     cfg = _TUNED.get(key)
     if cfg is not None:
@@ -455,11 +454,11 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
         out = alloc((m, n), dtype=buf_dtype, device=device)
         b = out if bias is None else bias
         if path == "frag":
-            x64 = _frag.x_as_int64(x)
+            x64 = view_as_words(x, torch.int64)
             fw = _frag.frag_weight_of(w_data, w_scales, layout, shape)  # a lookup; a repack after in-place edits
             run_entry(entry, grid, device, _frag.frag_args(x64, fw, out, alpha, b, split, device))
         elif path == "gemv":
-            xp = _as_int32_pairs(x)
+            xp = view_as_words(x, torch.int32)
             run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, xp.stride(0), w_stride, n))
         else:
             run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, b, m, n, k, x.stride(0), n))
@@ -474,14 +473,6 @@ def _block_n(cfg: dict) -> int:
     if cfg["path"] == "gemv":
         return cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
     return cfg["BLOCK_N"]
-
-
-def _as_int32_pairs(x: torch.Tensor) -> torch.Tensor:
-    """x bf16 [M, K] viewed as int32 pairs [M, K/2] (even element in the low half), as the GEMV reads it."""
-    try:
-        return x.view(torch.int32)
-    except RuntimeError:  # odd row stride or storage offset: copy into a fresh contiguous buffer
-        return x.clone(memory_format=torch.contiguous_format).view(torch.int32)
 
 
 _VALIDATED: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
@@ -569,7 +560,7 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
     if n % block_n or k % (block_k * cfg["SPLIT_K"]) or cfg["BLOCK_M"] < m:
         raise InputError(f"{op}: gemv config {cfg} does not tile M={m}, N={n}, K={k}: N must be a multiple of "
                          f"ROWS_PER_THREAD*THREADS_N*num_warps={block_n}, K of {block_k}*SPLIT_K, BLOCK_M >= M")
-    x_pairs = _as_int32_pairs(x)
+    x_pairs = view_as_words(x, torch.int32)
     grid = (n // block_n, cfg["SPLIT_K"])
     args = (x_pairs, w_q.data, w_q.scales, out, alpha, bias, m, n, k, x_pairs.stride(0), w_q.data.stride(0),
             out.stride(0))
@@ -586,7 +577,7 @@ def _launch_frag(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
         raise InputError(f"{op}: frag config {cfg} does not tile M={m}, N={n}, K={k}: M must be <= "
                          f"{_frag.FRAG_MAX_M}, N a multiple of 16*TILES_PER_THREAD*num_warps={block_n}, K of "
                          f"64*CHUNKS_PER_STEP*SPLIT_K={64 * cfg['CHUNKS_PER_STEP'] * split}")
-    x64 = _frag.x_as_int64(x)
+    x64 = view_as_words(x, torch.int64)
     args = _frag.frag_args(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
     kwargs = _frag.frag_kwargs(cfg, m, has_bias)
     key = ("frag", m, n, k, x64.stride(0), out.dtype, bias.dtype, tuple(sorted(kwargs.items())), split)
