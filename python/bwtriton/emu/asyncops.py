@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .cells import Chunks, cells_get, cells_set
 from .errors import AsyncOverwriteError, MissingProxyFenceError, PoisonReadError, short
 
 SCHEDULES = ("latest", "eager")
@@ -44,6 +45,7 @@ class AsyncOp:
     observe: str = ""
     seq: int = 0
     done: bool = False
+    engine: Optional["AsyncEngine"] = None  # the engine that issued it (and keeps it pending)
 
     def describe(self) -> str:
         return f"the {self.kind} at PTX line {self.line} (`{short(self.text)}`)"
@@ -68,9 +70,9 @@ class AsyncEngine:
             lo, hi = _bounds(idx)
             self.check_write(smem, lo, hi, op.describe(), idx=idx)
         self.seq += 1
-        op.seq = self.seq
+        op.seq, op.engine = self.seq, self
         for smem, idx in op.writes:
-            smem.poison[idx] = op.seq
+            cells_set(smem.poison, idx, op.seq)
             smem.n_poison += 1
         for smem, lo, hi in op.reads:
             smem.async_reads.append((lo, hi, op))
@@ -94,17 +96,19 @@ class AsyncEngine:
         """Perform `op`'s deferred effects and release its books (covered ops first, in order)."""
         if op.done:
             return
+        if op.engine is not self:  # a gang's operation, observed by a CTA of another cluster than the issuer's
+            return op.engine.complete(op)
         op.done = True
         for c in op.covers:
             self.complete(c)
         if op.finish is not None:
             op.finish()
         for smem, idx in op.writes:
-            seg = smem.poison[idx]
-            smem.poison[idx] = np.where(seg == op.seq, 0, seg)
+            # every byte still holds op.seq: issuing anything that writes poisoned bytes raises (check_write)
+            cells_set(smem.poison, idx, 0)
             smem.n_poison -= 1
             if smem.any_unfenced:  # the bytes' newest writer is this operation, not an earlier generic store
-                smem.unfenced[idx] = 0
+                cells_set(smem.unfenced, idx, 0)
         for smem, lo, hi in op.reads:
             smem.async_reads = [r for r in smem.async_reads if r[2] is not op]
         for tm, cols in op.tmem:
@@ -177,7 +181,7 @@ class AsyncEngine:
                 f"{op.describe()} still reads: its completion was never observed (the stage was reused too "
                 f"early). {self.observe_of(op)} before refilling the buffer")
         if smem.n_poison:
-            seg = smem.poison[idx if idx is not None else slice(lo, hi)]
+            seg = cells_get(smem.poison, idx if idx is not None else slice(lo, hi))
             seq = int(seg.max()) if seg.size else 0
             if seq:
                 other = self.pending[seq]
@@ -197,6 +201,8 @@ class AsyncEngine:
 def _bounds(idx) -> tuple[int, int]:
     if isinstance(idx, slice):
         return idx.start, idx.stop
+    if isinstance(idx, Chunks):
+        return idx.bounds()
     return int(idx.min()), int(idx.max()) + 1
 
 

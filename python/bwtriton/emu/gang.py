@@ -24,7 +24,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from .errors import DeadlockError
-from .memory import SMEM_BASE, byte_range
+from .cells import cells_get, cells_of, cells_set, gather, scatter
+from .memory import SMEM_BASE
 from .program import DIVERGED, DONE_PC, EXITED, YIELD, set_lane_count
 from .warp import register_file
 
@@ -37,7 +38,8 @@ GANG_MEMORY_BYTES = 1 << 29
 GANG_SAFE = frozenset(
     ("mov add sub mul mad fma div rem min max neg abs and or xor not cnot shl shr selp setp set bfe bfi prmt "
      "popc clz brev rcp sqrt rsqrt ex2 lg2 sin cos tanh copysign testp mul24 mad24 sad bfind fns shf lop3 dp4a "
-     "dp2a cvt cvta bra ret exit ld ld.global.nc st cp.async mma ldmatrix stmatrix").split())
+     "dp2a cvt cvta bra ret exit ld ld.global.nc st cp.async cp.async.commit_group cp.async.wait_group "
+     "cp.async.wait_all mma ldmatrix stmatrix").split())
 
 
 class GangFallback(Exception):
@@ -95,7 +97,6 @@ class GangShared:
         for i, s in enumerate(smems):  # fresh CTAs: nothing to copy (zeros are what a new SharedMemory holds)
             s.data, s.poison, s.unfenced = self.data2d[i, :size], self.poison2d[i, :size], self.unfenced2d[i, :size]
         self.data = self.data2d.reshape(-1)
-        self.words = self.data.view(np.uint32)
         self.poison = self.poison2d.reshape(-1)
         self.unfenced = self.unfenced2d.reshape(-1)
         self.lane_base = np.repeat(np.arange(b, dtype=np.int64) * stride, 32)
@@ -138,33 +139,24 @@ class GangShared:
 
     def read(self, addr: np.ndarray, nbytes: int, lanes: Optional[np.ndarray]) -> np.ndarray:
         flat, lo, hi = self.cells(addr, nbytes, lanes)
-        poisoned = any(s.n_poison for s in self.smems)
-        if nbytes % 4 == 0 and not (flat & 3).any():  # naturally aligned: gather 32-bit words
-            words = flat >> 2 if nbytes == 4 else (flat >> 2)[:, None] + np.arange(nbytes // 4)
+        if any(s.n_poison for s in self.smems):
             # Asynchronous writers own whole aligned chunks (cp.async 4/8/16 bytes, TMA boxes) and a kernel that
-            # skips a wait skips it for the whole chunk, so each access's first byte decides; a poisoned access
-            # goes to the per-CTA path, which checks every byte and names the racing instructions.
-            if poisoned and self.poison[flat].any():
+            # skips a wait skips it for the whole chunk, so an aligned access's first byte decides; a poisoned
+            # access goes to the per-CTA path, which checks every byte and names the racing instructions.
+            hit = self.poison[flat].any() if nbytes % 4 == 0 and not (flat & 3).any() else \
+                self.poison2d[:, lo:hi].any()
+            if hit:
                 raise GangFallback("pending asynchronous write")
-            return self.words[words].view(np.uint8).reshape(-1, nbytes)
-        if poisoned and self.poison2d[:, lo:hi].any():
-            raise GangFallback("pending asynchronous write")
-        if nbytes == 1:
-            return self.data[flat][:, None]
-        return self.data[flat[:, None] + byte_range(nbytes)]
+        return gather(self.data, flat, nbytes)
 
     def write(self, addr: np.ndarray, data: np.ndarray, lanes: Optional[np.ndarray], line: int) -> None:
         nbytes = data.shape[1]
         flat, lo, hi = self.cells(addr, nbytes, lanes)
-        cells = flat[:, None] + np.arange(nbytes)
-        if self.pending_read(lo, hi) or (any(s.n_poison for s in self.smems) and self.poison[cells].any()):
+        cells = cells_of(flat, nbytes)
+        if self.pending_read(lo, hi) or (any(s.n_poison for s in self.smems) and cells_get(self.poison, cells).any()):
             raise GangFallback("pending asynchronous operations")  # the per-CTA path names the race
-        if nbytes % 4 == 0 and not (flat & 3).any():
-            words = (flat >> 2)[:, None] + np.arange(nbytes // 4)
-            self.words[words] = np.ascontiguousarray(data).view(np.uint32).reshape(words.shape)
-        else:
-            self.data[cells] = data
-        self.unfenced[cells] = line  # what SharedMemory.mark_generic_write records
+        scatter(self.data, flat, data)
+        cells_set(self.unfenced, cells, line)  # what SharedMemory.mark_generic_write records
         for s in self.smems:
             s.any_unfenced = True
 

@@ -9,7 +9,8 @@ from ..ptx.ir import Instruction, Operand
 from .asyncops import AsyncOp, engine_of
 from .errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from .gang import GangFallback
-from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE, byte_range
+from .cells import cells_of, gather, scatter
+from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
 from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, as_lanes
 
 U64 = np.dtype(np.uint64)
@@ -90,9 +91,7 @@ def _own_shared_read(w, addr: np.ndarray, nbytes: int) -> Optional[np.ndarray]:
         return None
     if smem.n_poison and smem.poison[lo:hi].any():
         return None
-    if nbytes == 1:
-        return smem.data[off][:, None]
-    return smem.data[off[:, None] + byte_range(nbytes)]
+    return gather(smem.data, off, nbytes)
 
 
 def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
@@ -302,7 +301,7 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
         srcsize = as_lanes(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else \
             np.full(len(idx), size)
         smem = w.cta.smem
-        cells = (smem.offsets(dst, size)[:, None] + np.arange(size)).ravel()
+        cells = cells_of(smem.offsets(dst, size), size)
         op = AsyncOp(kind="cp.async", line=line, text=text, issuer=(w.cta.rank, w.wid), writes=[(smem, cells)],
                      observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then "
                              "bar.sync,")
@@ -322,27 +321,16 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
         raise GangFallback("pending asynchronous reads")
     src = rd_src(w)[idx].copy()
     srcsize = as_lanes(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
-    cells = (flat[:, None] + np.arange(size)).ravel()
-    op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid), writes=[(shared, cells)],
+    op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid), writes=[(shared, cells_of(flat, size))],
                  observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
     launch = w.launch
-
-    def finish():
-        data = _gather_src(launch.gmem, src, srcsize, size)
-        if size % 4 == 0 and not (flat & 3).any():
-            words = (flat >> 2)[:, None] + np.arange(size // 4)
-            shared.words[words] = data.view(np.uint32).reshape(words.shape)
-        else:
-            shared.data[cells] = data.ravel()
-    op.finish = finish
+    op.finish = lambda: scatter(shared.data, flat, _gather_src(launch.gmem, src, srcsize, size))
     try:
         engine_of(w.rows[0]).issue(w, op)  # checks before it changes anything
     except AsyncOverwriteError:
         raise GangFallback("bytes owned by a pending copy") from None  # per CTA: the error names the CTA
-    act = w.mask if w.mask is not None else w.live
-    for b, row in enumerate(w.rows):
-        if act[32 * b:32 * b + 32].any():
-            row.cp_open.append(op)
+    for row in _issuing_rows(w):
+        row.cp_open.append(op)
     return None
 
 
@@ -366,15 +354,27 @@ def _copy_in(w, dst: np.ndarray, src: np.ndarray, srcsize: np.ndarray, size: int
     w.cta.smem.write(dst, _gather_src(w.launch.gmem, src, srcsize, size))
 
 
+def _issuing_rows(w) -> list:
+    """The CTA warps a (gang) warp stands for, those with an active lane (what a per-CTA step would run)."""
+    if not w.is_gang:
+        return [w]
+    act = w.mask if w.mask is not None else w.live
+    return [row for row, on in zip(w.rows, act.reshape(-1, 32).any(axis=1)) if on]
+
+
+# commit / wait touch only the issuing warps' own group lists (a gang shares the ops of one gang cp.async
+# between its rows), so a gang runs them in one step over its rows rather than per CTA
 def _cp_commit(w):
-    w.cp_groups.append(w.cp_open)
-    w.cp_open = []
+    for row in _issuing_rows(w):
+        row.cp_groups.append(row.cp_open)
+        row.cp_open = []
 
 
 def _cp_wait(n: int) -> Callable:
     def wait(w):
-        while len(w.cp_groups) > n:
-            engine_of(w).complete_group(w.cp_groups.pop(0))
+        for row in _issuing_rows(w):
+            while len(row.cp_groups) > n:
+                engine_of(row).complete_group(row.cp_groups.pop(0))
     return wait
 
 

@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 
+from .cells import gather, scatter
 from .errors import MemoryFaultError
 
 SMEM_BASE = 0x400
@@ -84,27 +85,26 @@ class GlobalMemory:
     def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
         """Bytes [len(addr), nbytes] read at each address."""
         idx, offs = self.locate(addr, nbytes)
-        ar = np.arange(nbytes)
         first = int(idx.ravel()[0]) if idx.size else 0
         if (idx == first).all():
-            return self.regions[first][offs[:, None] + ar]
+            return gather(self.regions[first], offs, nbytes)
         out = np.empty((len(addr), nbytes), dtype=np.uint8)
-        for k in range(len(addr)):
-            out[k] = self.regions[idx[k]][offs[k] + ar]
+        for r in np.unique(idx):
+            sel = idx == r
+            out[sel] = gather(self.regions[int(r)], offs[sel], nbytes)
         return out
 
     def write(self, addr: np.ndarray, data: np.ndarray) -> None:
         """Write rows of `data` ([len(addr), nbytes] uint8) at each address (later lanes win, as no order is
         defined between lanes)."""
-        nbytes = data.shape[1]
-        idx, offs = self.locate(addr, nbytes)
-        ar = np.arange(nbytes)
+        idx, offs = self.locate(addr, data.shape[1])
         first = int(idx.ravel()[0]) if idx.size else 0
         if (idx == first).all():
-            self.regions[first][offs[:, None] + ar] = data
+            scatter(self.regions[first], offs, data)
             return
-        for k in range(len(addr)):
-            self.regions[idx[k]][offs[k] + ar] = data[k]
+        for r in np.unique(idx):
+            sel = idx == r
+            scatter(self.regions[int(r)], offs[sel], data[sel])
 
 
 class ParamSpace:
@@ -152,14 +152,10 @@ class SharedMemory:
         return off
 
     def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
-        off = self.offsets(addr, nbytes)
-        if nbytes == 1:
-            return self.data[off][:, None]
-        return self.data[off[:, None] + byte_range(nbytes)]
+        return gather(self.data, self.offsets(addr, nbytes), nbytes)
 
     def write(self, addr: np.ndarray, data: np.ndarray) -> None:
-        off = self.offsets(addr, data.shape[1])
-        self.data[off[:, None] + np.arange(data.shape[1])] = data
+        scatter(self.data, self.offsets(addr, data.shape[1]), data)
 
     def poisoned_by(self, off: np.ndarray) -> int:
         """Sequence number of a pending asynchronous write owning any of these byte offsets (0: none)."""
@@ -271,15 +267,3 @@ class TensorMemory:
             if not used[c:c + ncols].any():
                 return c
         return None
-
-
-BYTE_RANGES: dict[int, np.ndarray] = {}
-
-
-def byte_range(nbytes: int) -> np.ndarray:
-    """np.arange(nbytes), made once per width (accesses use a handful of widths, millions of times)."""
-    r = BYTE_RANGES.get(nbytes)
-    if r is None:
-        r = BYTE_RANGES[nbytes] = np.arange(nbytes)
-        r.flags.writeable = False
-    return r
