@@ -45,7 +45,6 @@ class AsyncOp:
     observe: str = ""
     seq: int = 0
     done: bool = False
-    engine: Optional["AsyncEngine"] = None  # the engine that issued it (and keeps it pending)
 
     def describe(self) -> str:
         return f"the {self.kind} at PTX line {self.line} (`{short(self.text)}`)"
@@ -70,7 +69,7 @@ class AsyncEngine:
             lo, hi = _bounds(idx)
             self.check_write(smem, lo, hi, op.describe(), idx=idx)
         self.seq += 1
-        op.seq, op.engine = self.seq, self
+        op.seq = self.seq
         for smem, idx in op.writes:
             cells_set(smem.poison, idx, op.seq)
             smem.n_poison += 1
@@ -96,8 +95,6 @@ class AsyncEngine:
         """Perform `op`'s deferred effects and release its books (covered ops first, in order)."""
         if op.done:
             return
-        if op.engine is not self:  # a gang's operation, observed by a CTA of another cluster than the issuer's
-            return op.engine.complete(op)
         op.done = True
         for c in op.covers:
             self.complete(c)
