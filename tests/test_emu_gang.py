@@ -26,6 +26,8 @@ CASES = {
     "tcgen05_bf16": lambda: ec.case_matmul("bf16", "bf16", M=256, N=256, K=128),
     # TMA loads and a TMA-store epilogue, mbarrier pipeline; 4 CTAs
     "tma_bf16": lambda: ec.case_tma_matmul(M=256, N=256, K=256),
+    # warp-specialised (a TMA producer warp, an MMA warp, epilogue warps): a gang of whole CTAs splits; 4 CTAs
+    "ws_fp16": lambda: ec.case_ws_matmul(M=256, N=256, K=256),
 }
 
 
@@ -37,15 +39,44 @@ def _run(case, gang_lanes: int, text=None):
     return out, ref, tol, stats
 
 
+def _spy(monkeypatch) -> dict:
+    """Record the gangs built (their warps per CTA) and the splits of gangs of whole CTAs."""
+    seen: dict = {"warps_per_cta": [], "splits": 0}
+    real_build, real_split = gang.build_gang, gang.split
+
+    def build(clusters, whole_ctas=False):
+        gws = real_build(clusters, whole_ctas)
+        seen["warps_per_cta"] += [g.warps_per_cta for g in gws]
+        return gws
+
+    def split(gws, gw):
+        seen["splits"] += 1
+        real_split(gws, gw)
+    monkeypatch.setattr(gang, "build_gang", build)
+    monkeypatch.setattr(gang, "split", split)
+    return seen
+
+
+@pytest.mark.parametrize("whole_ctas", [True, False], ids=["cta_gangs", "warp_gangs"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_gang_and_warp_by_warp_agree_bit_for_bit(name):
+def test_gang_and_warp_by_warp_agree_bit_for_bit(name, whole_ctas, monkeypatch):
     case = CASES[name]()
     assert case.grid[0] * case.grid[1] > 1, "a gang needs several CTAs"
+    monkeypatch.setattr(gang, "CTA_GANGS", whole_ctas)
+    seen = _spy(monkeypatch)
     out_gang, ref, tol, stats = _run(case, gang.DEFAULT_GANG_LANES)
+    monkeypatch.undo()
     out_warp, _, _, _ = _run(case, 0)
     assert torch.equal(out_gang.view(torch.uint8), out_warp.view(torch.uint8))
     assert float((out_gang.double() - ref).abs().max()) <= tol
     assert stats.ctas == case.grid[0] * case.grid[1]
+    assert seen["warps_per_cta"] and set(seen["warps_per_cta"]) == {case.kernel.metadata.num_warps if whole_ctas else 1}
+    # The FMA and mma.sync kernels' warps run one path (they stay gangs of whole CTAs); the warp-specialised
+    # kernel's split where its warps take their roles. (tcgen05 kernels split too: one warp allocates TMEM.)
+    if not whole_ctas or name.startswith(("fma", "mma_sync")):
+        assert seen["splits"] == 0
+    elif name == "ws_fp16":
+        assert seen["splits"] == 1
 
 
 def test_a_gang_step_counts_every_ctas_warp_instruction():
@@ -166,3 +197,20 @@ def test_progress_is_shown_while_a_gang_runs(monkeypatch):
     md = case.kernel.metadata._asdict()
     emu.run(case.kernel.asm["ptx"], case.grid, *args, num_warps=md["num_warps"], shared=md["shared"], progress=True)
     assert "[emu] clusters 0/16" in buf.getvalue() and "clusters 16/16" in buf.getvalue()
+
+
+def test_a_commit_covers_only_its_own_ctas_mmas_in_a_gang():
+    """The clusters of a gang share one asynchronous engine, and the same warp of every CTA issues MMAs; a
+    tcgen05.commit must still cover only its own CTA's (each CTA commits to, and waits on, its own mbarrier)."""
+    from types import SimpleNamespace as NS
+
+    from bwtriton.emu.asyncops import AsyncEngine, AsyncOp, issuer_of
+    launch = NS(progress=0)
+    warps = [NS(cta=NS(ctaid=(i, 0, 0), rank=0), wid=0, launch=launch) for i in range(2)]
+    engine = AsyncEngine()
+    mmas = [engine.issue(w, AsyncOp(kind="tcgen05.mma", line=1, text="", issuer=issuer_of(w),
+                                    tracked_by_commit=True)) for w in warps]
+    commit = engine.issue(warps[0], AsyncOp(kind="tcgen05.commit", line=2, text="", issuer=issuer_of(warps[0])))
+    assert commit.covers == [mmas[0]]
+    engine.complete(commit)
+    assert mmas[0].done and not mmas[1].done

@@ -208,6 +208,12 @@ def _first(smem, off: np.ndarray, seq: int) -> int:
     return int(hit[0]) if hit.size else 0
 
 
+def issuer_of(w) -> tuple:
+    """Who issued an operation: the warp, named with its CTA's id (the clusters of a gang share one engine, and a
+    tcgen05.commit covers the earlier tcgen05 operations of its own issuing warp only)."""
+    return (w.cta.ctaid, w.cta.rank, w.wid)
+
+
 def engine_of(w) -> AsyncEngine:
     """The asynchronous engine of the warp's cluster."""
     return w.cta.cluster.engine

@@ -196,7 +196,7 @@ def _response(victim: Optional[tuple], nctas: int) -> np.ndarray:
 def _try_cancel(ins: Instruction, prog) -> Callable:
     from .memops import address_reader
     from .memory import split_cluster_address
-    from .asyncops import AsyncOp, engine_of
+    from .asyncops import AsyncOp, engine_of, issuer_of
     from .tma import _mbarrier_at
     if "mbarrier::complete_tx::bytes" not in ins.modifiers or len(ins.operands) != 2:
         raise UnsupportedInstructionError("clusterlaunchcontrol.try_cancel needs the "
@@ -235,7 +235,7 @@ def _try_cancel(ins: Instruction, prog) -> Callable:
                     cta.smem.write(saddr, data[None, :])
             cells = [(cta.smem, slice(int(o), int(o) + RESPONSE_BYTES))
                      for cta in targets for o in cta.smem.offsets(saddr, RESPONSE_BYTES)]
-            op = AsyncOp(kind="clusterlaunchcontrol.try_cancel", line=line, text=text, issuer=(w.cta.rank, w.wid),
+            op = AsyncOp(kind="clusterlaunchcontrol.try_cancel", line=line, text=text, issuer=issuer_of(w),
                          finish=deliver, writes=cells,
                          tx=[(_mbarrier_at(w, cta, bar, line), RESPONSE_BYTES) for cta in targets],
                          observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")

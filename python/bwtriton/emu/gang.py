@@ -19,6 +19,7 @@ a gang never changes what a kernel computes or which errors it gets, only how fa
 """
 from __future__ import annotations
 
+import copy
 from typing import Callable, Optional
 
 import numpy as np
@@ -31,6 +32,8 @@ from .warp import register_file
 
 #: lanes of one GangWarp (clusters per gang = this / (32 * warps per CTA)); 0 turns gangs off
 DEFAULT_GANG_LANES = 16384
+#: gangs start as whole CTAs (every warp of a CTA in one gang) and split per warp id where warps diverge
+CTA_GANGS = True
 #: bytes a gang may hold in registers and stacked shared memory (bounds the gang for register-heavy kernels)
 GANG_MEMORY_BYTES = 1 << 29
 #: opcodes whose closures are gang-safe (they touch only registers, masks, global/param memory and, through
@@ -44,6 +47,14 @@ GANG_SAFE = frozenset(
 
 class GangFallback(Exception):
     """Raised by a gang-safe closure, before any side effect, when this execution needs per-CTA handling."""
+
+
+class Split(Exception):
+    """A gang of whole CTAs diverged: it splits into one gang per warp id (`split`)."""
+
+    def __init__(self, gw: "GangWarp") -> None:
+        super().__init__("gang splits")
+        self.gw = gw
 
 
 class Dissolve(Exception):
@@ -86,7 +97,7 @@ class GangShared:
 
     rank = "gang"
 
-    def __init__(self, smems: list) -> None:
+    def __init__(self, smems: list, rows_per_cta: int = 1) -> None:
         self.smems = smems
         self.size = size = smems[0].size
         stride = (size + 15) // 16 * 16  # rows 16-byte aligned: aligned accesses gather whole words
@@ -99,17 +110,25 @@ class GangShared:
         self.data = self.data2d.reshape(-1)
         self.poison = self.poison2d.reshape(-1)
         self.unfenced = self.unfenced2d.reshape(-1)
-        self.lane_base = np.repeat(np.arange(b, dtype=np.int64) * stride, 32)
-        self._n_poison = 0
+        self.stride = stride
+        self.lane_base = np.repeat(np.arange(b, dtype=np.int64) * stride, 32 * rows_per_cta)
+
+    def for_rows(self, rows_per_cta: int) -> "GangShared":
+        """The same stacks seen by a gang whose every CTA has `rows_per_cta` rows of 32 lanes."""
+        view = copy.copy(self)
+        view.lane_base = np.repeat(np.arange(len(self.smems), dtype=np.int64) * self.stride, 32 * rows_per_cta)
+        return view
 
     # -- what the asynchronous engine reads and updates (asyncops.AsyncEngine.issue / complete) --------------
     @property
     def n_poison(self) -> int:
-        return self._n_poison
+        """Pending asynchronous writes into any of the CTAs (a gang's or one CTA's own): nonzero makes the engine
+        check the poison of what a new operation writes."""
+        return max(s.n_poison for s in self.smems)
 
     @n_poison.setter
     def n_poison(self, value: int) -> None:
-        delta, self._n_poison = value - self._n_poison, value
+        delta = value - self.n_poison  # the engine counts a gang operation in (+1) and out (-1)
         for s in self.smems:
             s.n_poison += delta
 
@@ -167,9 +186,10 @@ class GangWarp:
 
     is_gang = True
 
-    def __init__(self, rows: list, shared: GangShared, code: list) -> None:
+    def __init__(self, rows: list, shared: GangShared, code: list, warps_per_cta: int = 1) -> None:
         first = rows[0]
         self.rows = rows
+        self.warps_per_cta = warps_per_cta
         self.shared = shared
         self.code = code
         self.nl = 32 * len(rows)
@@ -197,6 +217,8 @@ class GangWarp:
         return v
 
     def where(self) -> str:
+        if self.warps_per_cta > 1:
+            return f"{len(self.rows) // self.warps_per_cta} whole CTAs run together (first: {self.rows[0].where()})"
         return f"warp {self.wid} of {len(self.rows)} CTAs run together (first: {self.rows[0].where()})"
 
 
@@ -221,6 +243,10 @@ def _per_cta(f: Callable) -> Callable:
                 w.lane_pc = None if gw.lane_pc is None else gw.lane_pc[lo:lo + 32]
                 w.pc = gw.pc
                 results.append((b, f(w)))
+            if gw.warps_per_cta > 1 and any(r == YIELD for _, r in results):
+                # The warps of a CTA ran this instruction one after another; a barrier that the last of them
+                # completed releases the earlier ones when they run it again -- what the scheduler would do next.
+                results = [(b, f(gw.rows[b]) if r == YIELD else r) for b, r in results]
         finally:
             set_lane_count(gw.nl)
         first = results[0][1] if results else None
@@ -250,9 +276,26 @@ def gang_code(prog) -> list:
             per_cta = _per_cta(f)
             code.append(_gang_safe(f, per_cta) if ins.opcode in GANG_SAFE and "b128" not in ins.types
                         else per_cta)
-        code.append(prog.code[-1])  # falling off the end exits
         prog.gang_code = code
     return code
+
+
+def cta_gang_code(prog) -> list:
+    """The closures of a gang of whole CTAs: the gang's, splitting the gang where its lanes diverge (warps of a
+    CTA taking different paths -- warp specialisation -- run as one gang per warp id from there on)."""
+    code = getattr(prog, "cta_gang_code", None)
+    if code is None:
+        code = prog.cta_gang_code = [_splitting(f) for f in gang_code(prog)]
+    return code
+
+
+def _splitting(f: Callable) -> Callable:
+    def run(gw: GangWarp):
+        r = f(gw)
+        if r == DIVERGED:
+            raise Split(gw)  # the lanes' PCs are set (sync.diverge): `split` carries them over
+        return r
+    return run
 
 
 def gang_eligible(prog) -> bool:
@@ -261,16 +304,45 @@ def gang_eligible(prog) -> bool:
 
 
 # --- running -------------------------------------------------------------------------------------------------
-def build_gang(clusters: list) -> list:
-    """One GangWarp per (rank, warp) over `clusters` (already started)."""
+def build_gang(clusters: list, whole_ctas: bool = False) -> list:
+    """The GangWarps over `clusters` (already started): one per (rank, warp id), or with `whole_ctas` one per
+    rank holding every warp of its CTAs (rows CTA-major), for kernels whose warps run the same code -- a
+    quarter or an eighth as many instructions, each over that many more lanes."""
     prog = clusters[0].ctas[0].prog
-    code = gang_code(prog)
     gws = []
     for rank in range(len(clusters[0].ctas)):
-        shared = GangShared([c.ctas[rank].smem for c in clusters])
-        for wid in range(len(clusters[0].ctas[rank].warps)):
-            gws.append(GangWarp([c.ctas[rank].warps[wid] for c in clusters], shared, code))
+        nw = len(clusters[0].ctas[rank].warps)
+        shared = GangShared([c.ctas[rank].smem for c in clusters], nw if whole_ctas else 1)
+        if whole_ctas and nw > 1:
+            rows = [w for c in clusters for w in c.ctas[rank].warps]
+            gws.append(GangWarp(rows, shared, cta_gang_code(prog), warps_per_cta=nw))
+            continue
+        for wid in range(nw):
+            gws.append(GangWarp([c.ctas[rank].warps[wid] for c in clusters], shared, gang_code(prog)))
     return gws
+
+
+def split(gws: list, gw: GangWarp) -> None:
+    """Replace gang-of-whole-CTAs `gw` in `gws` by one GangWarp per warp id, each taking its lanes' registers,
+    liveness and program counters."""
+    from .scheduler import _reselect
+    nw, ncta = gw.warps_per_cta, len(gw.rows) // gw.warps_per_cta
+    shared = gw.shared.for_rows(1)
+    parts = []
+    for k in range(nw):
+        lanes = ((np.arange(ncta)[:, None] * nw + k) * 32 + np.arange(32)).ravel()
+        part = GangWarp(gw.rows[k::nw], shared, gang_code(gw.rows[0].cta.prog))
+        part.R = [a[lanes] for a in gw.R]
+        part.live = gw.live[lanes]
+        part.pc = gw.pc
+        part.lane_pc = None if gw.lane_pc is None else gw.lane_pc[lanes]
+        part.done = not part.live.any()
+        part.mask = None if part.live.all() else part.live.copy()
+        if part.lane_pc is not None and not part.done:
+            _reselect(part)
+        parts.append(part)
+    i = gws.index(gw)
+    gws[i:i + 1] = parts
 
 
 def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
@@ -278,13 +350,17 @@ def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
     from .scheduler import run_warp
     launch = clusters[0].launch
     total, progressed = 0, False
-    for gw in gws:
+    for gw in list(gws):
         if gw.done:
             continue
         before = launch.progress
         set_lane_count(gw.nl)
         try:
             n, _ = run_warp(gw, budget)
+        except Split as sp:
+            split(gws, sp.gw)
+            progressed = True  # the branch that diverged retired; its parts run from the next round
+            continue
         except Dissolve as d:
             dissolve(gws, d)
             return total, True
@@ -297,7 +373,6 @@ def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
         blocked = "; ".join(f"{g.where()} at pc {g.pc}: {g.blocked_on or 'running'}" for g in gws if not g.done)
         raise DeadlockError(f"deadlock: no warp can make progress and no asynchronous work is pending -- {blocked}")
     return total, False
-
 
 def dissolve(gws: list, d: Optional[Dissolve] = None) -> None:
     """Give every CTA warp its rows back (registers, lanes, PCs); the warp whose per-CTA step disagreed takes
@@ -388,7 +463,7 @@ def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: in
         for c in clusters[1:]:  # one engine: operations a gang issues at once belong to all its clusters
             c.engine = clusters[0].engine
         dissolved = len(clusters) == 1
-        gws = [] if dissolved else build_gang(clusters)
+        gws = [] if dissolved else build_gang(clusters, whole_ctas=CTA_GANGS)
         while not dissolved and not all(g.done for g in gws):
             n, dissolved = step_gang(gws, clusters, QUANTUM)
             total += n

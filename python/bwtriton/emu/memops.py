@@ -6,7 +6,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction, Operand
-from .asyncops import AsyncOp, engine_of
+from .asyncops import AsyncOp, engine_of, issuer_of
 from .errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from .gang import GangFallback
 from .cells import cells_of, gather, scatter
@@ -302,7 +302,7 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
             np.full(len(idx), size)
         smem = w.cta.smem
         cells = cells_of(smem.offsets(dst, size), size)
-        op = AsyncOp(kind="cp.async", line=line, text=text, issuer=(w.cta.rank, w.wid), writes=[(smem, cells)],
+        op = AsyncOp(kind="cp.async", line=line, text=text, issuer=issuer_of(w), writes=[(smem, cells)],
                      observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then "
                              "bar.sync,")
         op.finish = lambda: _copy_in(w, dst, src, srcsize, size)

@@ -59,7 +59,7 @@ def kmajor_addresses(value: int, rows: int, row_bytes: int) -> np.ndarray:
         if row_bytes > s:
             raise DescriptorError(f"K-major operand rows of {row_bytes} bytes exceed the {s}-byte swizzle atom")
         a = swizzle(d.start_address + (r % 8) * s + (r // 8) * d.sbo + b, s)
-    return a.astype(np.int64)
+    return _frozen(a.astype(np.int64))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -75,7 +75,13 @@ def mnmajor_addresses(value: int, mn: int, k: int, elem_bytes: int) -> np.ndarra
         a = d.start_address + x % 16 + (x // 16) * d.sbo + (kk % 8) * 16 + (kk // 8) * d.lbo
     else:
         a = swizzle(d.start_address + x % s + (x // s) * d.lbo + (kk % 8) * s + (kk // 8) * d.sbo, s)
-    return a.reshape(mn, k * elem_bytes).astype(np.int64)
+    return _frozen(a.reshape(mn, k * elem_bytes).astype(np.int64))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A cached result, read-only: every MMA of the same descriptor shares it (and its memoized offsets)."""
+    a.flags.writeable = False
+    return a
 
 
 def gather(smem, addrs: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 from ..ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
 from ..ptx.ir import Instruction
 from . import operands as opnd
-from .asyncops import AsyncOp, engine_of, short
+from .asyncops import AsyncOp, engine_of, issuer_of, short
 from .errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
                      UnsupportedInstructionError, UnwaitedTmemLoadError)
 from .memory import TMEM_COLS, TMEM_LANES, split_cluster_address
@@ -273,7 +273,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
 # --- asynchronous ops ------------------------------------------------------------------------------------
 def _issue(w, ins_line: int, text: str, kind: str, writes: list, reads: list) -> AsyncOp:
     """Queue a tcgen05 MMA / cp already computed: pending until the tcgen05.commit tracking it completes."""
-    op = AsyncOp(kind=kind, line=ins_line, text=text, issuer=(w.cta.rank, w.wid), tmem=writes, reads=reads,
+    op = AsyncOp(kind=kind, line=ins_line, text=text, issuer=issuer_of(w), tmem=writes, reads=reads,
                  tracked_by_commit=True,
                  observe="Issue tcgen05.commit after it and wait on the commit's mbarrier")
     return engine_of(w).issue(w, op)
@@ -303,7 +303,7 @@ def _commit(ins: Instruction, prog: Program) -> Callable:
                                          f"0x{loc:x})", where=w.where())
                 bars.append(bar)
             engine_of(w).issue(w, AsyncOp(kind="tcgen05.commit", line=line, text=text,
-                                          issuer=(w.cta.rank, w.wid), arrive=bars))
+                                          issuer=issuer_of(w), arrive=bars))
     return commit
 
 
@@ -388,16 +388,58 @@ class _AsyncReads:
     """Shared-memory reads of one async-proxy operation: checked (no pending writer, no unfenced generic write)
     and remembered as (smem, lo, hi) ranges the operation reserves until it completes."""
 
+    #: id of a cached (read-only) address array -> (the array, shared-memory size, offsets, lo, hi): MMAs of one
+    #: descriptor read the same addresses in every CTA and every K step, so they are bounds-checked once
+    _offsets: dict = {}
+
     def __init__(self, w, ins: Instruction):
         self.engine = engine_of(w)
         self.reader = ins.opcode  # the error's "PTX line N:" prefix and text name the instruction itself
         self.ranges: list = []
 
     def gather(self, smem, addrs: np.ndarray) -> np.ndarray:
-        off = smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)
-        self.engine.check_async_read(smem, off, self.reader)
-        self.ranges.append((smem, int(off.min()), int(off.max()) + 1))
+        hit = self._offsets.get(id(addrs))
+        if hit is not None and hit[0] is addrs and hit[1] == smem.size:
+            off, lo, hi = hit[2:]
+        else:
+            off = smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)
+            lo, hi = int(off.min()), int(off.max()) + 1
+            if not addrs.flags.writeable:
+                if len(self._offsets) > 4096:
+                    self._offsets.clear()
+                self._offsets[id(addrs)] = (addrs, smem.size, off, lo, hi)
+        # the span's slices are cheaper than the per-byte checks, which run only when a span holds something
+        if (smem.n_poison and smem.poison[lo:hi].any()) or (smem.any_unfenced and smem.unfenced[lo:hi].any()):
+            self.engine.check_async_read(smem, off, self.reader)
+        self.ranges.append((smem, lo, hi))
         return smem.data[off]
+
+
+def _allocated(tmem, cols: np.ndarray) -> bool:
+    """Whether TMEM columns `cols` (sorted) are allocated: one allocation holding them all, or each in one."""
+    lo, hi = int(cols[0]), int(cols[-1])
+    if any(c <= lo and hi < c + nc for c, (nc, _) in tmem.allocations.items()):
+        return True
+    owned = np.zeros(TMEM_COLS, dtype=bool)
+    for c, (nc, _) in tmem.allocations.items():
+        owned[c:c + nc] = True
+    return bool(owned[cols].all())
+
+
+_D_CELLS: dict = {}
+
+
+def _d_cells(layout: tuple, col_d: int) -> tuple:
+    """Per CTA of the MMA: flat indices (lane * TMEM_COLS + column) of its part of D, [rows, n], for a D layout
+    (`operands.d_tmem_layout`'s cached tuple) at column col_d; memoized by the layout object."""
+    hit = _D_CELLS.get((id(layout), col_d))
+    if hit is not None and hit[0] is layout:
+        return hit[1]
+    cells = tuple(lanes * TMEM_COLS + cols + col_d for _, lanes, cols in layout)
+    if len(_D_CELLS) > 4096:
+        _D_CELLS.clear()
+    _D_CELLS[(id(layout), col_d)] = (layout, cells)
+    return cells
 
 
 def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
@@ -413,12 +455,9 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
     writes = []
     for cta, (ucols, quarters) in zip(ctas, _d_footprint(m, n, cta_group, taddr_d >> 16)):
         used = ucols + col_d
-        if used.max() >= TMEM_COLS:
+        if used[-1] >= TMEM_COLS:
             raise DescriptorError(f"MMA D tile (M={m}, N={n}) at column {col_d} runs past TMEM column 511", line=line)
-        owned = np.zeros(TMEM_COLS, dtype=bool)
-        for c, (nc, _) in cta.tmem.allocations.items():
-            owned[c:c + nc] = True
-        if not owned[used].all():
+        if not _allocated(cta.tmem, used):
             raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
                                  f"{cta.rank} that are not allocated", line=line)
         check_pending_ld(cta, quarters, used, "tcgen05.mma")
@@ -515,25 +554,23 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
         # a shared 2-core machine; float64 sums of the exact products are order-insensitive at f32 output
         prod = np.einsum("mk,nk->mn", A, B)
     d_type = idesc.d_type
-    for cta, (rows, lanes, cols) in zip(ctas, layout):
+    for cta, (rows, _, _), cells in zip(ctas, layout, _d_cells(layout, taddr_d & 0xFFFF)):
         part = prod[rows[0]:rows[1]]
-        tm = cta.tmem.data
-        cols_abs = cols + (taddr_d & 0xFFFF)
+        tm = cta.tmem.data.reshape(-1)  # a view: D's cells by flat index
         if d_type == "s32":
-            old = tm[lanes, cols_abs].view(np.int32).astype(np.int64) if enable else 0
+            old = tm[cells].view(np.int32).astype(np.int64) if enable else 0
             res = (old + part)
             if idesc.fields.get("saturate"):
                 res = np.clip(res, -2 ** 31, 2 ** 31 - 1)
-            tm[lanes, cols_abs] = (res & 0xFFFFFFFF).astype(np.uint32)
+            tm[cells] = (res & 0xFFFFFFFF).astype(np.uint32)
         elif d_type == "f16":
-            old = (tm[lanes, cols_abs] & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float64) \
-                if enable else 0.0
+            old = (tm[cells] & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float64) if enable else 0.0
             res = (old * (2.0 ** -sd) + part).astype(np.float16)
-            tm[lanes, cols_abs] = res.view(np.uint16).astype(np.uint32)
+            tm[cells] = res.view(np.uint16).astype(np.uint32)
         else:
-            old = tm[lanes, cols_abs].view(np.float32).astype(np.float64) if enable else 0.0
+            old = tm[cells].view(np.float32).astype(np.float64) if enable else 0.0
             res = (old * (2.0 ** -sd) + part).astype(np.float32)
-            tm[lanes, cols_abs] = res.view(np.uint32)
+            tm[cells] = res.view(np.uint32)
 
 
 # --- tcgen05.cp: shared memory -> TMEM ---------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ptx.ir import Instruction
-from .asyncops import AsyncOp, engine_of
+from .asyncops import AsyncOp, engine_of, issuer_of
 from .tensormap import SWIZZLE_CODES, TENSORMAP_BYTES, TensorMap, decode  # noqa: F401 (runner uses SWIZZLE_CODES)
 from .errors import EmulationError, UnsupportedInstructionError
 from .memory import split_cluster_address
@@ -83,7 +83,7 @@ def _load(ins: Instruction, prog: Program) -> Callable:
                     data[ok, :eb] = w.launch.gmem.read(gaddr[ok].astype(np.uint64), eb)
                 for c in ctas:
                     c.smem.write(saddr, data)
-            op = AsyncOp(kind="TMA load", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
+            op = AsyncOp(kind="TMA load", line=line, text=text, issuer=issuer_of(w), finish=finish,
                          writes=[(c.smem, idx) for c in ctas], tx=[(b, tmap.box_bytes) for b in bars],
                          observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
             for c in ctas:  # poison: the bytes are undefined until the load's completion is observed
@@ -136,7 +136,7 @@ def _store(ins: Instruction, prog: Program) -> Callable:
                     if combine is not None:  # read-modify-write, element by element (each is one atomic)
                         new = combine(w.launch.gmem.read(addr, tmap.elem_bytes), new)
                     w.launch.gmem.write(addr, new)
-            op = AsyncOp(kind=kind, line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
+            op = AsyncOp(kind=kind, line=line, text=text, issuer=issuer_of(w), finish=finish,
                          reads=[(smem, int(cells.min()), int(cells.max()) + 1)], observe=_STORE_OBSERVE)
             w.bulk_open.append(engine_of(w).issue(w, op))
     return store
@@ -229,7 +229,7 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
                 off = smem.offsets(np.array([int(src_all[lane])]), n)[0] + np.arange(n)
                 engine.check_async_read(smem, off, "cp.async.bulk")
                 data, gaddr = smem.data[off][None, :], np.array([int(dst_all[lane])], dtype=np.uint64)
-                op = AsyncOp(kind="bulk copy to global", line=line, text=text, issuer=(w.cta.rank, w.wid),
+                op = AsyncOp(kind="bulk copy to global", line=line, text=text, issuer=issuer_of(w),
                              finish=lambda g=gaddr, d=data: w.launch.gmem.write(g, d),
                              reads=[(smem, int(off[0]), int(off[-1]) + 1)], observe=_STORE_OBSERVE)
                 w.bulk_open.append(engine.issue(w, op))
@@ -242,7 +242,7 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
 
             def finish(cta=cta, dst=dst, src=src, n=n):
                 cta.smem.write(np.array([dst]), w.launch.gmem.read(src, n))
-            op = AsyncOp(kind="bulk copy", line=line, text=text, issuer=(w.cta.rank, w.wid), finish=finish,
+            op = AsyncOp(kind="bulk copy", line=line, text=text, issuer=issuer_of(w), finish=finish,
                          writes=[(cta.smem, slice(lo, lo + n))],
                          tx=[(_mbarrier_at(w, w.cta.cluster.ctas[brank], bar, line), n)],
                          observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
