@@ -1,14 +1,16 @@
-"""Gangs: the same warp of many CTAs executing each instruction together, over their lanes side by side.
+"""Gangs: the warps of many CTAs executing each instruction together, over their lanes side by side.
 
 Most of a kernel's instructions do the same thing in every CTA of a launch, only on other data, and one numpy
 operation over (CTAs x 32) lanes costs about what it costs over 32. A gang takes B clusters of the launch and
-makes, for each (cluster rank, warp), one `GangWarp` whose registers hold that warp's lanes of all B clusters.
-`scheduler.run_warp` runs a GangWarp like a warp; two kinds of instruction make up its program:
+makes, for each cluster rank, one `GangWarp` whose registers hold the lanes of every warp of those B CTAs (a
+row of 32 lanes per warp, CTA-major); where the warps of a CTA take different paths (a branch on the warp id)
+it splits into one GangWarp per warp id. `scheduler.run_warp` runs a GangWarp like a warp; two kinds of
+instruction make up its program:
 
 * gang-safe instructions (arithmetic, conversions, branches, global / param / plain shared loads and stores):
   the warp's own closure, run once over all lanes (`program.lane_count()` is the gang's width meanwhile);
-* everything else (barriers, mbarriers, TMA, tcgen05, cp.async, shuffles...): the closure runs once per CTA
-  on that CTA's own `Warp`, whose registers are bound to the gang's rows (`RowRegs`), so per-CTA state (barrier
+* everything else (barriers, mbarriers, TMA, tcgen05, shuffles...): the closure runs once per row, on that
+  CTA's own `Warp`, whose registers are bound to the gang's rows (`RowRegs`), so per-CTA state (barrier
   counts, asynchronous engines, TMEM, shared memory bookkeeping) is exactly what the warp-by-warp emulator keeps.
 
 A gang-safe closure that meets something it cannot do for the whole gang (a shared::cluster access, bytes an
@@ -93,7 +95,8 @@ class GangShared:
     """The shared memories of one cluster rank's CTAs in a gang, stacked so one gather serves every lane. Each
     CTA's `SharedMemory` keeps working on its row (its arrays become views of the stacks). To the asynchronous
     engine it is one more shared memory (flat `data`/`poison`/`unfenced`), for operations a gang issues at once
-    (cp.async): the poison counts it keeps are mirrored into every CTA's memory, so per-CTA accesses see them."""
+    (cp.async): its poison count is the CTAs' (changes go to every CTA's memory, so per-CTA accesses see them).
+    `lane_base` maps each gang lane to its CTA's row of the stacks."""
 
     rank = "gang"
 
