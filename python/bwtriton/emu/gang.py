@@ -219,6 +219,11 @@ class GangWarp:
             v = self._sregs[name] = np.concatenate([np.broadcast_to(w.sreg(name), (32,)) for w in self.rows])
         return v
 
+    def active_rows(self) -> list:
+        """The CTA warps (rows) with an active lane: those a per-CTA step runs."""
+        act = self.mask if self.mask is not None else self.live
+        return [row for row, on in zip(self.rows, act.reshape(-1, 32).any(axis=1)) if on]
+
     def where(self) -> str:
         if self.warps_per_cta > 1:
             return f"{len(self.rows) // self.warps_per_cta} whole CTAs run together (first: {self.rows[0].where()})"

@@ -321,7 +321,8 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
         raise GangFallback("pending asynchronous reads")
     src = rd_src(w)[idx].copy()
     srcsize = as_lanes(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
-    op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid), writes=[(shared, cells_of(flat, size))],
+    op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid),
+                 writes=[(shared, cells_of(flat, size))],
                  observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
     launch = w.launch
     op.finish = lambda: scatter(shared.data, flat, _gather_src(launch.gmem, src, srcsize, size))
@@ -355,11 +356,7 @@ def _copy_in(w, dst: np.ndarray, src: np.ndarray, srcsize: np.ndarray, size: int
 
 
 def _issuing_rows(w) -> list:
-    """The CTA warps a (gang) warp stands for, those with an active lane (what a per-CTA step would run)."""
-    if not w.is_gang:
-        return [w]
-    act = w.mask if w.mask is not None else w.live
-    return [row for row, on in zip(w.rows, act.reshape(-1, 32).any(axis=1)) if on]
+    return w.active_rows() if w.is_gang else [w]
 
 
 # commit / wait touch only the issuing warps' own group lists (a gang shares the ops of one gang cp.async

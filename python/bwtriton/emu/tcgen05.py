@@ -388,26 +388,18 @@ class _AsyncReads:
     """Shared-memory reads of one async-proxy operation: checked (no pending writer, no unfenced generic write)
     and remembered as (smem, lo, hi) ranges the operation reserves until it completes."""
 
-    #: id of a cached (read-only) address array -> (the array, shared-memory size, offsets, lo, hi): MMAs of one
-    #: descriptor read the same addresses in every CTA and every K step, so they are bounds-checked once
-    _offsets: dict = {}
-
     def __init__(self, w, ins: Instruction):
         self.engine = engine_of(w)
         self.reader = ins.opcode  # the error's "PTX line N:" prefix and text name the instruction itself
         self.ranges: list = []
 
     def gather(self, smem, addrs: np.ndarray) -> np.ndarray:
-        hit = self._offsets.get(id(addrs))
-        if hit is not None and hit[0] is addrs and hit[1] == smem.size:
-            off, lo, hi = hit[2:]
-        else:
+        # MMAs of one descriptor read the same (cached, read-only) addresses in every CTA and K step: they are
+        # bounds-checked once
+        def offsets():
             off = smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)
-            lo, hi = int(off.min()), int(off.max()) + 1
-            if not addrs.flags.writeable:
-                if len(self._offsets) > 4096:
-                    self._offsets.clear()
-                self._offsets[id(addrs)] = (addrs, smem.size, off, lo, hi)
+            return off, int(off.min()), int(off.max()) + 1
+        off, lo, hi = _memo(addrs, smem.size, offsets) if not addrs.flags.writeable else offsets()
         # the span's slices are cheaper than the per-byte checks, which run only when a span holds something
         if (smem.n_poison and smem.poison[lo:hi].any()) or (smem.any_unfenced and smem.unfenced[lo:hi].any()):
             self.engine.check_async_read(smem, off, self.reader)
@@ -426,20 +418,25 @@ def _allocated(tmem, cols: np.ndarray) -> bool:
     return bool(owned[cols].all())
 
 
-_D_CELLS: dict = {}
+_MEMO: dict = {}
+
+
+def _memo(obj, key, make: Callable):
+    """make(), remembered for the live object `obj` (a cached array or layout tuple) and `key`."""
+    hit = _MEMO.get((id(obj), key))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = make()
+    if len(_MEMO) > 4096:
+        _MEMO.clear()
+    _MEMO[(id(obj), key)] = (obj, value)
+    return value
 
 
 def _d_cells(layout: tuple, col_d: int) -> tuple:
     """Per CTA of the MMA: flat indices (lane * TMEM_COLS + column) of its part of D, [rows, n], for a D layout
-    (`operands.d_tmem_layout`'s cached tuple) at column col_d; memoized by the layout object."""
-    hit = _D_CELLS.get((id(layout), col_d))
-    if hit is not None and hit[0] is layout:
-        return hit[1]
-    cells = tuple(lanes * TMEM_COLS + cols + col_d for _, lanes, cols in layout)
-    if len(_D_CELLS) > 4096:
-        _D_CELLS.clear()
-    _D_CELLS[(id(layout), col_d)] = (layout, cells)
-    return cells
+    (`operands.d_tmem_layout`'s cached tuple) at column col_d."""
+    return _memo(layout, col_d, lambda: tuple(lanes * TMEM_COLS + cols + col_d for _, lanes, cols in layout))
 
 
 def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
