@@ -11,7 +11,7 @@ import triton.language as tl
 
 import bwtriton
 import bwtriton.emu as emu
-from bwtriton.emu.clc import GridSchedule
+from bwtriton.emu import GridSchedule
 from bwtriton.errors import InputError
 from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
 

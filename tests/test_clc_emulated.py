@@ -9,7 +9,7 @@ import torch
 
 import bwtriton
 import bwtriton.emu as emu
-from bwtriton.emu.clc import GridSchedule
+from bwtriton.emu import GridSchedule
 from bwtriton.kernels import clc_matmul as cm
 from bwtriton.kernels import grouped_matmul as gm
 from bwtriton.kernels.clc_schedule import SIGNATURE, clc_schedule_kernel
@@ -188,7 +188,7 @@ def test_gluon_kernel_steals(workers):
 
 
 def test_static_shared_layout_aligns_dedupes_and_reserves_1k():
-    from bwtriton.emu.clc import static_shared_layout
+    from bwtriton.emu.machine.image import static_shared_layout
     from bwtriton.ptx import parse_ptx
     fn = parse_ptx(""".version 8.7
 .target sm_100a
@@ -205,7 +205,7 @@ def test_static_shared_layout_aligns_dedupes_and_reserves_1k():
 
 
 def test_unsupported_shared_declaration_is_named():
-    from bwtriton.emu.clc import static_shared_layout
+    from bwtriton.emu.machine.image import static_shared_layout
     from bwtriton.emu.errors import UnsupportedInstructionError
     from bwtriton.ptx import parse_ptx
     fn = parse_ptx(".version 8.7\n.target sm_100a\n.address_size 64\n.visible .entry k()\n{\n"

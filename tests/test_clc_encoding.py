@@ -1,6 +1,6 @@
 """The emulator's try_cancel response encoding is the one ptxas-blackwell's own `query_cancel` decoding reads:
 assemble a decode of every field for sm_100a, find in the SASS which bits of the 16-byte LDS.128 each field
-comes from, and compare with `bwtriton.emu.clc._response` (plus the emulator's decoder on that response)."""
+comes from, and compare with `bwtriton.emu.isa.clc._response` (plus the emulator's decoder on that response)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bwtriton.emu.clc import _response
+from bwtriton.emu.isa.clc import _response
 
 _BIN = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin"
 _PTX = """.version 8.7

@@ -16,7 +16,7 @@ import triton.language as tl  # noqa: E402
 from bwtriton.emu import driver as emu_driver  # noqa: E402
 from bwtriton.emu.driver import emulated_gpu  # noqa: E402
 from bwtriton.emu.errors import UnsupportedInstructionError  # noqa: E402
-from bwtriton.emu.launcher import bind_arguments, encode_float, encode_int  # noqa: E402
+from bwtriton.emu.integration.launcher import bind_arguments, encode_float, encode_int  # noqa: E402
 
 pytestmark = [pytest.mark.emu, pytest.mark.emulated]
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,13 +148,6 @@ def test_device_side_descriptor_without_allocator_is_tritons_error():
             _device_desc_copy[(1, 1)](x, torch.zeros_like(x), 128, 64, BM=64, BN=64)
 
 
-def _tensormap_family_present() -> bool:
-    import importlib.util
-    return importlib.util.find_spec("bwtriton.emu.tensormap") is not None
-
-
-@pytest.mark.xfail(not _tensormap_family_present(), raises=UnsupportedInstructionError, strict=True,
-                   reason="tensormap.replace / fence.proxy.tensormap are not emulated yet (EMU_TODO)")
 def test_device_side_descriptor_uses_the_set_allocator():
     x = torch.randn(128, 64)
     y = torch.zeros_like(x)

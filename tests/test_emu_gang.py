@@ -11,7 +11,7 @@ import triton.language as tl
 
 import bwtriton.emu as emu
 import emu_cases as ec
-from bwtriton.emu import gang
+from bwtriton.emu.machine import gang
 from bwtriton.emu.errors import MissingProxyFenceError, PoisonReadError
 from test_emu_faults import _cut, _line_of, _loop_tma_wait
 
@@ -188,8 +188,8 @@ def test_progress_is_shown_while_a_gang_runs(monkeypatch):
     import functools
     import io
 
-    from bwtriton.emu import runner
-    from bwtriton.emu.scheduler import ProgressMeter
+    from bwtriton.emu.integration import run as runner
+    from bwtriton.emu.machine.scheduler import ProgressMeter
     buf = io.StringIO()
     monkeypatch.setattr(runner, "ProgressMeter", functools.partial(ProgressMeter, after_s=0.0, interval_s=0.0, stream=buf))
     case = CASES["fma_fp32_32x32"]()
@@ -204,7 +204,7 @@ def test_a_commit_covers_only_its_own_ctas_mmas_in_a_gang():
     tcgen05.commit must still cover only its own CTA's (each CTA commits to, and waits on, its own mbarrier)."""
     from types import SimpleNamespace as NS
 
-    from bwtriton.emu.asyncops import AsyncEngine, AsyncOp, issuer_of
+    from bwtriton.emu.machine.async_engine import AsyncEngine, AsyncOp, issuer_of
     launch = NS(progress=0)
     warps = [NS(cta=NS(ctaid=(i, 0, 0), rank=0), wid=0, launch=launch) for i in range(2)]
     engine = AsyncEngine()

@@ -10,7 +10,7 @@ import collections
 import pytest
 
 import bwtriton
-from bwtriton.emu.runner import load_image
+from bwtriton.emu.integration.run import kernel_image as load_image
 from fixtures import upstream_style as us
 from test_verify_upstream_corpus import POINTS, TRITON_FAILS, _id
 

@@ -91,7 +91,7 @@ def test_256x256x512_bf16_gemm():
 def test_opcode_census_every_instruction_has_semantics():
     """Every instruction in the sm_100a PTX of the census kernels (tutorial 03/06/09/10 shapes, tl.dot in every
     precision, dot_scaled, Gluon tcgen05) decodes in the emulator: no UnsupportedInstructionError."""
-    from bwtriton.emu.runner import load_image
+    from bwtriton.emu.integration.run import kernel_image as load_image
     from bwtriton.ptx import parse_ptx
     seen: dict[str, set] = {}
     for name, compile_fn in ec.census_kernels().items():

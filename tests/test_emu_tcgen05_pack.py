@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bwtriton.emu.tcgen05 import _cells, ld_st_map
+from bwtriton.emu.isa.tcgen05 import _cells, ld_st_map
 
 
 @pytest.mark.parametrize("shape,lanes,base_regs", [("32x32b", 32, 1), ("16x64b", 16, 1), ("16x128b", 16, 2),

@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bwtriton.emu import tma  # noqa: E402
+from bwtriton.emu.isa import tma  # noqa: E402
 from bwtriton.emu.errors import EmulationError, UnsupportedInstructionError  # noqa: E402
-from bwtriton.emu.tensormap import TensorMap  # noqa: E402
+from bwtriton.emu.isa.tensormap import TensorMap  # noqa: E402
 
 # PTX tensormap elemtype codes
 U32, S32, F16, F32, BF16 = 2, 3, 6, 7, 10

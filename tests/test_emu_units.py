@@ -178,7 +178,7 @@ def test_packed_f32x2_add_mul_fma():
 
 def test_device_side_tensormap_decodes_to_the_fields_written():
     """tensormap.replace writes fields of a zero-filled 128-byte object; a TMA through it sees them."""
-    from bwtriton.emu.tensormap import TensorMap, decode
+    from bwtriton.emu.isa.tensormap import TensorMap, decode
     text = HEADER.replace(".visible .entry", ".extern .shared .align 128 .b8 global_smem[];\n.visible .entry") + """
   mov.u64 %rd6, global_smem;
   mov.b32 %r31, 0;
@@ -206,7 +206,7 @@ def test_device_side_tensormap_decodes_to_the_fields_written():
 
 
 def test_fp4_padded_map_pads_each_16_values_to_16_bytes():
-    from bwtriton.emu.tensormap import TensorMap
+    from bwtriton.emu.isa.tensormap import TensorMap
     tm = TensorMap.fp4_padded(base=0, shape=[4, 256], outer_strides=[128], box=[2, 128], swizzle=0)
     assert (tm.box, tm.elem_bytes, tm.smem_elem, tm.box_bytes) == ((2, 8), 8, 16, 2 * 64)
     gaddr, ok = tm.offsets([1, 32])  # row 1, fp4 column 32 = byte 16 of the row
@@ -215,37 +215,48 @@ def test_fp4_padded_map_pads_each_16_values_to_16_bytes():
         TensorMap.fp4_padded(base=0, shape=[4, 250], outer_strides=[125], box=[2, 128], swizzle=0)
 
 
-def test_isa_table_routes_families_and_the_core_imports_none():
-    """program.py (the core) imports no instruction family; the table in isa.py does the routing."""
+def test_isa_table_routes_families_and_the_machine_imports_none():
+    """The machine (emu/machine/) imports no instruction family; the one table in isa/table.py routes opcodes."""
     import ast
-    import inspect
+    import pathlib
 
-    from bwtriton.emu import isa, program, sync, tcgen05, tensormap
-    tree = ast.parse(inspect.getsource(program))
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "typing", "ptx.ir", "errors"}, imported
-    assert isa.family_of("tcgen05.mma") is tcgen05 and isa.family_of("mbarrier.try_wait") is sync
-    assert isa.family_of("tensormap.replace") == "bwtriton.emu.tensormap"
-    assert isa._load(isa.family_of("tensormap.replace"), None) is tensormap
-    assert isa.family_of("clusterlaunchcontrol.try_cancel") == "bwtriton.emu.clc"  # the CLC family's slot
-    assert isa.family_of("frobnicate") is None
+    from bwtriton.emu import isa
+    from bwtriton.emu.isa import clc, sync, table, tcgen05, tensormap
+    machine = pathlib.Path(emu.__file__).parent / "machine"
+    for f in machine.glob("*.py"):
+        tree = ast.parse(f.read_text())
+        imported = {(n.level, n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not [m for lvl, m in imported if (lvl == 2 and m.startswith("isa")) or "emu.isa" in m], f.name
+    assert isa.handler_of("tcgen05.mma") is tcgen05.HANDLERS["tcgen05.mma"]
+    assert isa.handler_of("mbarrier.try_wait") is sync.HANDLERS["mbarrier.try_wait"]
+    assert isa.handler_of("tensormap.replace").__module__ == tensormap.__name__
+    assert isa.handler_of("clusterlaunchcontrol.try_cancel").__module__ == clc.__name__
+    assert isa.handler_of("mov", ("b128",)).__module__ == clc.__name__  # CLC's 128-bit form of another family's op
+    assert isa.handler_of("frobnicate") is None
+    assert set(isa.OPCODES) == {op for fam in table.FAMILIES for op in fam.HANDLERS}  # one row per opcode
 
 
 def test_emulator_modules_import_without_cycles():
-    """No import cycle among the emulator's modules (static, module-level `from .x import` edges)."""
+    """No import cycle among the emulator's modules (static, module-level relative imports)."""
     import ast
     import pathlib
 
     root = pathlib.Path(emu.__file__).parent
+    files = {".".join(("emu",) + f.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): f
+             for f in root.rglob("*.py")}
     graph = {}
-    for f in root.glob("*.py"):
-        tree = ast.parse(f.read_text())
+    for mod, f in files.items():
+        package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
         deps = set()
-        for n in tree.body:  # module level only: function-level imports are deliberate late binding
-            if isinstance(n, ast.ImportFrom) and n.level == 1:
-                deps.add(n.module or "__init__")
-                deps.update(a.name for a in n.names if n.module is None)
-        graph[f.stem] = deps & {g.stem for g in root.glob("*.py")} - {"__init__"}
+        for n in ast.parse(f.read_text()).body:  # module level: what runs on import
+            if isinstance(n, ast.ImportFrom) and n.level >= 1:
+                base = package
+                for _ in range(n.level - 1):
+                    base = base.rpartition(".")[0]
+                target = f"{base}.{n.module}" if n.module else base
+                # `from pkg import sub` loads pkg.sub when that is a module, else reads an attribute of pkg
+                deps.update(f"{target}.{a.name}" if f"{target}.{a.name}" in files else target for a in n.names)
+        graph[mod] = (deps & set(files)) - {mod}
     state: dict = {}
 
     def visit(m, path):
@@ -259,6 +270,8 @@ def test_emulator_modules_import_without_cycles():
         state[m] = 2
     for m in graph:
         visit(m, [])
+    assert "emu.integration.run" in graph["emu.integration.launcher"]  # the graph sees relative imports
+    assert "emu.machine.program" in graph["emu.isa.table"]
 
 
 def test_mapa_and_getctarank_round_trip():
@@ -277,7 +290,7 @@ def test_mapa_and_getctarank_round_trip():
 def test_progress_meter_reports_clusters_and_rate():
     import io
 
-    from bwtriton.emu.scheduler import ProgressMeter
+    from bwtriton.emu.machine.scheduler import ProgressMeter
 
     class Launch:
         instructions = 5000
@@ -294,7 +307,7 @@ def test_progress_meter_reports_clusters_and_rate():
 
 def test_run_time_lookup_failure_is_unsupported_not_keyerror(monkeypatch):
     """A family that trips over an unforeseen form at run time reports the PTX line, not a raw KeyError."""
-    from bwtriton.emu import alu
+    from bwtriton.emu.isa import alu
     monkeypatch.setitem(alu._CMP, "lt", None)
     del alu._CMP["lt"]  # setp.lt now fails inside the closure
     text = HEADER + "  setp.lt.u32 %p1, %r2, %r3;\n  ret;\n}\n"

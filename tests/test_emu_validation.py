@@ -7,7 +7,7 @@ import pytest
 
 import bwtriton.emu as emu
 import emu_cases as ec
-from bwtriton.emu import operands, tcgen05
+from bwtriton.emu.isa import operands, tcgen05
 from bwtriton.ptx import parse_ptx
 
 pytestmark = pytest.mark.emu

@@ -87,7 +87,7 @@ def test_cli_emit_out_and_check_use_the_final_ptx(two_acc, tmp_path, capsys):
 
 
 def test_emulate_and_emu_run_take_the_final_ptx(two_acc):
-    from bwtriton.emu.runner import _unpack_compiled
+    from bwtriton.emu.integration.run import _unpack_compiled
     ptx, md, name = _unpack_compiled(two_acc)
     assert ptx == two_acc.asm["ptx"] and name == "multi_acc_kernel" and md["num_warps"] == 4
 

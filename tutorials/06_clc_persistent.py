@@ -24,7 +24,7 @@ import torch
 
 import bwtriton
 import bwtriton.emu as emu
-from bwtriton.emu.clc import GridSchedule
+from bwtriton.emu import GridSchedule
 from bwtriton.kernels import grouped_matmul as gm
 from bwtriton.verify import verify_ptx
 

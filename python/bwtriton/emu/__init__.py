@@ -11,17 +11,22 @@ Or as a Triton driver (an emulated B200): ordinary launches with CPU tensors run
         matmul_kernel[grid](a, b, c, M, N, K, ...)      # a, b, c: CPU torch tensors
 
 `BWTRITON_EMULATE=sm_100a` activates it on import, `pytest --emulate sm_100a` for a test session.
-See docs/emulator.md.
+
+Layout: `machine/` (the state -- launch, clusters, CTAs, warps, memories, the asynchronous engine, schedulers,
+gangs), `isa/` (instruction semantics per family and the opcode -> handler table), `integration/` (the Triton
+driver and launcher, `run` and its argument packer, the pytest plugin). See docs/emulator.md.
 """
 from __future__ import annotations
 
+from . import driver  # noqa: F401 - `bwtriton.emu.driver`, the public module name
 from .errors import (DeadlockError, DescriptorError, EmulationError, LaneQuarterError, MemoryFaultError,
                      TmemAllocError, TmemLeakError, TmemRaceError, UnsupportedInstructionError,
                      UnwaitedTmemLoadError)
-from .driver import EmulatedDriver, activate_from_env, emulated_gpu
-from .runner import EmulationStats, run
+from .integration.driver import EmulatedDriver, activate_from_env, emulated_gpu
+from .integration.run import EmulationStats, run
+from .machine.grid import GridSchedule
 
-__all__ = ["run", "emulated_gpu", "EmulatedDriver", "EmulationStats", "EmulationError",
+__all__ = ["run", "emulated_gpu", "EmulatedDriver", "EmulationStats", "GridSchedule", "EmulationError",
            "UnsupportedInstructionError", "MemoryFaultError",
            "UnwaitedTmemLoadError", "TmemRaceError", "LaneQuarterError", "TmemLeakError", "TmemAllocError",
            "DeadlockError", "DescriptorError"]

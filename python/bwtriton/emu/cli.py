@@ -205,7 +205,7 @@ def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, s
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    from .runner import run
+    from .integration.run import run
     kernel_args: list[Any] = []
     for i, spec in enumerate(args.arg):
         kernel_args.append(parse_arg(spec, kernel_args, args.seed + i))

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .cells import Chunks, cells_get, cells_set
-from .errors import AsyncOverwriteError, MissingProxyFenceError, PoisonReadError, short
+from ..errors import AsyncOverwriteError, MissingProxyFenceError, PoisonReadError, short
 
 SCHEDULES = ("latest", "eager")
 

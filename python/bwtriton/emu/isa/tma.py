@@ -2,16 +2,18 @@
 multicast) and stores (shared -> global), with tensor maps built from the launch's TensorDescriptor arguments."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
-from ..ptx.ir import Instruction
-from .asyncops import AsyncOp, engine_of, issuer_of
-from .tensormap import SWIZZLE_CODES, TENSORMAP_BYTES, TensorMap, decode  # noqa: F401 (runner uses SWIZZLE_CODES)
-from .errors import EmulationError, UnsupportedInstructionError
-from .memory import split_cluster_address
-from .program import Program, active_index, address_reader, as_lanes
+from ...ptx.ir import Instruction
+from ..machine.async_engine import AsyncOp, engine_of, issuer_of
+from .memops import mem_read
+from .numerics import bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
+from .tensormap import TENSORMAP_BYTES, TensorMap, decode
+from ..errors import EmulationError, UnsupportedInstructionError
+from ..machine.memory import split_cluster_address
+from ..machine.program import Program, active_index, address_reader, as_lanes
 
 U32 = np.dtype(np.uint32)
 
@@ -31,7 +33,6 @@ def tensormap_at(w, addr: int) -> TensorMap:
     tm = w.launch.params.tensormaps.get(int(addr))
     if tm is not None:
         return tm
-    from .memops import mem_read
     try:
         raw = mem_read(w, "generic", np.array([int(addr)], dtype=np.uint64), TENSORMAP_BYTES)
     except EmulationError:
@@ -55,8 +56,8 @@ def _load(ins: Instruction, prog: Program) -> Callable:
     line, text = ins.line, ins.text
 
     def load(w):
-        dst_all, map_all, bar_all = rd_dst(w), as_lanes(rd_map(w)), rd_bar(w)
-        coords_all = [as_lanes(np.asarray(c(w))) for c in rd_coords]
+        dst_all, map_all, bar_all = rd_dst(w), as_lanes(rd_map(w), w.lanes), rd_bar(w)
+        coords_all = [as_lanes(np.asarray(c(w)), w.lanes) for c in rd_coords]
         for lane in active_index(w):  # single-thread issue
             tmap = tensormap_at(w, map_all[lane])
             coords = [int(c[lane]) for c in coords_all][::-1]  # PTX lists the innermost coordinate first
@@ -64,11 +65,11 @@ def _load(ins: Instruction, prog: Program) -> Callable:
             brank, bar = split_cluster_address(int(bar_all[lane]), w.cta.rank)
             ranks = [rank]
             if multicast:
-                mask = int(as_lanes(np.asarray(rd_mask(w)))[lane])
+                mask = int(as_lanes(np.asarray(rd_mask(w)), w.lanes)[lane])
                 ranks = [r for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
             ctas = [w.cta.cluster.ctas[r] for r in ranks]
             # multicast: each destination CTA's mbarrier at the same offset gets the bytes
-            bars = [_mbarrier_at(w, c if multicast else w.cta.cluster.ctas[brank], bar, line) for c in ctas]
+            bars = [mbarrier_at(w, c if multicast else w.cta.cluster.ctas[brank], bar, line) for c in ctas]
             saddr = tmap.smem_addresses(dst)
             se = tmap.smem_elem
             cells = (ctas[0].smem.offsets(saddr, se)[:, None] + np.arange(se)).ravel()
@@ -92,7 +93,7 @@ def _load(ins: Instruction, prog: Program) -> Callable:
     return load
 
 
-def _mbarrier_at(w, cta, local: int, line: int):
+def mbarrier_at(w, cta, local: int, line: int):
     bar = cta.mbarriers.get(local)
     if bar is None:
         raise EmulationError(f"TMA completes on an uninitialised mbarrier at 0x{local:x} of CTA {cta.rank}",
@@ -117,8 +118,8 @@ def _store(ins: Instruction, prog: Program) -> Callable:
     reader, kind = ("the TMA reduce", "TMA reduce") if red_op else ("the TMA store", "TMA store")
 
     def store(w):
-        map_all, src_all = as_lanes(rd_map(w)), rd_src(w)
-        coords_all = [as_lanes(np.asarray(c(w))) for c in rd_coords]
+        map_all, src_all = as_lanes(rd_map(w), w.lanes), rd_src(w)
+        coords_all = [as_lanes(np.asarray(c(w)), w.lanes) for c in rd_coords]
         smem = w.cta.smem
         for lane in active_index(w):
             tmap = tensormap_at(w, map_all[lane])
@@ -184,7 +185,6 @@ def _reduction(op: str, tmap: TensorMap, w, line: int, text: str) -> Callable[[n
 
 
 def _float_combine(op: str, name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from .numerics import bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
     to_f32 = {"f16": f16_bits_to_f32, "bf16": bf16_bits_to_f32, "f32": lambda x: x}[name]
     x, y = to_f32(a).astype(np.float64), to_f32(b).astype(np.float64)
     # add: exact in float64, then one round to nearest even (via f32, exact wherever it could matter for
@@ -220,7 +220,7 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
 
     def bulk(w):
         dst_all, src_all = rd_dst(w), rd_src(w)
-        n_all = as_lanes(np.asarray(rd_n(w)))
+        n_all = as_lanes(np.asarray(rd_n(w)), w.lanes)
         engine = engine_of(w)
         for lane in active_index(w):
             n = int(n_all[lane])
@@ -244,7 +244,7 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
                 cta.smem.write(np.array([dst]), w.launch.gmem.read(src, n))
             op = AsyncOp(kind="bulk copy", line=line, text=text, issuer=issuer_of(w), finish=finish,
                          writes=[(cta.smem, slice(lo, lo + n))],
-                         tx=[(_mbarrier_at(w, w.cta.cluster.ctas[brank], bar, line), n)],
+                         tx=[(mbarrier_at(w, w.cta.cluster.ctas[brank], bar, line), n)],
                          observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
             engine.issue(w, op)
     return bulk
@@ -264,18 +264,19 @@ def _bulk_wait(ins: Instruction) -> Callable:
     return wait
 
 
-def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
-    op = ins.opcode
-    if op in ("cp.async.bulk.tensor", "cp.reduce.async.bulk.tensor"):
-        mods = ins.modifiers
-        if "global" in mods and mods.index("global") == next(i for i, m in enumerate(mods) if m in
-                                                             ("global", "shared::cluster", "shared::cta")):
-            return _store(ins, prog)
-        return _load(ins, prog)
-    if op == "cp.async.bulk.commit_group":
-        return _bulk_commit
-    if op == "cp.async.bulk.wait_group":
-        return _bulk_wait(ins)
-    if op == "cp.async.bulk":
-        return _bulk_copy(ins, prog)
-    return None
+def _bulk_tensor(ins: Instruction, prog: Program) -> Callable:
+    """cp{.reduce}.async.bulk.tensor: a store when global memory is the destination (its first state space)."""
+    mods = ins.modifiers
+    if "global" in mods and mods.index("global") == next(i for i, m in enumerate(mods) if m in
+                                                         ("global", "shared::cluster", "shared::cta")):
+        return _store(ins, prog)
+    return _load(ins, prog)
+
+
+#: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
+HANDLERS: dict[str, Callable] = {
+    "cp.async.bulk.tensor": _bulk_tensor, "cp.reduce.async.bulk.tensor": _bulk_tensor,
+    "cp.async.bulk.commit_group": lambda ins, prog: _bulk_commit,
+    "cp.async.bulk.wait_group": lambda ins, prog: _bulk_wait(ins),
+    "cp.async.bulk": _bulk_copy,
+}

@@ -6,11 +6,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..ptx.ir import Instruction
-from .asyncops import engine_of
-from .errors import EmulationError, UnsupportedInstructionError
-from .memory import MBarrier, split_cluster_address
-from .program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, as_lanes
+from ...ptx.ir import Instruction
+from ..machine.async_engine import engine_of
+from ..errors import EmulationError, UnsupportedInstructionError
+from ..machine.memory import MBarrier, split_cluster_address
+from ..machine.program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, as_lanes
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -54,7 +54,7 @@ def _brx(ins: Instruction, prog: Program) -> Callable:
     rd = prog.src(ins.operands[0], U32, ins)
 
     def brx(w):
-        idx = as_lanes(np.asarray(rd(w)))
+        idx = as_lanes(np.asarray(rd(w)), w.lanes)
         act = active_index(w)
         vals = np.unique(idx[act])
         if len(vals) != 1:
@@ -173,112 +173,124 @@ def _lanes_by_address(w, addrs: np.ndarray) -> dict[int, int]:
     return out
 
 
-def _mbarrier(ins: Instruction, prog: Program) -> Optional[Callable]:
-    op = ins.opcode
+def _mbarrier_init(ins: Instruction, prog: Program) -> Callable:
     ops = ins.operands
-    if op == "mbarrier.init":
-        rd = address_reader(ops[0], prog, ins)
-        rc = prog.src(ops[1], U32, ins)
+    rd = address_reader(ops[0], prog, ins)
+    rc = prog.src(ops[1], U32, ins)
 
-        def init(w):
-            addrs = rd(w)
-            cnt = as_lanes(np.asarray(rc(w)))
-            for lane in active_index(w):
-                rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
-                c = int(cnt[lane])
-                w.cta.cluster.ctas[rank].mbarriers[local] = MBarrier(count=c, pending=c, line=ins.line)
-            w.launch.progress += 1
-        return init
-    if op == "mbarrier.inval":
-        rd = address_reader(ops[0], prog, ins)
+    def init(w):
+        addrs = rd(w)
+        cnt = as_lanes(np.asarray(rc(w)), w.lanes)
+        for lane in active_index(w):
+            rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
+            c = int(cnt[lane])
+            w.cta.cluster.ctas[rank].mbarriers[local] = MBarrier(count=c, pending=c, line=ins.line)
+        w.launch.progress += 1
+    return init
 
-        def inval(w):
-            for a in set(rd(w)[active_index(w)].tolist()):
-                rank, local = split_cluster_address(a, w.cta.rank)
-                w.cta.cluster.ctas[rank].mbarriers.pop(local, None)
-        return inval
-    if op in ("mbarrier.arrive", "mbarrier.arrive_drop"):
-        has_state = ops[0].kind in ("reg", "sink") and len(ops) >= 2 and ops[1].kind == "addr"
-        addr_op = ops[1] if has_state else ops[0]
-        rest = ops[2:] if has_state else ops[1:]
-        rd = address_reader(addr_op, prog, ins)
-        wr = prog.dst(ops[0], ins) if has_state else None
-        expect_tx = "expect_tx" in ins.modifiers
-        rtx = prog.src(rest[0], U32, ins) if rest else None
-        drop = op == "mbarrier.arrive_drop"
 
-        def arrive(w):
-            addrs = rd(w)
-            n_arg = int(np.asarray(rtx(w)).flat[0]) if rtx is not None else None
-            state = 0
-            for a, n in _lanes_by_address(w, addrs).items():
-                bar = find_mbarrier(w, a)
-                state = bar.phase
-                for _ in range(n):
-                    if expect_tx:
-                        bar.expect_tx(n_arg or 0)
-                        bar.arrive(1, w.observed)
-                    else:
-                        if drop:
-                            bar.count -= 1
-                        bar.arrive(n_arg or 1, w.observed)
-            w.launch.progress += 1
-            if wr is not None:
-                wr(w, np.uint64(state))
-        return arrive
-    if op == "mbarrier.expect_tx":
-        rd = address_reader(ops[0], prog, ins)
-        rtx = prog.src(ops[1], U32, ins)
+def _mbarrier_inval(ins: Instruction, prog: Program) -> Callable:
+    ops = ins.operands
+    rd = address_reader(ops[0], prog, ins)
 
-        def expect(w):
-            tx = int(np.asarray(rtx(w)).flat[0])
-            for a, n in _lanes_by_address(w, rd(w)).items():
-                find_mbarrier(w, a).expect_tx(tx * n)
-        return expect
-    if op in ("mbarrier.try_wait", "mbarrier.test_wait"):
-        parity = "parity" in ins.modifiers
-        wr = prog.dst(ops[0], ins)
-        rd = address_reader(ops[1], prog, ins)
-        rs = prog.src(ops[2], U64, ins)
-        blocking = op == "mbarrier.try_wait"
+    def inval(w):
+        for a in set(rd(w)[active_index(w)].tolist()):
+            rank, local = split_cluster_address(a, w.cta.rank)
+            w.cta.cluster.ctas[rank].mbarriers.pop(local, None)
+    return inval
 
-        def try_wait(w):
-            addrs = rd(w)
-            st = as_lanes(np.asarray(rs(w)))
-            idx = active_index(w)
-            res = np.zeros(32, dtype=bool)
-            obs = w.observed
-            engine = engine_of(w)
-            a_act, s_act = addrs[idx], st[idx]
-            if (a_act == a_act[0]).all() and (s_act == s_act[0]).all():  # the usual case: one barrier, one phase
-                pairs = [(idx, int(a_act[0]), int(s_act[0]))]
-            else:
-                pairs = [(np.array([lane]), int(addrs[lane]), int(st[lane])) for lane in idx]
-            for lanes, a, s in pairs:
-                bar = find_mbarrier(w, a)
+
+def _mbarrier_arrive(ins: Instruction, prog: Program) -> Callable:
+    ops = ins.operands
+    has_state = ops[0].kind in ("reg", "sink") and len(ops) >= 2 and ops[1].kind == "addr"
+    addr_op = ops[1] if has_state else ops[0]
+    rest = ops[2:] if has_state else ops[1:]
+    rd = address_reader(addr_op, prog, ins)
+    wr = prog.dst(ops[0], ins) if has_state else None
+    expect_tx = "expect_tx" in ins.modifiers
+    rtx = prog.src(rest[0], U32, ins) if rest else None
+    drop = ins.opcode == "mbarrier.arrive_drop"
+
+    def arrive(w):
+        addrs = rd(w)
+        n_arg = int(np.asarray(rtx(w)).flat[0]) if rtx is not None else None
+        state = 0
+        for a, n in _lanes_by_address(w, addrs).items():
+            bar = find_mbarrier(w, a)
+            state = bar.phase
+            for _ in range(n):
+                if expect_tx:
+                    bar.expect_tx(n_arg or 0)
+                    bar.arrive(1, w.observed)
+                else:
+                    if drop:
+                        bar.count -= 1
+                    bar.arrive(n_arg or 1, w.observed)
+        w.launch.progress += 1
+        if wr is not None:
+            wr(w, np.uint64(state))
+    return arrive
+
+
+def _mbarrier_expect_tx(ins: Instruction, prog: Program) -> Callable:
+    ops = ins.operands
+    rd = address_reader(ops[0], prog, ins)
+    rtx = prog.src(ops[1], U32, ins)
+
+    def expect(w):
+        tx = int(np.asarray(rtx(w)).flat[0])
+        for a, n in _lanes_by_address(w, rd(w)).items():
+            find_mbarrier(w, a).expect_tx(tx * n)
+    return expect
+
+
+def _mbarrier_wait(ins: Instruction, prog: Program) -> Callable:
+    ops = ins.operands
+    parity = "parity" in ins.modifiers
+    wr = prog.dst(ops[0], ins)
+    rd = address_reader(ops[1], prog, ins)
+    rs = prog.src(ops[2], U64, ins)
+    blocking = ins.opcode == "mbarrier.try_wait"
+
+    def try_wait(w):
+        addrs = rd(w)
+        st = as_lanes(np.asarray(rs(w)), w.lanes)
+        idx = active_index(w)
+        res = np.zeros(32, dtype=bool)
+        obs = w.observed
+        engine = engine_of(w)
+        a_act, s_act = addrs[idx], st[idx]
+        if (a_act == a_act[0]).all() and (s_act == s_act[0]).all():  # the usual case: one barrier, one phase
+            pairs = [(idx, int(a_act[0]), int(s_act[0]))]
+        else:
+            pairs = [(np.array([lane]), int(addrs[lane]), int(st[lane])) for lane in idx]
+        for lanes, a, s in pairs:
+            bar = find_mbarrier(w, a)
+            done = bar.phase_done(s) if parity else bar.phase > s
+            if not done and engine.settle(bar):  # the latest moment: pending work completes when observed
                 done = bar.phase_done(s) if parity else bar.phase > s
-                if not done and engine.settle(bar):  # the latest moment: pending work completes when observed
-                    done = bar.phase_done(s) if parity else bar.phase > s
-                res[lanes] = done
-                if done:
-                    obs = max(obs, bar.done_seq)
-            if blocking and not res[idx].any():
-                w.blocked_on = f"mbarrier.try_wait at 0x{int(addrs[idx[0]]):x}"
-                return YIELD
-            w.observed = obs
-            wr(w, res)
-        return try_wait
-    if op == "mbarrier.complete_tx":
-        rd = address_reader(ops[0], prog, ins)
-        rtx = prog.src(ops[1], U32, ins)
+            res[lanes] = done
+            if done:
+                obs = max(obs, bar.done_seq)
+        if blocking and not res[idx].any():
+            w.blocked_on = f"mbarrier.try_wait at 0x{int(addrs[idx[0]]):x}"
+            return YIELD
+        w.observed = obs
+        wr(w, res)
+    return try_wait
 
-        def complete_tx(w):
-            tx = int(np.asarray(rtx(w)).flat[0])
-            for a, n in _lanes_by_address(w, rd(w)).items():
-                find_mbarrier(w, a).complete_tx(tx * n, w.observed)
-            w.launch.progress += 1
-        return complete_tx
-    return None
+
+def _mbarrier_complete_tx(ins: Instruction, prog: Program) -> Callable:
+    ops = ins.operands
+    rd = address_reader(ops[0], prog, ins)
+    rtx = prog.src(ops[1], U32, ins)
+
+    def complete_tx(w):
+        tx = int(np.asarray(rtx(w)).flat[0])
+        for a, n in _lanes_by_address(w, rd(w)).items():
+            find_mbarrier(w, a).complete_tx(tx * n, w.observed)
+        w.launch.progress += 1
+    return complete_tx
 
 
 # --- warp-level data exchange ---------------------------------------------------------------------------
@@ -308,9 +320,9 @@ def _shfl(ins: Instruction, prog: Program) -> Callable:
     lane = np.arange(32, dtype=np.int64)
 
     def shfl(w):
-        a = as_lanes(np.asarray(ra(w)))
-        b = as_lanes(np.asarray(rb(w)).astype(np.int64)) & 31
-        c = as_lanes(np.asarray(rc(w)).astype(np.int64))
+        a = as_lanes(np.asarray(ra(w)), w.lanes)
+        b = as_lanes(np.asarray(rb(w)).astype(np.int64), w.lanes) & 31
+        c = as_lanes(np.asarray(rc(w)).astype(np.int64), w.lanes)
         clamp, segmask = c & 31, (c >> 8) & 31
         max_lane = (lane & segmask) | (clamp & ~segmask)
         min_lane = lane & segmask
@@ -339,7 +351,7 @@ def _vote(ins: Instruction, prog: Program) -> Callable:
     rp = prog.src(ins.operands[1], BOOL, ins)
 
     def vote(w):
-        p = as_lanes(np.asarray(rp(w)))
+        p = as_lanes(np.asarray(rp(w)), w.lanes)
         act = w.mask if w.mask is not None else np.ones(32, bool)
         vals = p[act]
         if mode == "ballot":
@@ -360,7 +372,7 @@ def _redux(ins: Instruction, prog: Program) -> Callable:
           "and": np.bitwise_and.reduce, "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}[mode]
 
     def redux(w):
-        v = as_lanes(np.asarray(ra(w)))[active_index(w)]
+        v = as_lanes(np.asarray(ra(w)), w.lanes)[active_index(w)]
         r = fn(v)
         return wr(w, np.array([int(r) & 0xFFFFFFFF], dtype=np.uint32).view(dt)[0])
     return redux
@@ -390,50 +402,56 @@ def _proxy_fence(ins: Instruction) -> Callable:
     return fence
 
 
-_NOOPS = ("fence", "fence.proxy.tensormap", "fence.proxy.alias", "membar", "setmaxnreg",
-          "bar.warp", "nanosleep", "griddepcontrol", "pmevent", "tcgen05.fence", "tensormap.cp_fenceproxy")
+def _fence(ins: Instruction, prog: Program) -> Callable:
+    """`fence` with a .proxy.async qualifier (fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster)
+    is a proxy fence; the other fences order memory, which this emulator's sequential execution already does."""
+    if "proxy" in ins.modifiers and any(m.startswith("async") for m in ins.modifiers):
+        return _proxy_fence(ins)
+    return _noop
 
 
-def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
-    op = ins.opcode
-    if op == "bra":
-        return _bra(ins, prog)
-    if op == "brx":
-        return _brx(ins, prog)
-    if op in ("ret", "exit"):
-        return _exit
-    if op == "trap":
-        return _trap(ins)
-    if op in ("bar", "barrier"):
-        mode = ins.modifiers[0] if ins.modifiers else "sync"
-        if mode in ("sync", "red"):
-            if mode == "red":
-                raise UnsupportedInstructionError("bar.red", line=ins.line, text=ins.text)
-            return _bar(ins, prog, wait=True)
-        if mode == "arrive":
-            return _bar(ins, prog, wait=False)
-        return None
-    if op == "barrier.cluster":
-        if "arrive" in ins.modifiers:
-            return lambda w: _cluster_arrive(w)
-        if "wait" in ins.modifiers:
-            return _cluster_wait
-        return _cluster_sync
-    if op.startswith("mbarrier."):
-        return _mbarrier(ins, prog)
-    if op == "elect":
-        return _elect(ins, prog)
-    if op == "shfl":
-        return _shfl(ins, prog)
-    if op == "vote":
-        return _vote(ins, prog)
-    if op == "redux":
-        return _redux(ins, prog)
-    if op == "activemask":
-        return _activemask(ins, prog)
-    if op == "fence.proxy.async" or (op == "fence" and "proxy" in ins.modifiers and
-                                      any(m.startswith("async") for m in ins.modifiers)):
-        return _proxy_fence(ins)  # incl. fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster
-    if op in _NOOPS or op.startswith("griddepcontrol"):
-        return lambda w: None
+def _bar_cta(ins: Instruction, prog: Program) -> Optional[Callable]:
+    """bar / barrier .sync (the default) and .arrive; .red is not emulated."""
+    mode = ins.modifiers[0] if ins.modifiers else "sync"
+    if mode == "red":
+        raise UnsupportedInstructionError("bar.red", line=ins.line, text=ins.text)
+    if mode == "sync":
+        return _bar(ins, prog, wait=True)
+    if mode == "arrive":
+        return _bar(ins, prog, wait=False)
     return None
+
+
+def _barrier_cluster(ins: Instruction, prog: Program) -> Callable:
+    if "arrive" in ins.modifiers:
+        return lambda w: _cluster_arrive(w)
+    if "wait" in ins.modifiers:
+        return _cluster_wait
+    return _cluster_sync
+
+
+def _noop(w) -> None:
+    return None
+
+
+def _compiles_to(closure: Callable) -> Callable:
+    """The handler of an instruction whose closure does not depend on its operands."""
+    return lambda ins, prog: closure
+
+
+#: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
+HANDLERS: dict[str, Callable] = {
+    "bra": _bra, "brx": _brx, "ret": _compiles_to(_exit), "exit": _compiles_to(_exit),
+    "trap": lambda ins, prog: _trap(ins),
+    "bar": _bar_cta, "barrier": _bar_cta, "barrier.cluster": _barrier_cluster,
+    "mbarrier.init": _mbarrier_init, "mbarrier.inval": _mbarrier_inval, "mbarrier.arrive": _mbarrier_arrive,
+    "mbarrier.arrive_drop": _mbarrier_arrive, "mbarrier.expect_tx": _mbarrier_expect_tx,
+    "mbarrier.try_wait": _mbarrier_wait, "mbarrier.test_wait": _mbarrier_wait,
+    "mbarrier.complete_tx": _mbarrier_complete_tx,
+    "elect": _elect, "shfl": _shfl, "vote": _vote, "redux": _redux, "activemask": _activemask,
+    "fence": _fence, "fence.proxy.async": lambda ins, prog: _proxy_fence(ins),
+    # ordering and hints with nothing to do in a sequential emulator
+    **{op: _compiles_to(_noop) for op in ("fence.proxy.tensormap", "fence.proxy.alias", "membar", "setmaxnreg",
+                                           "bar.warp", "nanosleep", "pmevent", "griddepcontrol.launch_dependents",
+                                           "griddepcontrol.wait")},
+}

@@ -5,13 +5,13 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..ptx.ir import Instruction, Operand
-from .asyncops import AsyncOp, engine_of, issuer_of
-from .errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
-from .gang import GangFallback
-from .cells import cells_of, gather, scatter
-from .memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
-from .program import NP_TYPES, Program, active_index, address_reader, convert, lane_count, as_lanes
+from ...ptx.ir import Instruction, Operand
+from ..machine.async_engine import AsyncOp, engine_of, issuer_of
+from ..errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
+from ..machine.gang import GangFallback
+from ..machine.cells import cells_of, gather, scatter
+from ..machine.memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
+from ..machine.program import NP_TYPES, Program, active_index, address_reader, convert, as_lanes
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
@@ -196,7 +196,7 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
         raw = mem_read(w, space, addr, width * n, idx)  # [k, width*n]
         vals = raw.view(dt).reshape(len(idx), n)
         for i, wr in enumerate(writers):
-            full = np.zeros(lane_count(), dtype=dt)
+            full = np.zeros(w.lanes, dtype=dt)
             full[idx] = vals[:, i]
             wr(w, full)
     return ld
@@ -212,16 +212,16 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     def st(w):
         if w.mask is None:
             if len(srcs) == 1:
-                col = as_lanes(np.asarray(convert(srcs[0](w), dt)))
+                col = as_lanes(np.asarray(convert(srcs[0](w), dt)), w.lanes)
                 data = np.ascontiguousarray(col).view(np.uint8).reshape(len(col), -1)
             else:
-                data = np.stack([as_lanes(np.asarray(convert(s(w), dt))) for s in srcs], axis=1)
+                data = np.stack([as_lanes(np.asarray(convert(s(w), dt)), w.lanes) for s in srcs], axis=1)
                 data = data.view(np.uint8).reshape(len(data), -1)
             mem_write(w, space, rd_addr(w), data)
             return None
         idx = active_index(w)
         addr = rd_addr(w)[idx]
-        cols = [as_lanes(np.asarray(convert(s(w), dt)))[idx] for s in srcs]
+        cols = [as_lanes(np.asarray(convert(s(w), dt)), w.lanes)[idx] for s in srcs]
         data = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.uint8).reshape(len(idx), -1)
         mem_write(w, space, addr, data, idx)
     return st
@@ -263,10 +263,10 @@ def _atom(ins: Instruction, prog: Program) -> Callable:
 
     def atom(w):
         idx = active_index(w)
-        base = as_lanes(rd_addr(w))[idx]
+        base = as_lanes(rd_addr(w), w.lanes)[idx]
         addr = (base[:, None] + np.arange(n, dtype=np.uint64) * np.uint64(size)).ravel()  # [lane, element]
-        x = np.stack([as_lanes(np.asarray(r(w), dtype=dt))[idx] for r in srcs], 1).ravel()
-        c = np.repeat(as_lanes(np.asarray(rc(w), dtype=dt))[idx], n) if rc else None
+        x = np.stack([as_lanes(np.asarray(r(w), dtype=dt), w.lanes)[idx] for r in srcs], 1).ravel()
+        c = np.repeat(as_lanes(np.asarray(rc(w), dtype=dt), w.lanes)[idx], n) if rc else None
         lanes = np.repeat(idx, n)
         if len(np.unique(addr)) == len(addr):
             old = apply(w, addr, x, c, lanes)
@@ -275,7 +275,7 @@ def _atom(ins: Instruction, prog: Program) -> Callable:
             for j in range(len(addr)):
                 old[j:j + 1] = apply(w, addr[j:j + 1], x[j:j + 1], None if c is None else c[j:j + 1], lanes[j:j + 1])
         for i, wr in enumerate(writers):
-            full = np.zeros(lane_count(), dtype=dt)
+            full = np.zeros(w.lanes, dtype=dt)
             full[idx] = old.reshape(len(idx), n)[:, i]
             wr(w, full)
     return atom
@@ -298,7 +298,7 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
         idx = active_index(w)
         dst = rd_dst(w)[idx].copy()
         src = rd_src(w)[idx].copy()
-        srcsize = as_lanes(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else \
+        srcsize = as_lanes(np.asarray(rd_srcsize(w)), w.lanes)[idx].copy() if rd_srcsize else \
             np.full(len(idx), size)
         smem = w.cta.smem
         cells = cells_of(smem.offsets(dst, size), size)
@@ -320,7 +320,7 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     if shared.pending_read(lo, hi):
         raise GangFallback("pending asynchronous reads")
     src = rd_src(w)[idx].copy()
-    srcsize = as_lanes(np.asarray(rd_srcsize(w)))[idx].copy() if rd_srcsize else None
+    srcsize = as_lanes(np.asarray(rd_srcsize(w)), w.lanes)[idx].copy() if rd_srcsize else None
     op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid),
                  writes=[(shared, cells_of(flat, size))],
                  observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
@@ -393,7 +393,7 @@ def _ldmatrix(ins: Instruction, prog: Program) -> Callable:
 
     def ldm(w):
         # per warp (a gang: per CTA row of 32 lanes): lanes 8i..8i+7 give matrix i's row addresses
-        addr = as_lanes(rd_addr(w)).reshape(-1, 32)
+        addr = as_lanes(rd_addr(w), w.lanes).reshape(-1, 32)
         warps = np.arange(addr.shape[0])[:, None] * 32
         for i, wr in enumerate(writers):
             lanes = (warps + 8 * i + np.arange(8)).ravel()
@@ -419,11 +419,11 @@ def _stmatrix(ins: Instruction, prog: Program) -> Callable:
     t = np.arange(32)
 
     def stm(w):
-        addr = as_lanes(rd_addr(w)).reshape(-1, 32)
+        addr = as_lanes(rd_addr(w), w.lanes).reshape(-1, 32)
         nw = addr.shape[0]
         warps = np.arange(nw)[:, None] * 32
         for i, s in enumerate(srcs):
-            v = as_lanes(np.asarray(s(w), np.uint32)).reshape(nw, 32)
+            v = as_lanes(np.asarray(s(w), np.uint32), w.lanes).reshape(nw, 32)
             mat = np.zeros((nw, 8, 8), dtype=np.uint16)
             lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
             if trans:
@@ -445,8 +445,8 @@ def _mapa(ins: Instruction, prog: Program) -> Callable:
     ra, rr = prog.src(ins.operands[1], U64, ins), prog.src(ins.operands[2], np.dtype(np.uint32), ins)
 
     def mapa(w):
-        a = as_lanes(ra(w)).astype(np.uint64)
-        r = as_lanes(rr(w)).astype(np.uint64)
+        a = as_lanes(ra(w), w.lanes).astype(np.uint64)
+        r = as_lanes(rr(w), w.lanes).astype(np.uint64)
         return wr(w, np.uint64(CLUSTER_WINDOW) | (r << np.uint64(24)) | (a & np.uint64(0xFFFFFF)))
     return mapa
 
@@ -456,40 +456,29 @@ def _getctarank(ins: Instruction, prog: Program) -> Callable:
     ra = prog.src(ins.operands[1], U64, ins)
 
     def getctarank(w):
-        a = as_lanes(ra(w)).astype(np.uint64)
+        a = as_lanes(ra(w), w.lanes).astype(np.uint64)
         window = (a & np.uint64(CLUSTER_WINDOW)) != 0
         return wr(w, np.where(window, (a >> np.uint64(24)) & np.uint64(0x3F), np.uint64(w.cta.rank)))
     return getctarank
 
 
-def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
-    op = ins.opcode
-    if op == "mapa":
-        return _mapa(ins, prog)
-    if op == "getctarank":
-        return _getctarank(ins, prog)
-    if op in ("ld", "ld.global.nc"):
-        return _ld(ins, prog)
-    if op == "st":
-        return _st(ins, prog)
-    if op in ("atom", "red"):
-        return _atom(ins, prog)
-    if op == "cp.async":
-        return _cp_async(ins, prog)
-    if op == "cp.async.commit_group":
-        return _cp_commit
-    if op == "cp.async.wait_group":
-        return _cp_wait(int(ins.operands[0].value))  # type: ignore[arg-type]
-    if op == "cp.async.wait_all":
-        return _cp_wait_all
-    if op == "ldmatrix":
-        return _ldmatrix(ins, prog)
-    if op == "stmatrix":
-        return _stmatrix(ins, prog)
-    if op in ("prefetch", "prefetchu", "cp.async.bulk.prefetch", "cp.async.bulk.prefetch.tensor", "discard",
-              "applypriority", "createpolicy"):
-        if op == "createpolicy":
-            wr = prog.dst(ins.operands[0], ins)
-            return lambda w: wr(w, np.uint64(0))
-        return lambda w: None
+def _createpolicy(ins: Instruction, prog: Program) -> Callable:
+    wr = prog.dst(ins.operands[0], ins)
+    return lambda w: wr(w, np.uint64(0))  # a cache policy the emulator has no cache for
+
+
+def _hint(w) -> None:
     return None
+
+
+#: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
+HANDLERS: dict[str, Callable] = {
+    "mapa": _mapa, "getctarank": _getctarank, "ld": _ld, "ld.global.nc": _ld, "st": _st, "atom": _atom,
+    "red": _atom, "cp.async": _cp_async, "cp.async.commit_group": lambda ins, prog: _cp_commit,
+    "cp.async.wait_group": lambda ins, prog: _cp_wait(int(ins.operands[0].value)),  # type: ignore[arg-type]
+    "cp.async.wait_all": lambda ins, prog: _cp_wait_all, "ldmatrix": _ldmatrix, "stmatrix": _stmatrix,
+    "createpolicy": _createpolicy,
+    # cache hints: no cache here
+    **{op: (lambda ins, prog: _hint) for op in ("prefetch", "prefetchu", "cp.async.bulk.prefetch",
+                                                 "cp.async.bulk.prefetch.tensor", "discard", "applypriority")},
+}

@@ -7,7 +7,7 @@ constexprs are skipped, tuples flattened, tensor descriptors expanded (tensor ma
 kernel was lowered to TMA, base + shapes + strides + padding otherwise), each value checked against its Triton
 type and encoded the way the C launcher encodes it (fp16/bf16 scalars as 16-bit patterns, bf16 truncated).
 Global/profile scratch come from the allocators Triton's `set_allocator` installs. The kernel's final PTX is read
-from Triton's cache (the metadata's hash names the cache group) and run by `bwtriton.emu.runner`.
+from Triton's cache (the metadata's hash names the cache group) and run by `bwtriton.emu.integration.run`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import re
 import struct
 from typing import Any, Iterator, Optional
 
-from ..errors import InputError
-from .args import Raw, TmaArg
+from ...errors import InputError
+from .arguments import Raw, TmaArg
+from .run import run
 
 _INT_RANGES = {
     "i1": (0, 1), "i8": (-2 ** 7, 2 ** 7 - 1), "i16": (-2 ** 15, 2 ** 15 - 1), "i32": (-2 ** 31, 2 ** 31 - 1),
@@ -145,15 +146,14 @@ def bind_arguments(signature: dict, args: tuple, tensordesc_meta: Optional[list]
 
 
 def kernel_ptx(metadata: Any) -> str:
-    """The PTX the cubin was built from (bwtriton's `bwptx` stage when present, else Triton's `ptx`), read from
-    the Triton cache group that `metadata.hash` names."""
-    from triton.runtime.cache import get_cache_manager
+    """The PTX the cubin was built from (the `ptx` stage: bwtriton's passes rewrite it in place), read from the
+    Triton cache group that `metadata.hash` names."""
+    from triton.runtime.cache import get_cache_manager  # heavy: Triton's runtime, needed only at launch
     manager = get_cache_manager(metadata.hash)
-    for ext in ("bwptx", "ptx"):
-        path = manager.get_file(f"{metadata.name}.{ext}")
-        if path is not None:
-            with open(path) as f:
-                return f.read()
+    path = manager.get_file(f"{metadata.name}.ptx")
+    if path is not None:
+        with open(path) as f:
+            return f.read()
     raise InputError(f"kernel {metadata.name}: its PTX is not in Triton's cache ({manager.cache_dir}); the "
                      "emulated launcher needs the compile's cache folder to still exist")
 
@@ -189,7 +189,6 @@ class EmulatedLauncher:
 
     def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: int, function: Any, packed_metadata: Any,
                  launch_metadata: Any, enter_hook: Any, exit_hook: Any, *args: Any) -> None:
-        from .runner import run
         values = bind_arguments(self.signature, args, self.tensordesc_meta) if self.signature else list(args)
         grid_size = grid_x * grid_y * grid_z
         if grid_size <= 0:  # CUDA launches nothing for an empty grid; neither do we

@@ -8,7 +8,7 @@ it splits into one GangWarp per warp id. `scheduler.run_warp` runs a GangWarp li
 instruction make up its program:
 
 * gang-safe instructions (arithmetic, conversions, branches, global / param / plain shared loads and stores):
-  the warp's own closure, run once over all lanes (`program.lane_count()` is the gang's width meanwhile);
+  the warp's own closure, run once over all lanes (the GangWarp's `lanes`);
 * everything else (barriers, mbarriers, TMA, tcgen05, shuffles...): the closure runs once per row, on that
   CTA's own `Warp`, whose registers are bound to the gang's rows (`RowRegs`), so per-CTA state (barrier
   counts, asynchronous engines, TMEM, shared memory bookkeeping) is exactly what the warp-by-warp emulator keeps.
@@ -26,11 +26,13 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .errors import DeadlockError
+from ..errors import DeadlockError
 from .cells import cells_get, cells_of, cells_set, gather, scatter
 from .memory import SMEM_BASE
-from .program import DIVERGED, DONE_PC, EXITED, YIELD, set_lane_count
-from .warp import register_file
+from .program import DIVERGED, DONE_PC, EXITED, YIELD
+from .scheduler import (QUANTUM, check_budget, cluster_done, exit_lanes, finish_cluster, reselect, run_warp,
+                        start_cluster, step_cluster)
+from .warp import WARP_LANES, register_file
 
 #: lanes of one GangWarp (clusters per gang = this / (32 * warps per CTA)); 0 turns gangs off
 DEFAULT_GANG_LANES = 16384
@@ -189,13 +191,16 @@ class GangWarp:
 
     is_gang = True
 
+    __slots__ = ("rows", "warps_per_cta", "shared", "code", "nl", "lanes", "launch", "wid", "R", "live", "mask",
+                 "lane_pc", "pc", "done", "all_lanes", "executed", "blocked_on", "_sregs")
+
     def __init__(self, rows: list, shared: GangShared, code: list, warps_per_cta: int = 1) -> None:
         first = rows[0]
         self.rows = rows
         self.warps_per_cta = warps_per_cta
         self.shared = shared
         self.code = code
-        self.nl = 32 * len(rows)
+        self.nl = self.lanes = WARP_LANES * len(rows)
         self.launch = first.launch
         self.wid = first.wid
         self.R = register_file(first.cta.prog.slot_dtypes, self.nl)
@@ -238,25 +243,21 @@ def _per_cta(f: Callable) -> Callable:
         act = gw.mask if gw.mask is not None else gw.live
         results = []
         owned: set = set()
-        set_lane_count(32)
-        try:
-            for b, w in enumerate(gw.rows):
-                lo = 32 * b
-                m = act[lo:lo + 32]
-                if not m.any():
-                    continue
-                w.R = RowRegs(gw.R, b, owned)
-                w.live = gw.live[lo:lo + 32]
-                w.mask = None if m.all() else m.copy()
-                w.lane_pc = None if gw.lane_pc is None else gw.lane_pc[lo:lo + 32]
-                w.pc = gw.pc
-                results.append((b, f(w)))
-            if gw.warps_per_cta > 1 and any(r == YIELD for _, r in results):
-                # The warps of a CTA ran this instruction one after another; a barrier that the last of them
-                # completed releases the earlier ones when they run it again -- what the scheduler would do next.
-                results = [(b, f(gw.rows[b]) if r == YIELD else r) for b, r in results]
-        finally:
-            set_lane_count(gw.nl)
+        for b, w in enumerate(gw.rows):
+            lo = 32 * b
+            m = act[lo:lo + 32]
+            if not m.any():
+                continue
+            w.R = RowRegs(gw.R, b, owned)
+            w.live = gw.live[lo:lo + 32]
+            w.mask = None if m.all() else m.copy()
+            w.lane_pc = None if gw.lane_pc is None else gw.lane_pc[lo:lo + 32]
+            w.pc = gw.pc
+            results.append((b, f(w)))
+        if gw.warps_per_cta > 1 and any(r == YIELD for _, r in results):
+            # The warps of a CTA ran this instruction one after another; a barrier that the last of them
+            # completed releases the earlier ones when they run it again -- what the scheduler would do next.
+            results = [(b, f(gw.rows[b]) if r == YIELD else r) for b, r in results]
         first = results[0][1] if results else None
         if all(r == first for _, r in results) and first != DIVERGED:
             if first == YIELD:
@@ -277,7 +278,7 @@ def _gang_safe(f: Callable, per_cta: Callable) -> Callable:
 
 def gang_code(prog) -> list:
     """The gang's closure for every instruction of `prog` (cached on it)."""
-    code = getattr(prog, "gang_code", None)
+    code = prog.gang_code
     if code is None:
         code = []
         for ins, f in zip(prog.fn.instructions, prog.code):
@@ -291,7 +292,7 @@ def gang_code(prog) -> list:
 def cta_gang_code(prog) -> list:
     """The closures of a gang of whole CTAs: the gang's, splitting the gang where its lanes diverge (warps of a
     CTA taking different paths -- warp specialisation -- run as one gang per warp id from there on)."""
-    code = getattr(prog, "cta_gang_code", None)
+    code = prog.cta_gang_code
     if code is None:
         code = prog.cta_gang_code = [_splitting(f) for f in gang_code(prog)]
     return code
@@ -333,7 +334,6 @@ def build_gang(clusters: list, whole_ctas: bool = False) -> list:
 def split(gws: list, gw: GangWarp) -> None:
     """Replace gang-of-whole-CTAs `gw` in `gws` by one GangWarp per warp id, each taking its lanes' registers,
     liveness and program counters."""
-    from .scheduler import _reselect
     nw, ncta = gw.warps_per_cta, len(gw.rows) // gw.warps_per_cta
     shared = gw.shared.for_rows(1)
     parts = []
@@ -347,7 +347,7 @@ def split(gws: list, gw: GangWarp) -> None:
         part.done = not part.live.any()
         part.mask = None if part.live.all() else part.live.copy()
         if part.lane_pc is not None and not part.done:
-            _reselect(part)
+            reselect(part)
         parts.append(part)
     i = gws.index(gw)
     gws[i:i + 1] = parts
@@ -355,14 +355,12 @@ def split(gws: list, gw: GangWarp) -> None:
 
 def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
     """One round of every GangWarp. Returns (warp-instructions retired, dissolved?)."""
-    from .scheduler import run_warp
     launch = clusters[0].launch
     total, progressed = 0, False
     for gw in list(gws):
         if gw.done:
             continue
         before = launch.progress
-        set_lane_count(gw.nl)
         try:
             n, _ = run_warp(gw, budget)
         except Split as sp:
@@ -372,8 +370,6 @@ def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
         except Dissolve as d:
             dissolve(gws, d)
             return total, True
-        finally:
-            set_lane_count(32)
         total += n * len(gw.rows)
         progressed |= bool(n) or launch.progress != before
     # the gang's clusters share one engine (run_gangs)
@@ -385,7 +381,6 @@ def step_gang(gws: list, clusters: list, budget: int) -> tuple[int, bool]:
 def dissolve(gws: list, d: Optional[Dissolve] = None) -> None:
     """Give every CTA warp its rows back (registers, lanes, PCs); the warp whose per-CTA step disagreed takes
     each CTA's own outcome of that step."""
-    from .scheduler import _reselect
     outcome = {b: r for b, r in d.results} if d is not None else {}
     for gw in gws:
         for b, w in enumerate(gw.rows):
@@ -402,23 +397,22 @@ def dissolve(gws: list, d: Optional[Dissolve] = None) -> None:
             act = (gw.mask if gw.mask is not None else gw.live)[lo:hi].copy()
             w.mask = None if (w.lane_pc is None and w.live.all()) else w.live.copy()
             if w.lane_pc is not None:
-                _reselect(w)
+                reselect(w)
             if gw is (d.gw if d else None) and b in outcome:
                 _apply(w, r, act, own_lane_pc)
 
 
 def _apply(w, r, act: np.ndarray, own_lane_pc) -> None:
     """Advance warp `w` past the instruction it just executed at w.pc on lanes `act`, as run_warp would."""
-    from .scheduler import _exit_lanes, _reselect
     if r == YIELD:
         return
     if r == DIVERGED:
         w.lane_pc = own_lane_pc.copy()
-        _reselect(w)
+        reselect(w)
         return
     if w.lane_pc is None and (act == w.live).all():
         if r == EXITED:
-            _exit_lanes(w)
+            exit_lanes(w)
             if not w.done:
                 w.pc += 1
                 w.mask = w.live.copy()
@@ -433,11 +427,11 @@ def _apply(w, r, act: np.ndarray, own_lane_pc) -> None:
         w.lane_pc[act] = r
     elif r == EXITED:
         w.mask = act
-        _exit_lanes(w)
+        exit_lanes(w)
         if w.done:
             return
         w.lane_pc[~w.live] = DONE_PC
-    _reselect(w)
+    reselect(w)
 
 
 def _clusters_per_gang(cluster, lanes: int) -> int:
@@ -455,7 +449,6 @@ def run_gangs(launch, coords: list, make_cluster: Callable, max_instructions: in
     """Run the launch's clusters (launch order) in gangs of as many clusters as fit in `lanes` lanes per warp;
     a gang that dissolves finishes its clusters warp by warp, round-robin. `on_round` is called after every
     scheduling round (progress display); launch.instructions counts as the run goes."""
-    from .scheduler import QUANTUM, check_budget, cluster_done, finish_cluster, start_cluster, step_cluster
     total = 0
     i = 0
     while i < len(coords):

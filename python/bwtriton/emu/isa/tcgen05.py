@@ -15,14 +15,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
-from ..ptx.ir import Instruction
+from ...ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
+from ...ptx.ir import Instruction
 from . import operands as opnd
-from .asyncops import AsyncOp, engine_of, issuer_of, short
-from .errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
+from ..machine.async_engine import AsyncOp, engine_of, issuer_of, short
+from ..errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
                      UnsupportedInstructionError, UnwaitedTmemLoadError)
-from .memory import TMEM_COLS, TMEM_LANES, split_cluster_address
-from .program import Program, active_index, address_reader, as_lanes
+from ..machine.memory import TMEM_COLS, TMEM_LANES, split_cluster_address
+from ..machine.program import Program, active_index, address_reader, as_lanes
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -39,7 +39,7 @@ def _cta_group(ins: Instruction) -> int:
 
 
 def _uniform(w, arr, what: str) -> int:
-    a = as_lanes(np.asarray(arr))[active_index(w)]
+    a = as_lanes(np.asarray(arr), w.lanes)[active_index(w)]
     if (a != a[0]).any():
         raise EmulationError(f"{what} differs between the lanes of the warp (must be warp-uniform)",
                              where=w.where())
@@ -263,7 +263,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         if tm.inflight[ucols].any():
             raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
         check_pending_ld(w.cta, {w.wid % 4}, ucols, "tcgen05.st")
-        vals = np.stack([as_lanes(np.asarray(r(w), np.uint32)) for r in readers], axis=1)
+        vals = np.stack([as_lanes(np.asarray(r(w), np.uint32), w.lanes) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
         tm.data[lanes, cols] = vals
@@ -291,7 +291,7 @@ def _commit(ins: Instruction, prog: Program) -> Callable:
         for lane in active_index(w):  # single-thread semantics: every issuing lane commits
             rank, local = split_cluster_address(int(addrs[lane]), w.cta.rank)
             if multicast:
-                mask = int(as_lanes(np.asarray(rd_mask(w)))[lane])
+                mask = int(as_lanes(np.asarray(rd_mask(w)), w.lanes)[lane])
                 targets = [(r, local) for r in range(len(w.cta.cluster.ctas)) if mask >> r & 1]
             else:
                 targets = [(rank, local)]
@@ -361,15 +361,15 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
 
     def mma(w):
         d_all, a_all, b_all, i_all = rd_d(w), rd_a(w), rd_b(w), rd_i(w)
-        en_all = as_lanes(np.asarray(rd_en(w)))
+        en_all = as_lanes(np.asarray(rd_en(w)), w.lanes)
         sa_all = rd_sa(w) if rd_sa else None
         sb_all = rd_sb(w) if rd_sb else None
         sd = int(np.asarray(rd_scale_d(w)).flat[0]) if rd_scale_d else 0
         for lane in active_index(w):  # single-thread issue: every active lane starts one MMA
-            taddr_d = int(as_lanes(d_all)[lane])
-            a = int(as_lanes(a_all)[lane])
-            b = int(as_lanes(b_all)[lane])
-            idesc = idesc_of(int(as_lanes(i_all)[lane]), kind)
+            taddr_d = int(as_lanes(d_all, w.lanes)[lane])
+            a = int(as_lanes(a_all, w.lanes)[lane])
+            b = int(as_lanes(b_all, w.lanes)[lane])
+            idesc = idesc_of(int(as_lanes(i_all, w.lanes)[lane]), kind)
             enable = bool(en_all[lane])
             sa = int(sa_all[lane]) if sa_all is not None else None
             sb = int(sb_all[lane]) if sb_all is not None else None
@@ -613,7 +613,7 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
     def cp(w):
         taddr_all, desc_all = rd_t(w), rd_s(w)
         for lane in active_index(w):
-            taddr, desc = int(taddr_all[lane]), int(as_lanes(desc_all)[lane])
+            taddr, desc = int(taddr_all[lane]), int(as_lanes(desc_all, w.lanes)[lane])
             ctas = _pair(w, cta_group)
             cols = (taddr & 0xFFFF) + np.arange(ncols)
             lanes = (taddr >> 16) + dst_lanes
@@ -643,28 +643,15 @@ def _wait(ins: Instruction) -> Callable:
     return lambda w: None
 
 
-def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
-    op = ins.opcode
-    if not op.startswith("tcgen05."):
-        return None
-    if op == "tcgen05.alloc":
-        return _alloc(ins, prog)
-    if op == "tcgen05.dealloc":
-        return _dealloc(ins, prog)
-    if op == "tcgen05.relinquish_alloc_permit":
-        return _relinquish
-    if op == "tcgen05.ld":
-        return _ld(ins, prog)
-    if op == "tcgen05.st":
-        return _st(ins, prog)
-    if op.startswith("tcgen05.mma"):
-        return _mma(ins, prog)
-    if op == "tcgen05.commit":
-        return _commit(ins, prog)
-    if op == "tcgen05.cp":
-        return _cp(ins, prog)
-    if op == "tcgen05.wait":
-        return _wait(ins)
-    if op == "tcgen05.fence":
-        return lambda w: None
-    raise UnsupportedInstructionError(f"`{ins.full_opcode}` is not emulated", line=ins.line, text=ins.text)
+#: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
+HANDLERS: dict[str, Callable] = {
+    "tcgen05.alloc": _alloc, "tcgen05.dealloc": _dealloc,
+    "tcgen05.relinquish_alloc_permit": lambda ins, prog: _relinquish,
+    "tcgen05.ld": _ld, "tcgen05.st": _st, "tcgen05.mma": _mma, "tcgen05.commit": _commit, "tcgen05.cp": _cp,
+    "tcgen05.wait": lambda ins, prog: _wait(ins),
+    "tcgen05.fence": lambda ins, prog: _no_effect,  # orders tcgen05 ops, which execute in program order here
+}
+
+
+def _no_effect(w) -> None:
+    return None

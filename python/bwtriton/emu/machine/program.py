@@ -1,40 +1,22 @@
 """The emulator's core: decode a PTX function once into a list of Python closures (one per instruction).
 
-Each closure takes a `Warp` and returns None (fall through), a program counter (jump), or one of the control
-codes below. Operands are resolved to register slots / constants at compile time, so running an instruction is
-a few numpy operations over the 32 lanes.
+Each closure takes a `Warp` (or a gang's `GangWarp`) and returns None (fall through), a program counter (jump),
+or one of the control codes below. Operands are resolved to register slots / constants at compile time, so
+running an instruction is a few numpy operations over the warp's `lanes` (32; more in a gang).
 
 This module knows types, registers, operands and addresses, but no instruction family: which family compiles an
-opcode is the ISA table's business (`isa.py`), handed in as `dispatch` (so families may import the core, never
-the other way round).
+opcode is the ISA table's business (`emu/isa/table.py`), handed in as `dispatch` (so families may import the
+machine, never the other way round).
 """
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
-from ..ptx.ir import Function, Instruction, Label, Operand
-from .errors import EmulationError, UnsupportedInstructionError, short
-
-#: Lanes a closure works on: 32 for a warp; more while `gang.py` runs one instruction for many CTAs at once (their
-#: warps' lanes side by side). Set only by the gang runner, around the closures it runs (the emulator is
-#: single-threaded); lane-array helpers below broadcast to it.
-_LANES = [32]
-
-
-def lane_count() -> int:
-    """Lanes of the warp (or gang of warps) whose instruction is executing."""
-    return _LANES[0]
-
-
-def set_lane_count(n: int) -> int:
-    """Set the lane count; returns the previous one (the gang runner restores it)."""
-    old = _LANES[0]
-    _LANES[0] = n
-    return old
-
+from ...ptx.ir import Function, Instruction, Label, Operand
+from ..errors import EmulationError, UnsupportedInstructionError, short
 
 YIELD = -1     # the warp is blocked (barrier, mbarrier wait): retry this instruction later
 DIVERGED = -2  # the instruction updated per-lane program counters itself (divergent branch)
@@ -141,6 +123,9 @@ class Program:
             self.label_pc[k] = idx
         self.code: list[Callable] = [self._compile(ins, dispatch) for ins in fn.instructions]
         self.code.append(_fell_off_end)
+        #: the closures a gang runs (machine/gang.py builds them on first use)
+        self.gang_code: Optional[list] = None
+        self.cta_gang_code: Optional[list] = None
 
     # -- operand access ------------------------------------------------------------------------------
     def slot(self, name: str, ins: Instruction) -> int:
@@ -190,7 +175,7 @@ class Program:
             readers = [self.src(it, part, ins) for it in op.items]
 
             def pack(w):
-                parts = [as_lanes(np.asarray(r(w), dtype=part)) for r in readers]
+                parts = [as_lanes(np.asarray(r(w), dtype=part), w.lanes) for r in readers]
                 return np.stack(parts, axis=1).copy().view(_CONTAINER[dt.itemsize]).reshape(-1).view(dt)
             return pack
         raise UnsupportedInstructionError(f"operand {op.text!r} ({op.kind}) cannot be read as a value",
@@ -208,7 +193,7 @@ class Program:
             part = dts[0] if dts else np.dtype(np.uint32)
 
             def unpack(w, v):
-                v = as_lanes(np.asarray(v))
+                v = as_lanes(np.asarray(v), w.lanes)
                 pieces = np.ascontiguousarray(v).view(part).reshape(-1, n)
                 for i, wr in enumerate(writers):
                     wr(w, pieces[:, i])
@@ -227,8 +212,9 @@ class Program:
                 vdt = v.dtype
                 # same-width numbers (f64 results into b64 registers): a view, what `convert` would do
                 v = v.view(cdt) if vdt.itemsize == width and vdt.kind in "fiu" else convert(v, cdt)
-            if v.shape != (_LANES[0],):
-                v = np.full(_LANES[0], v, dtype=cdt)
+            n = w.lanes
+            if v.shape != (n,):
+                v = np.full(n, v, dtype=cdt)
             m = w.mask
             w.R[s] = v if m is None else np.where(m, v, w.R[s])
         write.slot = s  # lets instruction families with a fast path store straight into the register file
@@ -307,7 +293,7 @@ def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
         by_lanes: dict[int, np.ndarray] = {}
 
         def const_address(w):
-            n = _LANES[0]
+            n = w.lanes
             v = by_lanes.get(n)
             if v is None:
                 v = by_lanes[n] = np.full(n, c, dtype=np.uint64)
@@ -315,14 +301,13 @@ def address_reader(op: Operand, prog: Program, ins: Instruction) -> Callable:
         return const_address
     rd = prog.src(op.base, np.dtype(np.uint64), ins)
     if op.offset == 0:
-        return lambda w: as_lanes(rd(w))
-    return lambda w: as_lanes(rd(w)) + off
+        return lambda w: as_lanes(rd(w), w.lanes)
+    return lambda w: as_lanes(rd(w), w.lanes) + off
 
 
-def as_lanes(v) -> np.ndarray:
-    """`v` as a lane array (32 lanes for a warp, `lane_count()` in a gang; scalars broadcast, read-only); the
-    common already-an-array case costs nothing."""
-    n = _LANES[0]
+def as_lanes(v, n: int) -> np.ndarray:
+    """`v` as an array of `n` lanes (a warp's or a gang's `lanes`; scalars broadcast, read-only); the common
+    already-an-array case costs nothing."""
     if type(v) is np.ndarray and v.shape == (n,):
         return v
     return np.broadcast_to(np.asarray(v), (n,))

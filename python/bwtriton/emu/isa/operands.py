@@ -13,9 +13,9 @@ import functools
 
 import numpy as np
 
-from ..ptx.descriptors import SmemDesc, decode_smem_desc
+from ...ptx.descriptors import SmemDesc, decode_smem_desc
 from . import numerics as nx
-from .errors import DescriptorError
+from ..errors import DescriptorError
 
 SWIZZLE_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
 

@@ -4,19 +4,20 @@ warp is stuck does the scheduler complete whatever is still pending (the latest 
 deadlock."""
 from __future__ import annotations
 
-import numpy as np
-
 import sys
 import time
 
-from .asyncops import SCHEDULES, AsyncEngine
-from .errors import DeadlockError, EmulationError, TmemLeakError
+import numpy as np
+
+from ...errors import InputError
+from .async_engine import SCHEDULES, AsyncEngine
+from ..errors import DeadlockError, EmulationError, TmemLeakError
 from .program import DIVERGED, DONE_PC, EXITED, YIELD
 
 QUANTUM = 4000
 
 
-def _reselect(w) -> None:
+def reselect(w) -> None:
     """Divergent warp: run the lanes with the smallest PC next; reconverge when all live lanes agree."""
     lp = np.where(w.live, w.lane_pc, DONE_PC)
     m = int(lp.min())
@@ -29,7 +30,7 @@ def _reselect(w) -> None:
         w.mask = act
 
 
-def _exit_lanes(w) -> None:
+def exit_lanes(w) -> None:
     act = w.mask if w.mask is not None else w.live
     w.live = w.live & ~act
     if not w.live.any():
@@ -62,13 +63,13 @@ def run_warp(w, budget: int) -> tuple[int, bool]:
                 return n, True
             n += 1
             if r == EXITED:
-                _exit_lanes(w)
+                exit_lanes(w)
                 if w.done:
                     break
                 w.pc = pc + 1
                 w.mask = w.live.copy()
             elif r == DIVERGED:
-                _reselect(w)
+                reselect(w)
             continue
         # divergent: per-lane PCs, one instruction at a time
         r = code[w.pc](w)
@@ -81,18 +82,18 @@ def run_warp(w, budget: int) -> tuple[int, bool]:
         elif r >= 0:
             w.lane_pc[w.mask] = r
         elif r == EXITED:
-            _exit_lanes(w)
+            exit_lanes(w)
             if w.done:
                 break
             w.lane_pc[~w.live] = DONE_PC
-        _reselect(w)
+        reselect(w)
     w.executed += n
     return n, False
 
 
 def start_cluster(cluster) -> None:
     """Give a new cluster its asynchronous engine (one per cluster: its CTAs share TMA/tcgen05 completion)."""
-    cluster.engine = AsyncEngine(getattr(cluster.launch, "schedule", "latest"))
+    cluster.engine = AsyncEngine(cluster.launch.schedule)
 
 
 def step_cluster(cluster, budget: int = QUANTUM) -> int:
@@ -141,7 +142,6 @@ def _line(w) -> int:
 def check_schedule(schedule: str) -> str:
     """Validate a `schedule=` argument ("latest": adversarial, the default; "eager": optimistic)."""
     if schedule not in SCHEDULES:
-        from ..errors import InputError
         raise InputError(f"unknown schedule {schedule!r}: use 'latest' (asynchronous work completes as late as "
                          "the memory model allows; strict) or 'eager' (completes at issue; for speed comparisons)")
     return schedule

@@ -11,15 +11,15 @@ ordinal i = the byte stride of dimension i + 1, the PTX elemtype enum).
 from __future__ import annotations
 
 from dataclasses import dataclass, field as dc_field
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
-from ..ptx.ir import Instruction
-from .errors import EmulationError, UnsupportedInstructionError
+from ...ptx.ir import Instruction
+from ..errors import EmulationError, UnsupportedInstructionError
 from .memops import mem_read, mem_write, space_of
 from .operands import swizzle
-from .program import Program, active_index, address_reader
+from ..machine.program import Program, active_index, address_reader
 
 MAGIC = 0xB7A1_0001
 TENSORMAP_BYTES = 128
@@ -178,9 +178,5 @@ def decode(raw: np.ndarray, where: str = ""):
                      swizzle=swz, elem_type=etype)
 
 
-def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
-    if ins.opcode == "tensormap.replace":
-        return _replace(ins, prog)
-    if ins.opcode == "tensormap.cp_fenceproxy":
-        return _copy(ins, prog)
-    return None
+#: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
+HANDLERS: dict[str, Callable] = {"tensormap.replace": _replace, "tensormap.cp_fenceproxy": _copy}

@@ -3,14 +3,14 @@ sm_100, and for tiles below the tcgen05 minimum): m16n8k16 / m16n8k8 (f16/bf16 -
 m16n8k32 / m16n8k16 (s8/u8 -> s32), row.col, with the PTX ISA fragment layouts (groupID g = lane>>2, t = lane%4)."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
-from ..ptx.ir import Instruction
+from ...ptx.ir import Instruction
 from . import numerics as nx
-from .errors import UnsupportedInstructionError
-from .program import Program, as_lanes
+from ..errors import UnsupportedInstructionError
+from ..machine.program import Program, as_lanes
 
 _LANE = np.arange(32)
 _G, _T = _LANE >> 2, _LANE % 4
@@ -60,9 +60,7 @@ def _c_coords() -> tuple[np.ndarray, np.ndarray]:
     return rows, cols
 
 
-def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
-    if ins.opcode != "mma":
-        return None
+def _mma(ins: Instruction, prog: Program) -> Callable:
     mods = ins.modifiers
     shape = next((m for m in mods if m.startswith("m16n8k")), None)
     if shape not in ("m16n8k8", "m16n8k16", "m16n8k32") or "row" not in mods or "col" not in mods or \
@@ -89,7 +87,7 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
 
     def mma(w):
         # one MMA per warp; in a gang (bwtriton.emu.gang) one per CTA row of 32 lanes, batched
-        regs = lambda rs: [as_lanes(np.asarray(r(w), np.uint32)) for r in rs]  # noqa: E731
+        regs = lambda rs: [as_lanes(np.asarray(r(w), np.uint32), w.lanes) for r in rs]  # noqa: E731
         a_el = _elements(regs(a_r), 32 // per, a_t)
         nw = len(a_el) // 32
         b_el = _elements(regs(b_r), 32 // per, b_t)
@@ -119,3 +117,7 @@ def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
         for i, wr in enumerate(d_w):
             wr(w, out[:, i])
     return mma
+
+
+#: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
+HANDLERS: dict[str, Callable] = {"mma": _mma}

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from .cells import gather, scatter
-from .errors import MemoryFaultError
+from ..errors import MemoryFaultError
 
 SMEM_BASE = 0x400
 CLUSTER_WINDOW = 1 << 30

@@ -1,20 +1,37 @@
 """Per-warp state: program counter (or per-lane PCs while divergent), active mask, registers as numpy arrays over
-the 32 lanes, and the bookkeeping strictness checks need (observed MMA work, open cp.async / bulk groups)."""
+the 32 lanes, and the bookkeeping strictness checks need (observed asynchronous work, open cp.async / bulk
+groups, barrier waits). Every field is declared here (`__slots__`); the instruction families that keep state in a
+warp read and write these fields and add none."""
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
 
+from ..errors import UnsupportedInstructionError
 from .program import Program
 
-_ALL = np.arange(32)
+WARP_LANES = 32
+_ALL = np.arange(WARP_LANES)
 
 
 class Warp:
     """One warp of one CTA. `mask` is None when all 32 lanes are live and active (the fast path)."""
 
     is_gang = False  # gang.GangWarp: the same warp of many CTAs executing together
+    lanes = WARP_LANES  # lanes an instruction's closure works on (a GangWarp has more)
+
+    __slots__ = (
+        "cta", "wid", "launch", "code", "R", "pc", "lane_pc", "live", "mask", "done", "all_lanes", "blocked_on",
+        "executed", "_sregs",
+        # isa/sync.py: newest async-op sequence number this warp observed; the named barrier / cluster barrier
+        # generation it waits for
+        "observed", "bar_wait", "cluster_gen",
+        # isa/memops.py: cp.async copies since the last commit_group, and the committed groups
+        "cp_open", "cp_groups",
+        # isa/tma.py: TMA stores / bulk copies since the last cp.async.bulk.commit_group, and the committed groups
+        "bulk_open", "bulk_groups",
+    )
 
     def __init__(self, cta, wid: int, prog: Program, launch, ntid: tuple[int, int, int], registers: bool = True):
         self.cta = cta
@@ -31,12 +48,12 @@ class Warp:
         self.mask: Optional[np.ndarray] = None if self.live.all() else self.live.copy()
         self.done = not self.live.any()
         self.all_lanes = _ALL
-        self.observed = 0                 # newest async-op sequence number whose completion this warp observed
+        self.observed = 0
         self.bar_wait: Optional[tuple[int, int]] = None
         self.cluster_gen: Optional[int] = None
         self.cp_open: list = []
         self.cp_groups: list = []
-        self.bulk_open: list = []      # TMA stores / bulk copies since the last cp.async.bulk.commit_group
+        self.bulk_open: list = []
         self.bulk_groups: list = []
         self.blocked_on = ""
         self.executed = 0
@@ -82,7 +99,6 @@ class Warp:
         try:
             return self._sregs[name]
         except KeyError:
-            from .errors import UnsupportedInstructionError
             raise UnsupportedInstructionError(f"special register {name} is not emulated") from None
 
     def where(self) -> str:

@@ -5,10 +5,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..ptx.ir import Instruction
+from ...ptx.ir import Instruction
 from . import numerics as nx
-from .errors import UnsupportedInstructionError
-from .program import NP_TYPES, Program, convert, as_lanes
+from ..errors import UnsupportedInstructionError
+from ..machine.program import NP_TYPES, Program, convert, as_lanes
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -137,10 +137,15 @@ def _unsigned(dt: np.dtype) -> np.dtype:
     return {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: U32, 8: U64}[dt.itemsize]
 
 
+def lane_arrays(*vals) -> list:
+    """Operands of a lane-wise helper as arrays of one common shape (a scalar operand, an immediate, broadcasts
+    to the others' lanes; all scalars give one lane, which the destination writer broadcasts)."""
+    return np.broadcast_arrays(*(np.atleast_1d(v) for v in vals))
+
+
 def _prmt(a, b, c, mode: Optional[str]):
-    a = as_lanes(np.asarray(a).astype(np.uint64))
-    b = as_lanes(np.asarray(b).astype(np.uint64))
-    c = as_lanes(np.asarray(c).astype(np.uint32))
+    a, b, c = lane_arrays(np.asarray(a).astype(np.uint64), np.asarray(b).astype(np.uint64),
+                          np.asarray(c).astype(np.uint32))
     src = (a | (b << np.uint64(32)))
     bytes8 = np.stack([(src >> np.uint64(8 * i)) & np.uint64(0xFF) for i in range(8)], axis=1).astype(np.uint32)
     n = len(c)
@@ -246,7 +251,7 @@ def _cvt(ins: Instruction, prog: Program) -> Callable:
                 a, b = np.asarray(ra(w), np.float32), np.asarray(rb(w), np.float32)
                 if relu:
                     a, b = np.maximum(a, 0), np.maximum(b, 0)
-                return wr(w, _pack_x2(as_lanes(b), as_lanes(a), dt_name))
+                return wr(w, _pack_x2(as_lanes(b, w.lanes), as_lanes(a, w.lanes), dt_name))
             return f2
         if dt_name == "ue8m0x2":
             def ue8(x):
@@ -258,14 +263,14 @@ def _cvt(ins: Instruction, prog: Program) -> Callable:
                 return np.where(np.isnan(x), 255, np.where(x == 0, 0, code)).astype(np.uint32)
 
             def fu(w):
-                a, b = as_lanes(ra(w)), as_lanes(rb(w))
+                a, b = as_lanes(ra(w), w.lanes), as_lanes(rb(w), w.lanes)
                 return wr(w, ((ue8(a) << 8) | ue8(b)).astype(np.uint16))
             return fu
         fmt = dt_name[:-2]
         nbits = 4 if fmt == "e2m1" else 8
 
         def fx(w):
-            a, b = as_lanes(ra(w)), as_lanes(rb(w))
+            a, b = as_lanes(ra(w), w.lanes), as_lanes(rb(w), w.lanes)
             if relu:
                 a, b = np.maximum(a, 0), np.maximum(b, 0)
             ca, cb = nx.encode(a, fmt, satfinite=sat), nx.encode(b, fmt, satfinite=sat)
@@ -280,7 +285,7 @@ def _cvt(ins: Instruction, prog: Program) -> Callable:
         ra = prog.src(ops[1], U32, ins)
 
         def fw(w):
-            v = as_lanes(np.asarray(ra(w)).astype(np.uint32))
+            v = as_lanes(np.asarray(ra(w)).astype(np.uint32), w.lanes)
             lo, hi = v & ((1 << nbits) - 1), (v >> nbits) & ((1 << nbits) - 1)
             tab = "ue8m0" if fmt == "ue8m0" else fmt
             return wr(w, _pack_x2(nx.decode(lo, tab), nx.decode(hi, tab), dt_name))
@@ -342,37 +347,32 @@ def _binary(ins: Instruction, prog: Program, fn: Callable, dt: np.dtype) -> Call
     return f
 
 
-def compile_instruction(ins: Instruction, prog: Program) -> Optional[Callable]:
-    op = ins.opcode
+def _mov(ins: Instruction, prog: Program) -> Callable:
     ops = ins.operands
-    if op == "mov":
-        t = _t(ins)
-        src_op = ops[1]
-        if ops[0].kind == "vec":  # mov.b64 {%r1, %r2}, %rd1
-            rd = prog.src(src_op, _dt(t), ins)
-            wr = prog.dst(ops[0], ins)
-            return lambda w: wr(w, rd(w))
-        dt = _dt(t)
-        if src_op.kind == "sym":
-            addr = prog.env.symbol_address(src_op.name, ins)
-            wr = prog.dst(ops[0], ins)
-            c = np.array([addr], dtype=np.uint64).astype(dt if dt.kind in "ui" else U64)
-            return lambda w: wr(w, c[0])
-        rd = prog.src(src_op, dt, ins)
+    t = _t(ins)
+    src_op = ops[1]
+    if ops[0].kind == "vec":  # mov.b64 {%r1, %r2}, %rd1
+        rd = prog.src(src_op, _dt(t), ins)
         wr = prog.dst(ops[0], ins)
         return lambda w: wr(w, rd(w))
-    if op in ("add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "neg", "abs", "and", "or", "xor",
-              "not", "cnot", "shl", "shr", "selp", "setp", "set", "bfe", "bfi", "prmt", "popc", "clz", "brev",
-              "rcp", "sqrt", "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "copysign", "testp", "mul24", "mad24",
-              "sad", "bfind", "fns", "shf", "lop3", "dp4a", "dp2a"):
-        return _arith(ins, prog)
-    if op == "cvt":
-        return _cvt(ins, prog)
-    if op == "cvta":  # generic <-> state-space addresses are the same numbers in this emulator
-        rd = prog.src(ops[1], _dt(_t(ins)), ins)
+    dt = _dt(t)
+    if src_op.kind == "sym":
+        addr = prog.env.symbol_address(src_op.name, ins)
         wr = prog.dst(ops[0], ins)
-        return lambda w: wr(w, rd(w))
-    return None
+        c = np.array([addr], dtype=np.uint64).astype(dt if dt.kind in "ui" else U64)
+        return lambda w: wr(w, c[0])
+    rd = prog.src(src_op, dt, ins)
+    wr = prog.dst(ops[0], ins)
+    return lambda w: wr(w, rd(w))
+
+
+def _cvta(ins: Instruction, prog: Program) -> Callable:
+    """Generic <-> state-space addresses are the same numbers in this emulator."""
+    rd = prog.src(ins.operands[1], _dt(_t(ins)), ins)
+    wr = prog.dst(ins.operands[0], ins)
+    return lambda w: wr(w, rd(w))
+
+
 
 
 _F32X2 = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.fmin, "max": np.fmax,
@@ -390,7 +390,7 @@ def _f32x2(ins: Instruction, prog: Program) -> Callable:
     rds = [prog.src(o, U64, ins) for o in ins.operands[1:]]
 
     def pairs(w) -> list:
-        return [np.ascontiguousarray(as_lanes(r(w))).view(F32).reshape(-1, 2) for r in rds]
+        return [np.ascontiguousarray(as_lanes(r(w), w.lanes)).view(F32).reshape(-1, 2) for r in rds]
 
     if op in ("fma", "mad"):
         def f(w):
@@ -424,7 +424,7 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
         if op == "mul" and "hi" in mods:
             if dt.itemsize == 8:
                 def mulhi64(a, b):
-                    a, b = as_lanes(a), as_lanes(b)
+                    a, b = lane_arrays(a, b)
                     return np.array([((int(x) * int(y)) >> 64) & (2 ** 64 - 1) for x, y in zip(a, b)],
                                     dtype=np.uint64).view(dt)
                 return _binary(ins, prog, mulhi64, dt)
@@ -440,7 +440,7 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
             return _binary(ins, prog, np.logical_xor, dt)
         if op in ("div", "rem"):
             def idiv(a, b):
-                a, b = as_lanes(a), as_lanes(b)
+                a, b = lane_arrays(a, b)
                 safe = np.where(b == 0, 1, b)
                 if dt.kind == "i":
                     q = np.trunc(a.astype(np.float64) / safe).astype(np.int64) if dt.itemsize < 8 else \
@@ -500,16 +500,16 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
         elif op == "abs":
             fn = _float_op(t, lambda a: np.abs(np.asarray(a, F32))) if t in ("bf16", "f16x2", "bf16x2") else np.abs
         elif op == "popc":
-            fn = lambda a: np.array([bin(int(x)).count("1") for x in as_lanes(a)],  # noqa: E731
+            fn = lambda a: np.array([bin(int(x)).count("1") for x in np.atleast_1d(a)],  # noqa: E731
                                     dtype=np.uint32)
         elif op == "clz":
             bits = 8 * dt.itemsize
-            fn = lambda a: np.array([bits - int(x).bit_length() for x in as_lanes(a)],  # noqa: E731
+            fn = lambda a: np.array([bits - int(x).bit_length() for x in np.atleast_1d(a)],  # noqa: E731
                                     dtype=np.uint32)
         elif op == "bfind":
             def fn(a):
                 out = []
-                for x in as_lanes(a).tolist():
+                for x in np.atleast_1d(a).tolist():
                     if dt.kind == "i" and x < 0:
                         x = ~x
                     out.append(0xFFFFFFFF if x == 0 else int(x).bit_length() - 1)
@@ -517,7 +517,7 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
         elif op == "brev":
             bits = 8 * dt.itemsize
             fn = lambda a: np.array([int(f"{int(x):0{bits}b}"[::-1], 2)  # noqa: E731
-                                     for x in as_lanes(a)], dtype=dt)
+                                     for x in np.atleast_1d(a)], dtype=dt)
         else:
             cdt = F64 if t == "f64" else F32
             m = {"rcp": lambda a: 1.0 / a, "sqrt": np.sqrt, "rsqrt": lambda a: 1.0 / np.sqrt(a),
@@ -565,7 +565,7 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
 
         def setp(w):
             r = _compare(cmp, conv(ra(w)), conv(rb(w)), is_float)
-            r = as_lanes(r)
+            r = as_lanes(r, w.lanes)
             if comb is not None:
                 c = rc(w)
                 res, q = comb(r, c), comb(~r, c)
@@ -595,7 +595,7 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
         lut = int(ops[4].value)  # type: ignore[arg-type]
 
         def lop3(w):
-            a, b, c = (as_lanes(np.asarray(r(w), np.uint32)) for r in (ra, rb, rc))
+            a, b, c = (as_lanes(np.asarray(r(w), np.uint32), w.lanes) for r in (ra, rb, rc))
             out = np.zeros(len(a), dtype=np.uint32)
             for i in range(8):
                 if lut >> i & 1:
@@ -614,3 +614,11 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
         return lambda w: wr(w, fn(np.asarray(ra(w))))
     _unsupported(ins)
     return None
+
+
+_ARITH = ("add sub mul mad fma div rem min max neg abs and or xor not cnot shl shr selp setp set bfe bfi prmt popc "
+          "clz brev rcp sqrt rsqrt ex2 lg2 sin cos tanh copysign testp mul24 mad24 sad bfind fns shf lop3 dp4a "
+          "dp2a").split()
+
+#: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
+HANDLERS: dict[str, Callable] = {"mov": _mov, "cvt": _cvt, "cvta": _cvta, **{op: _arith for op in _ARITH}}

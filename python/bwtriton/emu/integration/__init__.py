@@ -1,0 +1,2 @@
+"""The emulator as Triton and pytest see it: the Triton driver (driver.py) and launcher (launcher.py), `run` (run.py)
+with its argument packer (arguments.py), and the pytest plugin (pytest_plugin.py)."""
