@@ -4,6 +4,7 @@ from __future__ import annotations
 from .version import __version__  # noqa: E402
 from .errors import BwTritonError, CompileError, InputError, UnknownPassError, UnknownTargetError  # noqa: E402
 from .targets import TARGETS, Target, get_target  # noqa: E402
+from .emulation import requested_emulation  # noqa: E402
 
 
 def compile(*args, **kwargs):  # noqa: A001 - mirrors triton.compile
@@ -28,5 +29,5 @@ __all__ = ["__version__", "compile", "enable", "disable", "get_target", "Target"
            "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
 
 
-if __import__("os").environ.get("BWTRITON_EMULATE", "") not in ("", "0"):
-    from . import emu as _emu  # noqa: E402,F401 - activates the emulated B200 (bwtriton.emu.driver)
+if requested_emulation() is not None:
+    from . import emu as _emu  # noqa: E402,F401 - activates the emulated B200 (bwtriton.emu.integration.driver)

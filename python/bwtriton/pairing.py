@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .errors import InputError
+from .targets import B200_SM_COUNT
 
 #: The pair's tile height: 128 accumulator rows per CTA (one TMEM lane per row) times 2 CTAs.
 PAIR_BLOCK_M = 256
@@ -32,7 +33,7 @@ AUTO_MAX_TAIL_WASTE = 0.125
 #: Lowest efficiency of the last wave of clusters when there are few waves (the seeds: tail waves hurt 2-CTA).
 AUTO_MIN_LAST_WAVE = 0.75
 AUTO_MANY_WAVES = 4
-B200_SMS = 148
+B200_SMS = B200_SM_COUNT
 
 
 def tail_waste(size: int, block: int) -> float:

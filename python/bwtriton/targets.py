@@ -6,6 +6,24 @@ from dataclasses import dataclass
 from .errors import UnknownTargetError, suggest
 
 
+#: Most shared memory one CTA may use (static + dynamic, opt-in maximum), bytes, per architecture: CUDA C++
+#: Programming Guide, "Technical Specifications per Compute Capability" (227 KiB on 9.0/10.x/11.0, 99 KiB on
+#: 12.x, 163 KiB on 8.0).
+MAX_SHARED_BYTES = {"sm_80": 166912, "sm_90": 232448, "sm_100": 232448, "sm_101": 232448, "sm_103": 232448,
+                    "sm_110": 232448, "sm_120": 101376, "sm_121": 101376}
+#: Tensor Memory per CTA on tcgen05 targets (PTX ISA #tensor-memory): 128 lanes x 512 columns of 32 bits.
+TMEM_LANES = 128
+TMEM_COLUMNS = 512
+#: Streaming multiprocessors of a B200 (sm_100a; the emulated B300, sm_103a, reports the same)
+B200_SM_COUNT = 148
+
+
+def max_shared_bytes(arch: str) -> "int | None":
+    """The per-CTA shared memory limit of `arch` ("sm_100", "sm_100a", "sm_90a", ...), or None when unknown."""
+    base = arch[:-1] if arch[-1:] in ("a", "f") else arch
+    return MAX_SHARED_BYTES.get(base)
+
+
 @dataclass(frozen=True)
 class Target:
     """A CUDA compilation target. `capability` is what Triton's `GPUTarget` takes (100 -> sm_100a)."""
@@ -15,11 +33,13 @@ class Target:
     has_tcgen05: bool = False          # Blackwell datacenter: tcgen05.mma + TMEM
     has_wgmma: bool = False            # Hopper warpgroup MMA
     native_block_scaled: bool = False  # hardware block-scaled MMA (kind::mxf4nvf4 etc.) that Triton 3.6 lowers to
-    #: Most shared memory one CTA may use (opt-in maximum, bytes): CUDA Programming Guide, "Technical
-    #: Specifications per Compute Capability" (227 KiB on 9.0/10.x, 99 KiB on 12.x, 163 KiB on 8.0).
-    max_shared_bytes: int = 232448
-    #: Tensor Memory columns per CTA (128 lanes x 512 columns of 32 bits on tcgen05 targets; none elsewhere).
+    #: Most shared memory one CTA may use (opt-in maximum, bytes): MAX_SHARED_BYTES of its architecture.
+    max_shared_bytes: int = MAX_SHARED_BYTES["sm_100"]
+    #: Tensor Memory columns and lanes per CTA (none on targets without tcgen05).
     tmem_columns: int = 0
+    tmem_lanes: int = 0
+    #: SMs of the device the emulator models for this target (0: not emulated)
+    sm_count: int = 0
 
     @property
     def family(self) -> str:
@@ -32,13 +52,15 @@ class Target:
 
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("sm_100a", 100, has_tcgen05=True, native_block_scaled=True, tmem_columns=512),
-    Target("sm_103a", 103, has_tcgen05=True, native_block_scaled=True, tmem_columns=512),
+    Target("sm_100a", 100, has_tcgen05=True, native_block_scaled=True, tmem_columns=TMEM_COLUMNS,
+           tmem_lanes=TMEM_LANES, sm_count=B200_SM_COUNT),
+    Target("sm_103a", 103, has_tcgen05=True, native_block_scaled=True, tmem_columns=TMEM_COLUMNS,
+           tmem_lanes=TMEM_LANES, sm_count=B200_SM_COUNT),
     # sm_120a (consumer Blackwell) has no tcgen05/TMEM; Triton 3.6 lowers dots to mma.sync there, including
     # block-scaled ones (mma.sync ... kind::mxf4nvf4.block_scale.scale_vec::4X, measured).
-    Target("sm_120a", 120, native_block_scaled=True, max_shared_bytes=101376),
-    Target("sm_90a", 90, has_wgmma=True),
-    Target("sm_80", 80, max_shared_bytes=166912),
+    Target("sm_120a", 120, native_block_scaled=True, max_shared_bytes=MAX_SHARED_BYTES["sm_120"]),
+    Target("sm_90a", 90, has_wgmma=True, max_shared_bytes=MAX_SHARED_BYTES["sm_90"]),
+    Target("sm_80", 80, max_shared_bytes=MAX_SHARED_BYTES["sm_80"]),
 )}
 
 

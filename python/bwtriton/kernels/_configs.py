@@ -11,9 +11,11 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
+from ..targets import MAX_SHARED_BYTES as TARGET_SHARED_BYTES
+
 #: Opt-in dynamic shared memory per block (bytes), by compute-capability major version. Hopper and Blackwell
 #: datacenter parts allow 227 KiB; consumer Blackwell (sm_120) 99 KiB; Ampere A100 163 KiB.
-MAX_SHARED_BYTES = {9: 232448, 10: 232448, 12: 101376, 8: 166912}
+MAX_SHARED_BYTES = {int(arch[3:]) // 10: n for arch, n in TARGET_SHARED_BYTES.items()}  # by capability major
 
 #: Shared memory Triton needs beyond the operand ring and the epilogue tile: mbarriers, alignment padding.
 _SHARED_SLACK_BYTES = 2048

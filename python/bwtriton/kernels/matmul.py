@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..targets import B200_SM_COUNT
 from ._configs import GemmConfig, gemm_configs, prune_for_shape
 from ._device import device_capability, sm_count
 from ._launcher import CachedLauncher, run_entry
@@ -314,7 +315,7 @@ _TRITON_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "
 
 def compile_spec(cfg: GemmConfig, in_dtype: torch.dtype = torch.bfloat16, out_dtype: torch.dtype | None = None,
                  *, b_kmajor: bool = True, a_scale: int = SCALE_NONE, b_scale: int = SCALE_NONE,
-                 num_sms: int = 148) -> dict:
+                 num_sms: int = B200_SM_COUNT) -> dict:
     """Arguments for `bwtriton.compile(matmul_tma_persistent_kernel, **spec)`: compile a variant without a GPU.
 
     Returns signature, constexprs, num_warps and num_stages (target is left to the caller).

@@ -18,9 +18,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from ..targets import MAX_SHARED_BYTES
 from .ir import Function, Instruction, Operand
 
-SMEM_MAX = 232448           # bytes of shared memory per CTA on sm_100 (227 KiB): bounds smem addresses
+SMEM_MAX = MAX_SHARED_BYTES["sm_100"]  # bytes of shared memory per CTA on sm_100 (227 KiB): bounds smem addresses
 _SREG_RANGES = {"%tid.x": 1023, "%tid.y": 1023, "%tid.z": 63, "%laneid": 31, "%warpid": 63,
                 "%cluster_ctarank": 15, "%ntid.x": 1024}
 

@@ -15,11 +15,12 @@ import math
 from typing import Any, Callable, Iterable
 
 from bwtriton.errors import InputError
+from bwtriton.targets import MAX_SHARED_BYTES
 
 from .plan import TMEM_COLUMNS, accumulator_footprint, round_alloc_size, scales_footprint
 
 #: Largest dynamic shared memory per block on sm_100 (232448 bytes = 227 KiB).
-SM100_MAX_SHARED_BYTES = 232448
+SM100_MAX_SHARED_BYTES = MAX_SHARED_BYTES["sm_100"]
 
 
 def estimate_tmem_columns(block_m: int, block_n: int, *, accumulators: int = 1, acc_buffers: int = 1,

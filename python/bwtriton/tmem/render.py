@@ -11,8 +11,8 @@ from __future__ import annotations
 import html
 import os
 
-LANES = 128
-COLUMNS = 512
+from ..targets import TMEM_COLUMNS as COLUMNS, TMEM_LANES as LANES
+
 _PALETTE = {"acc": ["#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948"],
             "scales": ["#e15759", "#ff9da7"], "operand": ["#f28e2b", "#b07aa1"], "other": ["#bab0ac"]}
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union
 
 from bwtriton.ptx import Module, parse_ptx
+from bwtriton.ptx.shared import parse_shared_decl
 from bwtriton.ptx.values import ValueResolver
 
 from bwtriton.errors import InputError
@@ -70,15 +71,8 @@ class VerifyReport:
 
 
 def _shared_symbols(mod: Module) -> frozenset[str]:
-    names = set()
-    for g in mod.globals:
-        if ".shared" in g.args:
-            toks = g.args.replace("[", " ").split()
-            for t in reversed(toks):
-                if not t.startswith(".") and not t.isdigit() and t not in ("]",):
-                    names.add(t.rstrip("];"))
-                    break
-    return frozenset(names | {"global_smem"})
+    decls = (parse_shared_decl(g.args) for g in mod.globals if ".shared" in g.args)
+    return frozenset({d.name for d in decls if d is not None} | {"global_smem"})
 
 
 def function_contexts(mod: Module, target: str = "sm_100a") -> Iterator[Ctx]:

@@ -9,30 +9,28 @@ B200 would, so GPU-style test code runs with `device="cpu"`. Everything is resto
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from ...emulation import ENV_VAR, requested_emulation
 from ...errors import InputError
-from ...targets import Target, get_target
+from ...targets import B200_SM_COUNT, MAX_SHARED_BYTES, TMEM_COLUMNS, TMEM_LANES, Target, get_target
 from .launcher import EmulatedLauncher
 
-#: environment variable that turns emulation on (value: the target, e.g. sm_100a)
-ENV_VAR = "BWTRITON_EMULATE"
 
 #: Device figures of a B200 (sm_100a); sm_103a (B300) shares them. TMEM is per SM: 128 lanes x 512 columns.
 B200_PROPERTIES = {
-    "max_shared_mem": 232448,          # bytes of shared memory one block may opt into
+    "max_shared_mem": MAX_SHARED_BYTES["sm_100"],  # bytes of shared memory one block may opt into
     "max_shared_mem_per_sm": 233472,   # 228 KiB per SM
     "max_num_regs": 65536,
-    "multiprocessor_count": 148,
+    "multiprocessor_count": B200_SM_COUNT,
     "warpSize": 32,
     "sm_clock_rate": 1965000,          # kHz
     "mem_clock_rate": 3996000,         # kHz
     "mem_bus_width": 8192,             # bits (HBM3e)
-    "tmem_columns": 512,
-    "tmem_lanes": 128,
+    "tmem_columns": TMEM_COLUMNS,
+    "tmem_lanes": TMEM_LANES,
 }
 _DEVICE_NAMES = {"sm_100a": "NVIDIA B200 (bwtriton emulated)", "sm_103a": "NVIDIA B300 (bwtriton emulated)"}
 
@@ -317,9 +315,8 @@ def emulated_gpu(target: "str | Target" = "sm_100a", passes: Any = None) -> Iter
 def target_from_env(value: Optional[str] = None, source: str = ENV_VAR) -> Optional[str]:
     """The target named by BWTRITON_EMULATE (or `value`, given as `source`; None when unset/empty/0); bad names
     raise with the valid ones."""
-    value = os.environ.get(ENV_VAR, "") if value is None else value
-    value = value.strip()
-    if value in ("", "0"):
+    value = requested_emulation() if value is None else value.strip()
+    if value in (None, "", "0"):
         return None
     if value.lower() in ("1", "true", "yes"):
         return "sm_100a"

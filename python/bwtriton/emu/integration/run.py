@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ...errors import InputError
+from ...targets import MAX_SHARED_BYTES
 from ..isa import dispatch
 from ..machine.gang import DEFAULT_GANG_LANES, gang_eligible, run_gangs
 from ..machine.grid import GridSchedule, run_grid
@@ -110,7 +111,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         if not nw:
             raise InputError("the PTX has no .reqntid: pass num_warps=")
         ntid = (32 * nw, 1, 1)
-    smem_bytes = shared if shared is not None else md.get("shared", 232448)
+    smem_bytes = shared if shared is not None else md.get("shared", MAX_SHARED_BYTES["sm_100"])
     gmem = GlobalMemory()
     params = ParamSpace(image.param_bytes)
     packer = ArgPacker(image, gmem, params, md, read_slack=int(read_slack))

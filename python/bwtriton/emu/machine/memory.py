@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...targets import TMEM_COLUMNS, TMEM_LANES
 from .cells import gather, scatter
 from ..errors import MemoryFaultError
 
@@ -25,8 +26,7 @@ PARAM_BASE = 0x7F00_0000_0000
 GLOBAL_BASE = 0x1000_0000_0000
 _GAP = 1 << 20
 
-TMEM_LANES = 128
-TMEM_COLS = 512
+TMEM_COLS = TMEM_COLUMNS
 
 
 class GlobalMemory:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...targets import B200_SM_COUNT
 from ..errors import UnsupportedInstructionError
 from .program import Program
 
@@ -69,7 +70,7 @@ class Warp:
             "%lanemask_le": ((np.uint64(2) << _ALL.astype(np.uint64)) - np.uint64(1)).astype(u32),
             "%lanemask_gt": (~((np.uint64(2) << _ALL.astype(np.uint64)) - np.uint64(1))).astype(u32),
             "%lanemask_ge": (~((np.uint64(1) << _ALL.astype(np.uint64)) - np.uint64(1))).astype(u32),
-            "%smid": u32(cta.rank), "%nsmid": u32(148), "%gridid": np.uint64(0),
+            "%smid": u32(cta.rank), "%nsmid": u32(B200_SM_COUNT), "%gridid": np.uint64(0),
             "%clock": u32(0), "%clock64": np.uint64(0), "%globaltimer": np.uint64(0),
             "%dynamic_smem_size": u32(cta.smem.size), "%total_smem_size": u32(cta.smem.size),
             "%is_explicit_cluster": u32(1 if cta.cluster.nctas > 1 else 0),

@@ -6,6 +6,8 @@ import re
 from typing import Optional
 
 from bwtriton.ptx.ir import Module
+from bwtriton.ptx.shared import parse_shared_decl
+from bwtriton.targets import MAX_SHARED_BYTES as SMEM_LIMIT, TMEM_COLUMNS
 
 from ..findings import Finding
 
@@ -13,17 +15,6 @@ from ..findings import Finding
 #: family-specific sm_100f/sm_103f/sm_110f from PTX ISA 8.8)
 TCGEN05_TARGETS = frozenset(("sm_100a", "sm_101a", "sm_103a", "sm_110a", "sm_100f", "sm_101f", "sm_103f",
                              "sm_110f"))
-
-#: Largest shared memory one CTA can use (static + dynamic, opt-in maximum), bytes, per compute capability
-#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": 227 KB for 9.0/10.x,
-#: 99 KB for 12.x, 163 KB for 8.0)
-SMEM_LIMIT = {"sm_100": 232448, "sm_101": 232448, "sm_103": 232448, "sm_110": 232448, "sm_90": 232448,
-              "sm_120": 101376, "sm_121": 101376, "sm_80": 166912}
-#: TMEM columns per CTA (PTX ISA #tensor-memory: 128 lanes x 512 columns of 32 bits)
-TMEM_COLUMNS = 512
-
-_ELEM_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "b32": 4, "u32": 4, "s32": 4,
-               "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
 
 
 def _base(target: str) -> str:
@@ -33,17 +24,8 @@ def _base(target: str) -> str:
 
 def static_shared_bytes(mod: Module) -> int:
     """Bytes of the module's sized `.shared` variables (the `.extern` dynamic window counts as 0)."""
-    total = 0
-    for g in mod.globals:
-        if ".shared" not in g.args or ".extern" in g.args:
-            continue
-        ty = next((t[1:] for t in g.args.split() if t[1:] in _ELEM_BYTES), "b8")
-        dims = [int(n) for n in re.findall(r"\[(\d+)\]", g.args)] or [1]
-        n = 1
-        for d in dims:
-            n *= d
-        total += n * _ELEM_BYTES[ty]
-    return total
+    decls = (parse_shared_decl(g.args) for g in mod.globals if ".shared" in g.args and ".extern" not in g.args)
+    return sum(d.nbytes for d in decls if d is not None)
 
 
 def _tcgen05_line(mod: Module) -> Optional[tuple[int, str]]:
