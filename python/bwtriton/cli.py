@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -12,9 +11,6 @@ from typing import Any, Sequence
 from .errors import BwTritonError, InputError
 
 # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
-_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli", "bwtriton.regress.cli")
-
-
 def _stage_list(text: str) -> list[str]:
     """--stages ptx,sass -> ['ptx', 'sass']; an empty list is an error (the stages are checked at write time)."""
     stages = [s.strip() for s in text.split(",") if s.strip()]
@@ -154,8 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-gpu", action="store_true", help="do not launch on a local GPU even if one exists")
     d.set_defaults(func=cmd_demo)
 
-    for mod_name in _PLUGIN_MODULES:
-        importlib.import_module(mod_name).register(sub)
+    from .emu import cli as emu_cli  # heavy: the emulator (numpy, Triton's driver API); each adds its commands
+    from .regress import cli as regress_cli  # heavy: the snapshot tools (Triton's compiler)
+    from .verify import cli as verify_cli  # heavy: the verifier and its checks
+    for plugin in (verify_cli, emu_cli, regress_cli):
+        plugin.register(sub)
     return p
 
 

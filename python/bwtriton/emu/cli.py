@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -29,7 +30,7 @@ _DTYPES = {"fp16": "float16", "f16": "float16", "bf16": "bfloat16", "fp32": "flo
 
 
 def _dtype(name: str):
-    import torch
+    import torch  # heavy: torch, loaded only when a command makes tensors
     dt = getattr(torch, _DTYPES.get(name, name), None)
     if not isinstance(dt, torch.dtype):
         raise InputError(f"unknown dtype {name!r}; use e.g. fp16, bf16, fp32, fp8e4nv, u8, i8, i32")
@@ -49,14 +50,13 @@ def _shape(text: str, where: str) -> list[int]:
 
 def _load_tensor(path: str):
     """A tensor from a .npy or .pt file, with a clear error when it is missing or unreadable."""
-    import os
-    import torch
+    import torch  # heavy: torch, loaded only when a command makes tensors
     if not os.path.isfile(path):
         raise InputError(f"--arg {path}: no such file (pass an existing .npy/.pt file, or a KIND:DTYPE:SHAPE spec "
                          f"such as randn:fp16:128x64)")
     try:
         if path.endswith(".npy"):
-            import numpy as np
+            import numpy as np  # heavy: numpy, loaded only when a command reads or writes arrays
             return torch.from_numpy(np.load(path))
         return torch.load(path)
     except Exception as exc:  # a corrupt or foreign file
@@ -65,7 +65,7 @@ def _load_tensor(path: str):
 
 def _tensor_at(index: str, kernel_args: list[Any], where: str):
     """Kernel argument #`index` (an integer naming a tensor argument given so far)."""
-    import torch
+    import torch  # heavy: torch, loaded only when a command makes tensors
     tensors = [i for i, a in enumerate(kernel_args) if isinstance(a, torch.Tensor)]
     try:
         i = int(index)
@@ -90,7 +90,7 @@ def grid_arg(text: str) -> tuple[int, ...]:
 
 def parse_arg(spec: str, previous: list[Any], seed: int) -> Any:
     """One --arg spec -> a kernel argument (see the module docstring)."""
-    import torch
+    import torch  # heavy: torch, loaded only when a command makes tensors
     s = spec.strip()
     if s.lower() in ("null", "none"):
         return None
@@ -103,7 +103,7 @@ def parse_arg(spec: str, previous: list[Any], seed: int) -> Any:
         return _load_tensor(s)
     parts = s.split(":")
     if parts[0] == "desc" and len(parts) == 3:
-        from triton.tools.tensor_descriptor import TensorDescriptor
+        from triton.tools.tensor_descriptor import TensorDescriptor  # heavy: Triton, loaded only for TensorDescriptor arguments
         base = _tensor_at(parts[1], previous, f"--arg {spec}")
         return TensorDescriptor.from_tensor(base, _shape(parts[2], f"--arg {spec}"))
     if len(parts) != 3:
@@ -133,7 +133,7 @@ def parse_arg(spec: str, previous: list[Any], seed: int) -> Any:
 
 def _example_from_args(fn: Any, keywords: dict[str, Any], kernel_args: list[Any]) -> dict[str, int]:
     """The integer --arg values by argument name: what `@triton.jit` would specialise this launch for."""
-    from ..specialize import DIVISIBLE_INT_TYPES
+    from ..specialize import DIVISIBLE_INT_TYPES  # heavy: pulls in Triton's frontend; only `emulate` of a Python kernel needs it
     sig, consts = keywords["signature"], keywords["constexprs"]
     runtime = [n for n in fn.arg_names if n not in consts and sig.get(n) != "constexpr"]
     return {n: v for n, v in zip(runtime, kernel_args)
@@ -148,8 +148,8 @@ def _compiled_from_input(args: argparse.Namespace, kernel_args: list[Any]):
                 return fh.read()
         except OSError as exc:
             raise InputError(f"{args.input}: cannot read it ({exc.strerror})") from None
-    from ..driver import compile as bw_compile
-    from ..loading import compile_keywords, load_kernel
+    from ..driver import compile as bw_compile  # heavy: Triton's compiler; only `emulate` of a Python kernel compiles
+    from ..loading import compile_keywords, load_kernel  # heavy: imports kernel sources; only `emulate` of a Python kernel needs it
     fn, spec = load_kernel(args.input)
     keywords = compile_keywords(fn, spec, args, args.input)
     if "example" not in keywords and "divisible_by_16" not in keywords:
@@ -158,7 +158,7 @@ def _compiled_from_input(args: argparse.Namespace, kernel_args: list[Any]):
 
 
 def _summary(t) -> dict:
-    import torch
+    import torch  # heavy: torch, loaded only when a command makes tensors
     if not isinstance(t, torch.Tensor):
         return {"value": t if isinstance(t, (int, float)) or t is None else type(t).__name__}
     v = t.double() if t.dtype != torch.bool else t.to(torch.float64)
@@ -191,7 +191,6 @@ def _check(expr: str, kernel_args: list[Any]) -> dict:
 
 def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, str]]:
     """--save I=FILE.npy entries checked before the run: (tensor, path)."""
-    import os
     out = []
     for item in items:
         idx, sep, path = item.partition("=")
@@ -205,7 +204,7 @@ def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, s
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    from .integration.run import run
+    from .integration.run import run  # heavy: the emulator (numpy), loaded when a command runs a kernel
     kernel_args: list[Any] = []
     for i, spec in enumerate(args.arg):
         kernel_args.append(parse_arg(spec, kernel_args, args.seed + i))
@@ -225,7 +224,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
         if result["check"]["rel_err"] > args.rtol:
             rc = 1
     for t, path in saves:
-        import numpy as np
+        import numpy as np  # heavy: numpy, loaded only when a command reads or writes arrays
         np.save(path, (t.float() if t.dtype in (_dtype("bf16"),) else t).numpy())
     if args.json:
         print(json.dumps(result, indent=2))
@@ -242,7 +241,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add `bwtriton emulate` to the top CLI's subcommands."""
-    from ..loading import add_kernel_arguments
+    from ..loading import add_kernel_arguments  # heavy: imports kernel sources; only `emulate` of a Python kernel needs it
     p = subparsers.add_parser("emulate", help="run a kernel's sm_100a PTX on the CPU emulator",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="FILE.ptx or FILE.py:KERNEL (compiled for sm_100a first, integer arguments "
@@ -261,5 +260,5 @@ def register(subparsers) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..cli import main
+    from ..cli import main  # cycle: bwtriton.cli registers this module's subcommand
     sys.exit(main(["emulate", *sys.argv[1:]]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ...emulation import ENV_VAR, requested_emulation
@@ -105,7 +106,7 @@ def emulated_benchmark(kernel_call: Callable, warmup: int = 0, rep: int = 1, qua
         kernel_call()
         times.append((time.perf_counter() - t0) * 1e3)
     if quantiles:
-        import numpy as np
+        import numpy as np  # heavy: numpy, only for quantiles
         out = [float(np.quantile(times, q)) for q in quantiles]
         return out[0] if len(out) == 1 else out
     return {"min": min(times), "max": max(times), "median": sorted(times)[len(times) // 2]}.get(
@@ -113,7 +114,7 @@ def emulated_benchmark(kernel_call: Callable, warmup: int = 0, rep: int = 1, qua
 
 
 def _driver_base():
-    from triton.backends.driver import DriverBase
+    from triton.backends.driver import DriverBase  # heavy: Triton's runtime/backends, loaded when the driver is used
     return DriverBase
 
 
@@ -135,11 +136,11 @@ class EmulatedDriver(_driver_base()):
         return False
 
     def get_current_target(self):
-        from triton.backends.compiler import GPUTarget
+        from triton.backends.compiler import GPUTarget  # heavy: Triton's runtime/backends, loaded when the driver is used
         return GPUTarget("cuda", self.target.capability, 32)
 
     def get_active_torch_device(self):
-        import torch
+        import torch  # heavy: torch, loaded when the driver is used
         return torch.device("cpu")
 
     def get_current_device(self) -> int:
@@ -159,14 +160,14 @@ class EmulatedDriver(_driver_base()):
         return _EmulatedDeviceInterface
 
     def map_python_to_cpp_type(self, ty: str) -> str:
-        from triton.backends.nvidia.driver import ty_to_cpp
+        from triton.backends.nvidia.driver import ty_to_cpp  # heavy: Triton's runtime/backends, loaded when the driver is used
         return ty_to_cpp(ty)
 
     def get_benchmarker(self):
         return emulated_benchmark
 
     def get_empty_cache_for_benchmark(self):
-        import torch
+        import torch  # heavy: torch, loaded when the driver is used
         return torch.empty(1024, dtype=torch.int32)
 
     def clear_cache(self, cache) -> None:
@@ -186,7 +187,6 @@ def _cuda_answers(target: Target) -> dict[str, Callable]:
     major, minor = divmod(target.capability, 10)
 
     def get_device_properties(device: Any = None):
-        from types import SimpleNamespace
         p = B200_PROPERTIES
         return SimpleNamespace(name=_DEVICE_NAMES[target.name], major=major, minor=minor,
                                multi_processor_count=p["multiprocessor_count"], total_memory=192 * 2 ** 30,
@@ -214,7 +214,7 @@ class _EmulatedDeviceContext:
     device"."""
 
     def __init__(self, device: Any):
-        import torch
+        import torch  # heavy: torch, loaded when the driver is used
         dev = torch.device(device) if isinstance(device, (str, torch.device)) else device
         if isinstance(dev, torch.device):
             if dev.type not in ("cpu", "cuda") or (dev.index or 0) != 0:
@@ -231,7 +231,7 @@ class _EmulatedDeviceContext:
 
 def _default_alloc_fn(size: int, align: int, stream: Any):
     """Replacement for `triton._internal_testing.default_alloc_fn` (which allocates on "cuda")."""
-    import torch
+    import torch  # heavy: torch, loaded when the driver is used
     return torch.empty(size, dtype=torch.int8)
 
 
@@ -259,10 +259,10 @@ def _patch(saved: _Saved, obj: Any, name: str, value: Any) -> None:
 
 def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> EmulatedDriver:
     """Install the emulated GPU (see module docstring). Nestable; undo with `deactivate()`."""
-    import torch
-    from triton.runtime import driver as driver_config
+    import torch  # heavy: torch, loaded when the driver is used
+    from triton.runtime import driver as driver_config  # heavy: Triton's runtime/backends, loaded when the driver is used
 
-    from ...pipeline import enable
+    from ...pipeline import enable  # heavy: the pass pipeline (Triton's compiler), loaded when a driver activates
     drv = EmulatedDriver(target)
     enable(passes, target=drv.target.name)  # first: a bad pass selection raises before anything is patched
     saved = _Saved(driver_active=driver_config._active)
@@ -272,7 +272,7 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
     # the raw current-stream query Triton-style launchers make (absent from CPU builds of torch): stream 0
     _patch(saved, torch._C, "_cuda_getCurrentRawStream", lambda device=None: 0)
     try:
-        import triton._internal_testing as internal_testing
+        import triton._internal_testing as internal_testing  # heavy: Triton's runtime/backends, loaded when the driver is used
         _patch(saved, internal_testing, "default_alloc_fn", _default_alloc_fn)
     except ImportError:  # pragma: no cover - triton without its testing helpers
         pass
@@ -282,9 +282,9 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
 
 def deactivate() -> None:
     """Undo the last `activate()`: driver, torch.cuda answers, bwtriton pipeline, JIT caches."""
-    from triton.runtime import driver as driver_config
+    from triton.runtime import driver as driver_config  # heavy: Triton's runtime/backends, loaded when the driver is used
 
-    from ...pipeline import disable
+    from ...pipeline import disable  # heavy: the pass pipeline (Triton's compiler), loaded when a driver activates
     if not _state.stack:
         return
     _drv, saved = _state.stack.pop()

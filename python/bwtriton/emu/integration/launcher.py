@@ -11,6 +11,7 @@ from Triton's cache (the metadata's hash names the cache group) and run by `bwtr
 """
 from __future__ import annotations
 
+import operator
 import os
 import re
 import struct
@@ -49,7 +50,6 @@ def encode_float(ty: str, value: Any, where: str) -> Raw:
 
 def encode_int(ty: str, value: Any, where: str) -> Raw:
     """Range-checked two's-complement bits of an integer scalar (Triton's launcher parses with 'i', 'L', ...)."""
-    import operator
     try:
         v = operator.index(value)
     except TypeError:
@@ -178,7 +178,7 @@ class EmulatedLauncher:
 
     def _scratch(self, kind: str, grid_size: int, stream: int) -> Any:
         """Allocate scratch like Triton's CudaLauncher: grid * num_ctas * size bytes from the set allocator."""
-        from triton.runtime import _allocation
+        from triton.runtime import _allocation  # heavy: Triton's runtime, loaded at launch
         size = getattr(self.metadata, f"{kind}_scratch_size", 0) or 0
         if size <= 0:
             return None
