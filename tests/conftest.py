@@ -1,7 +1,16 @@
-"""Shared pytest setup: GPU tests skip cleanly without CUDA; emulator tests are marked `emu`."""
+"""Shared pytest setup for every test folder: tests/ on sys.path (so `from fixtures import ...` and `import emu_cases`
+work from tests/<area>/), GPU tests skip cleanly without CUDA, and tests marked `emulated` (run on the emulated
+B200) are tagged in JUnit reports for tools/run_tests.py."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 
 def _has_cuda() -> bool:
@@ -16,6 +25,9 @@ HAS_CUDA = _has_cuda()
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "emulated" in item.keywords:  # a JUnit <property>: run_tests.py reports the emulated share by marker
+            item.user_properties.append(("marker", "emulated"))
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

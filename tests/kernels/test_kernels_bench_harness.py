@@ -1,0 +1,71 @@
+"""The benchmark harness's bookkeeping on CPU (GPU timing replaced by a fake): rotation over input copies, ratios,
+the copy-bandwidth column, targets, the markdown/JSON outputs, and that a failing row does not stop the run."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def harness(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    for mod in ("_harness", "_timing"):
+        sys.modules.pop(mod, None)
+    import _harness
+    import _timing
+    calls = []
+
+    def fake_graph_ms(fns, target_ms=20.0, replays=5):
+        for fn in fns:
+            calls.append(fn())
+        # "ours" returns 'o', the peer 'p': ours takes 2 us, the peer 5 us
+        return (0.002 if calls[-1][0] == "o" else 0.005), "graph"
+
+    monkeypatch.setattr(_timing, "graph_ms", fake_graph_ms)
+    monkeypatch.setattr(_harness, "CASES", [])
+    return _harness, calls
+
+
+def test_rotation_ratio_copy_fraction_and_outputs(harness, tmp_path):
+    h, calls = harness
+    states = [{"i": 0}, {"i": 1}, {"i": 2}]
+    h.register_case("decode toy", lambda s: ("o", s["i"]), lambda s: ("p", s["i"]), work=3000e3, unit="GB/s",
+                    peer_name="peer", group="decode", setup=lambda: states, target_ratio=3.0, bw_target=0.85)
+    h.register_case("broken", lambda: 1 / 0, None, work=1.0, group="decode")
+    results = h.run_all(tmp_path, name="b", rounds=1, copy_gbs=2000.0, preamble="pre", extra=lambda: {"k": 1})
+    ok, broken = results
+    assert {c[1] for c in calls if c[0] == "o"} == {0, 1, 2}  # every copy was timed
+    assert ok.ms_ours == 0.002 and ok.ms_peer == 0.005
+    assert ok.rate_ours == pytest.approx(1500.0) and ok.ratio == pytest.approx(2.5)
+    assert broken.error.startswith("ZeroDivisionError")
+    md = (tmp_path / "b.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| decode toy"))
+    assert ">=3 MISS" in row and "75% (>=85% MISS)" in row and "| 2.0 | 5.0 |" in row
+    assert "| broken | TFLOP/s | ERROR" in md and md.index("pre") < md.index("### decode")
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["k"] == 1 and data["copy_gbs"] == 2000.0
+    assert data["results"][0]["ratio"] == pytest.approx(2.5) and data["results"][0]["copies"] == 3
+    assert data["results"][1]["error"] and (tmp_path / "b_errors.txt").exists()
+
+
+def test_target_met_reads_ok(harness, tmp_path):
+    h, _ = harness
+    h.register_case("fast", lambda: ("o",), lambda: ("p",), work=1e9, target_ratio=2.0)
+    h.run_all(tmp_path, name="c", rounds=1)
+    assert ">=2 ok" in (tmp_path / "c.md").read_text()
+
+
+def test_run_all_without_gpu_says_so(monkeypatch, capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU path")
+    monkeypatch.syspath_prepend(str(BENCH))
+    sys.modules.pop("run_all", None)
+    import run_all
+    assert run_all.main(["--out", "/nonexistent"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
