@@ -1,4 +1,4 @@
-"""Kernels + inputs + torch references for the emulator tests (tests/test_emu_*.py) and benchmarks.
+"""Kernels + inputs + torch references for the emulator tests (tests/emu/) and benchmarks.
 
 Each `case_*` compiles once per process (functools.cache) and returns an `EmuCase`: the compiled kernel, the
 grid, a function making fresh inputs, the outputs to compare and the reference. The kernels are Triton 3.6's

@@ -1,4 +1,4 @@
-"""Emulated twins of tests/test_gpu_examples.py: the same example kernels, launched the ordinary way
+"""Emulated twins of tests/examples/test_gpu_examples.py: the same example kernels, launched the ordinary way
 (`kernel[grid](...)`) on the emulated B200 with CPU tensors, compiled for sm_100a through bwtriton's pipeline, and
 checked against float64 torch with the runners' tolerances (`bwtriton.examples.runners._check`). Smaller problems
 than the GPU tests (emulation is ~10^5 warp-instructions/s) but every tile path the GPU test takes."""

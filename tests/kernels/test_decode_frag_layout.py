@@ -1,7 +1,7 @@
 """The frag decode path's weight repack (`kernels._decode_frag`), checked on the CPU against the layout its PTX
 assumes: mma.m16n8k16's A-fragment positions, magnitude bits as prmt selectors, signs in the selectors' mode bits,
 the byte tables, and the 16-byte grouping of a lane's words. The kernel itself runs in the emulated tests and
-on the GPU (tests/test_emulated_kernels_blockscaled.py, tests/test_kernels_blockscaled.py)."""
+on the GPU (tests/kernels/test_emulated_kernels_blockscaled.py, tests/kernels/test_kernels_blockscaled.py)."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-"""Emulated twins of tests/test_kernels_blockscaled.py's GPU numerics: NVFP4 / MXFP4 / MXFP8 GEMMs and the NVFP4
+"""Emulated twins of tests/kernels/test_kernels_blockscaled.py's GPU numerics: NVFP4 / MXFP4 / MXFP8 GEMMs and the NVFP4
 decode kernels called with CPU tensors on the emulated B200, checked with the GPU tests' own bound
 (`assert_close_to_reference`: the dequantized operands are exact, so only fp32 accumulation, the global-scale
 product and the final bf16 rounding remain; see that module's docstring).

@@ -1,4 +1,4 @@
-"""Emulated twins of tests/test_kernels_matmul.py's GPU numerics: `bwtriton.kernels.matmul` (persistent TMA GEMM,
+"""Emulated twins of tests/kernels/test_kernels_matmul.py's GPU numerics: `bwtriton.kernels.matmul` (persistent TMA GEMM,
 warp-specialized `tcgen05.mma` on sm_100a) called with CPU tensors on the emulated B200, checked with the GPU
 tests' own format bound (`_assert_close`: output rounding + 2K fp32 accumulation roundoffs, float64 reference).
 

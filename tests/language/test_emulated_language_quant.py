@@ -1,4 +1,4 @@
-"""Emulated twins of tests/test_language_quant.py's GPU tests: the in-kernel NVFP4/MX quantizers compiled for
+"""Emulated twins of tests/language/test_language_quant.py's GPU tests: the in-kernel NVFP4/MX quantizers compiled for
 sm_100a (where they use the native cvt.rn.satfinite.e2m1x2 / e4m3x2 conversions) and run on the emulated B200
 must be bit-exact against the torch quantizers, like on the GPU. (They also pin the emulator's packed
 `mul.f32x2`/`fma.rn.f32x2` lanes, which the quantizers' sm_100a PTX uses.)"""

@@ -2,7 +2,7 @@
 
 Three ways to run the same checks:
 * under TRITON_INTERPRET=1 on CPU: the interpreter must be switched on before `triton.jit` decorates anything, so
-  the checks run in a subprocess (`python tests/test_language_quant.py`), once per module;
+  the checks run in a subprocess (`python tests/language/test_language_quant.py`), once per module;
 * on a CUDA GPU (`@pytest.mark.gpu`), comparing against the torch quantizer run on CPU;
 * compiled for sm_100a (and sm_90) with `triton.compile` to show the helpers lower without the sm_100a-only cvt.
 """

@@ -23,7 +23,7 @@ POINTS = us.matrix(full=FULL)
 #: Triton 3.6 itself cannot compile these points (a crash inside Triton, not a verifier question)
 TRITON_FAILS = {
     # block-scaled dot_scaled with num_ctas=2: Triton's lowering asserts (DenseElementsAttr shape); bwtriton's
-    # pair-ctas refuses such kernels for the same reason (tests/test_pair_ctas.py)
+    # pair-ctas refuses such kernels for the same reason (tests/passes/test_pair_ctas.py)
     ("t10_nvfp4", 2), ("t10_mxfp4", 2),
 }
 

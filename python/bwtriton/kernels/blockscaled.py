@@ -27,7 +27,7 @@ import triton.language as tl
 from ..errors import InputError
 from ._common import alpha_tensor, scale_offsets, tcgen05_block_scaled
 from ._device import device_capability
-# bwtriton_pipeline: re-exported because tests/test_nvfp4_lowering.py imports it from this module.
+# bwtriton_pipeline: re-exported because tests/passes/test_nvfp4_lowering.py imports it from this module.
 from ._launcher import CachedLauncher, bwtriton_pipeline  # noqa: F401
 from ._tiles import grouped_tile_coords
 from ._validate import CPU_REFERENCE_HINT, InputChecker, check_out_dtype, check_quantized
