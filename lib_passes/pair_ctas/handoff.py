@@ -70,8 +70,10 @@ def _cluster_barrier_pairs(code: list[str]) -> list[tuple[int, int]]:
     return [(i, j) for i, j in zip(real, real[1:]) if _CLUSTER_ARRIVE.match(code[i]) and _CLUSTER_WAIT.match(code[j])]
 
 
-def plan_handoff(lines: list[str]) -> tuple[HandoffPlan | None, str]:
-    """The edit plan for a paired kernel's PTX, or (None, the reason the handoff does not apply)."""
+def plan_handoff(lines: list[str], *, replaces_barrier: bool = True) -> tuple[HandoffPlan | None, str]:
+    """The edit plan for a paired kernel's PTX, or (None, the reason the handoff does not apply).
+    `replaces_barrier=False`: the kernel has no cluster barrier before its MMAs yet (pair-ctas-scaled pairs a
+    1-CTA kernel); the handoff is its only cross-CTA handoff."""
     code = [_code(ln) for ln in lines]
     if sum(bool(_ENTRY.match(c)) for c in code) != 1:
         return None, "the module has other than one kernel entry"
@@ -86,7 +88,7 @@ def plan_handoff(lines: list[str]) -> tuple[HandoffPlan | None, str]:
     pairs = _cluster_barrier_pairs(code)
     issue = [p for p in pairs if p[1] < last_mma]
     exits = [p for p in pairs if p[0] > last_mma]
-    if not issue:
+    if not issue and replaces_barrier:
         return None, "no cluster barrier before an MMA issue (nothing to replace)"
     if not exits:
         return None, "no exit cluster barrier after the last MMA (run pair-ctas, which adds it)"
@@ -122,7 +124,8 @@ def _prologue(indent: str, byte_counts: list[int]) -> list[str]:
     r = REG_PREFIX
     out = [f"{indent}mov.u32 \t{r}_rank, %cluster_ctarank;",
            f"{indent}and.b32 \t{r}_leader, {r}_rank, -2;",
-           f"{indent}setp.eq.u32 \t{r}_isleader, {r}_rank, {r}_leader;"]
+           f"{indent}and.b32 \t{r}_odd, {r}_rank, 1;",
+           f"{indent}setp.eq.u32 \t{r}_isleader, {r}_odd, 0;"]
     out += [f"{indent}selp.b32 \t{r}_tx{n}, {2 * n}, 0, {r}_isleader;" for n in byte_counts]
     return out
 
@@ -154,8 +157,8 @@ def _tma_to_leader(line: str) -> list[str]:
     return out
 
 
-def apply_handoff(lines: list[str], plan: HandoffPlan) -> list[str]:
-    """The rewritten PTX lines."""
+def apply_handoff(lines: list[str], plan: HandoffPlan, extra_setup: list[str] = ()) -> list[str]:
+    """The rewritten PTX lines; `extra_setup` goes after the rank-dependent values (it may read them)."""
     counts = sorted({int(_ARRIVE.match(_code(lines[i]))["bytes"]) for i in plan.arrives})
     drop = {i for pair in plan.issue_barriers for i in pair}
     arrives, tmas = set(plan.arrives), set(plan.tma_loads)
@@ -164,10 +167,10 @@ def apply_handoff(lines: list[str], plan: HandoffPlan) -> list[str]:
     for i, line in enumerate(lines):
         indent = line[:len(line) - len(line.lstrip())] or "\t"
         if i == plan.body_start:
-            out += [f"\t.reg .b32 \t{r}_rank, {r}_leader, {r}_bar, {r}_addr"
+            out += [f"\t.reg .b32 \t{r}_rank, {r}_leader, {r}_odd, {r}_bar, {r}_addr"
                     + "".join(f", {r}_tx{n}" for n in counts) + ";", f"\t.reg .pred \t{r}_isleader;"]
         if i == plan.setup_barrier_at:  # after the TMEM alloc: nothing rank-dependent comes before it
-            out += _prologue(indent, counts) + _setup_barrier(indent)
+            out += _prologue(indent, counts) + list(extra_setup) + _setup_barrier(indent)
         if i in drop:
             continue
         if i in arrives:
