@@ -21,8 +21,7 @@ one cluster barrier after the mbarrier inits).
 
 The launch: clusters of 2 consecutive CTAs along x (`%ctaid.x` 2i, 2i+1) must compute the two 128-row halves of one
 256-row tile of the same N tile (program ids laid out M-fastest with an even number of M tiles, as in Triton's
-block-scaled tutorial). The pass checks once per pair at run time that both CTAs load B at the same N offset, and
-traps otherwise.
+block-scaled tutorial). The pass cannot see the program-id mapping; it is the caller's contract (docs/two_cta.md).
 """
 from __future__ import annotations
 
@@ -256,17 +255,17 @@ def rewrite(lines: list[str], pair: ScaledPair) -> list[str]:
                               line, count=1))
             continue
         out.append(line.replace("cta_group::1", "cta_group::2") if "tcgen05." in c else line)
-    return _declare(out, pair, tag)
+    return _declare(out)
 
 
-def _declare(lines: list[str], pair: ScaledPair, tags: int) -> list[str]:
-    """Declarations and the values this pass's registers hold (at the handoff's setup point they are used later)."""
-    code = [_code(ln) for ln in lines]
-    first_reg = next(i for i, c in enumerate(code) if c.startswith(".reg"))
-    decl = [f"\t.reg .b32 \t{_P}_bshift, {_P}_lead1" + "".join(f", {_P}_n{t}, {_P}_t{t}" for t in range(1, tags + 1))
-            + ";",
-            f"\t.reg .pred \t{_P}_sameN" + "".join(f", {_P}_g{t}" for t in range(1, tags + 1)) + ";",
-            f"\t.reg .b16 \t{_P}_mask;"]
+def _declare(lines: list[str]) -> list[str]:
+    """`.reg` declarations of this pass's registers (those the rewritten lines use), before the kernel's first."""
+    used = sorted(set(re.findall(rf"{_P}_\w+", "\n".join(lines))))
+    preds = [u for u in used if u.startswith(f"{_P}_g")]
+    b16 = [u for u in used if u == f"{_P}_mask"]
+    b32 = [u for u in used if u not in preds and u not in b16]
+    decl = [f"\t.reg .{t} \t{', '.join(regs)};" for t, regs in (("b32", b32), ("pred", preds), ("b16", b16)) if regs]
+    first_reg = next(i for i, ln in enumerate(lines) if _code(ln).startswith(".reg"))
     return lines[:first_reg] + decl + lines[first_reg:]
 
 
