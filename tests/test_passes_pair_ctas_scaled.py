@@ -77,7 +77,7 @@ def _lines(ptx: str) -> list[str]:
 def test_every_tcgen05_op_is_cta_group_2_in_a_cluster_of_2(paired):
     _, res = paired
     lines = _lines(res.asm["ptx"])
-    assert ".reqnctapercluster 2" in lines
+    assert ".reqnctapercluster 2" in lines and ".explicitcluster" in lines
     ops = [s for s in lines if re.search(r"tcgen05\.(alloc|dealloc|relinquish|mma|commit|cp)", s)]
     assert {re.search(r"tcgen05\.(\w+)", s).group(1) for s in ops} >= {"alloc", "dealloc", "mma", "commit", "cp"}
     assert all("cta_group::2" in s for s in ops), [s for s in ops if "cta_group::2" not in s]

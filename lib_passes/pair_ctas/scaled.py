@@ -13,7 +13,7 @@ the 2-CTA marks, docs/two_cta.md), so `pair-ctas` refuses it at TTGIR. Its 1-CTA
 | SFB (TMEM) | all N columns, in both CTAs (Gluon's 2-CTA block-scaled tutorial: TensorMemoryScalesLayout cga_layout [[0, 0]]) | unchanged: each CTA loads SFB of the whole N tile |
 | D (TMEM) | its 128 rows x N | unchanged |
 
-The rewrite: `.reqnctapercluster 2`; every tcgen05 op `cta_group::2`; the MMA's idesc M = 256; MMAs, scale copies
+The rewrite: `.explicitcluster` + `.reqnctapercluster 2` (a compile-time cluster of 2); every tcgen05 op `cta_group::2`; the MMA's idesc M = 256; MMAs, scale copies
 and commits issued by the leader only (the even CTA); commits `.multicast::cluster` with CTA mask 0b11 (the stage
 and the accumulator are released in both CTAs); an exit cluster barrier before the TMEM dealloc; then the mbarrier
 handoff of `pair-ctas-handoff` (the peer's TMA completes on the leader's mbarrier, which expects both CTAs' bytes;
@@ -238,7 +238,7 @@ def rewrite(lines: list[str], pair: ScaledPair) -> list[str]:
             out += pre + [f"{indent}{guard}{body}"]
             continue
         if c.startswith(".reqntid"):
-            out += [line, ".reqnctapercluster 2"]
+            out += [line, ".explicitcluster", ".reqnctapercluster 2"]  # __cluster_dims__(2, 1, 1)'s spelling
             continue
         if (m := _MOV_CONST.match(c)) and m["reg"] in idesc_regs and consts[m["reg"]] == i:
             out.append(f"{indent}mov.b32 \t{m['reg']}, {_doubled_m(int(m['val']) & 0xFFFFFFFF, pair.kind)};")
