@@ -27,7 +27,8 @@ _WAIT_SCOPE = (r"\{\s*\.reg \.pred complete;\s*waitLoop:\s*mbarrier\.try_wait\.p
 
 
 def _compile(dtype: str, block_k: int, passes=()):
-    return bwtriton.compile(matmul_tma_bt_kernel, two_cta=True, passes=list(passes), **tma_bt_spec(dtype, block_k=block_k))
+    return bwtriton.compile(matmul_tma_bt_kernel, two_cta=True, passes=list(passes),
+                            **tma_bt_spec(dtype, block_k=block_k))
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,8 @@ class HandoffPlan:
     tma_loads: list[int] = field(default_factory=list)
 
 
-def _code(line: str) -> str:
+def code_of(line: str) -> str:
+    """The PTX statement of a line, without its trailing comment."""
     return line.split("//", 1)[0].strip()
 
 
@@ -74,7 +75,7 @@ def plan_handoff(lines: list[str], *, replaces_barrier: bool = True) -> tuple[Ha
     """The edit plan for a paired kernel's PTX, or (None, the reason the handoff does not apply).
     `replaces_barrier=False`: the kernel has no cluster barrier before its MMAs yet (pair-ctas-scaled pairs a
     1-CTA kernel); the handoff is its only cross-CTA handoff."""
-    code = [_code(ln) for ln in lines]
+    code = [code_of(ln) for ln in lines]
     if sum(bool(_ENTRY.match(c)) for c in code) != 1:
         return None, "the module has other than one kernel entry"
     if ".reqnctapercluster 2" not in code or not any("tcgen05.mma.cta_group::2" in c for c in code):
@@ -159,7 +160,7 @@ def _tma_to_leader(line: str) -> list[str]:
 
 def apply_handoff(lines: list[str], plan: HandoffPlan, extra_setup: list[str] = ()) -> list[str]:
     """The rewritten PTX lines; `extra_setup` goes after the rank-dependent values (it may read them)."""
-    counts = sorted({int(_ARRIVE.match(_code(lines[i]))["bytes"]) for i in plan.arrives})
+    counts = sorted({int(_ARRIVE.match(code_of(lines[i]))["bytes"]) for i in plan.arrives})
     drop = {i for pair in plan.issue_barriers for i in pair}
     arrives, tmas = set(plan.arrives), set(plan.tma_loads)
     r = REG_PREFIX

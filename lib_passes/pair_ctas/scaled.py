@@ -2,22 +2,17 @@
 PTX of a 1-CTA kernel with 128-row tiles.
 
 Why at PTX: Triton 3.6 cannot lower a block-scaled MMA split over 2 CTAs ('Failed to find a valid layout' even with
-the 2-CTA marks, docs/two_cta.md), so `pair-ctas` refuses it at TTGIR. Its 1-CTA lowering is fine, and a pair of
-1-CTA programs computing vertically adjacent 128 x N tiles holds almost exactly what one 2-CTA MMA needs:
+the 2-CTA marks), so `pair-ctas` refuses it at TTGIR. Its 1-CTA lowering is fine, and two 1-CTA programs computing
+vertically adjacent 128 x N tiles hold almost exactly what one 2-CTA MMA needs: each CTA its own A rows, SFA and D;
+SFB of the whole N tile in both CTAs (replicated, as Gluon's 2-CTA block-scaled tutorial lays it out); only B must
+change: the peer supplies the second N/2 columns, so its B TMA starts N/2 rows further. docs/two_cta.md ("Block-scaled
+pairs") has the operand table.
 
-| operand | what `cta_group::2`, M = 256 needs in CTA v (v = rank in the pair) | from the 1-CTA kernel |
-|---|---|---|
-| A | its 128 rows | unchanged: each CTA loads its own 128-row tile |
-| SFA (TMEM) | the scales of its 128 rows (the M = 128 layout) | unchanged; `tcgen05.cp.cta_group::2` (issued by the leader) copies each CTA's shared memory into its own TMEM |
-| B | columns [v N/2, (v+1) N/2) of the pair's N at the operand address | the peer's B TMA starts N/2 rows further (its box keeps N rows: the second half is loaded, not read) |
-| SFB (TMEM) | all N columns, in both CTAs (Gluon's 2-CTA block-scaled tutorial: TensorMemoryScalesLayout cga_layout [[0, 0]]) | unchanged: each CTA loads SFB of the whole N tile |
-| D (TMEM) | its 128 rows x N | unchanged |
-
-The rewrite: `.explicitcluster` + `.reqnctapercluster 2` (a compile-time cluster of 2); every tcgen05 op `cta_group::2`; the MMA's idesc M = 256; MMAs, scale copies
-and commits issued by the leader only (the even CTA); commits `.multicast::cluster` with CTA mask 0b11 (the stage
-and the accumulator are released in both CTAs); an exit cluster barrier before the TMEM dealloc; then the mbarrier
-handoff of `pair-ctas-handoff` (the peer's TMA completes on the leader's mbarrier, which expects both CTAs' bytes;
-one cluster barrier after the mbarrier inits).
+The rewrite: `.explicitcluster` + `.reqnctapercluster 2` (a compile-time cluster of 2); every tcgen05 op
+`cta_group::2`; the MMA's idesc M = 256; MMAs, scale copies and commits issued by the leader only (the even CTA);
+commits `.multicast::cluster` with CTA mask 0b11 (the stage and the accumulator are released in both CTAs); an exit
+cluster barrier before the TMEM dealloc; then the mbarrier handoff of `pair-ctas-handoff` (the peer's TMA completes
+on the leader's mbarrier, which expects both CTAs' bytes; one cluster barrier after the mbarrier inits).
 
 The launch: clusters of 2 consecutive CTAs along x (`%ctaid.x` 2i, 2i+1) must compute the two 128-row halves of one
 256-row tile of the same N tile (program ids laid out M-fastest with an even number of M tiles, as in Triton's
@@ -31,7 +26,7 @@ from dataclasses import dataclass
 from bwtriton.passes.base import Pass, PassContext, Stage, register_pass
 from bwtriton.ptx.descriptors import BLOCK_SCALED, decode_idesc, encode_idesc
 
-from .handoff import REG_PREFIX, _code, apply_handoff, plan_handoff
+from .handoff import REG_PREFIX, apply_handoff, code_of, plan_handoff
 
 _P = "%bwps"  # registers of this pass
 _MMA = re.compile(r"^(?P<indent>\s*)(?P<guard>@!?%\w+\s+)?tcgen05\.mma\.cta_group::1\.(?P<mods>\S+)\s+(?P<ops>.*);\s*$")
@@ -102,6 +97,27 @@ def _tensormap_params(code: list[str]) -> list[str]:
     return [m.group(1) for c in code if (m := re.match(r"^\.param \.align 64 \.b8 (\w+)\[128\]", c))]
 
 
+def _mma_shape(code: list[str], mmas: list[tuple[int, re.Match]]) -> tuple[str, int] | str:
+    """(kind, N) shared by every MMA, decoded from its idesc constant; or why the MMAs cannot be paired."""
+    consts: dict[str, list[int]] = {}
+    for c in code:
+        if m := _MOV_CONST.match(c):
+            consts.setdefault(m["reg"], []).append(int(m["val"]) & 0xFFFFFFFF)
+    shapes = set()
+    for _, m in mmas:
+        kind = re.match(r"kind::(\w+)", m["mods"]).group(1)
+        idesc = m["ops"].split(",")[3].strip()
+        if len(consts.get(idesc, [])) != 1:
+            return f"the MMA's instruction descriptor {idesc} is not one constant"
+        d = decode_idesc(consts[idesc][0], kind)
+        if kind not in BLOCK_SCALED or d.m != 128:
+            return f"a kind::{kind} MMA with M = {d.m}; pairing needs 128-row block-scaled MMAs (BLOCK_M = 128)"
+        shapes.add((kind, d.n))
+    if len(shapes) != 1:
+        return "MMAs of different kinds or N"
+    return shapes.pop()
+
+
 def find_pair(code: list[str]) -> tuple[ScaledPair | None, str]:
     """The pairing's facts, or (None, why the kernel cannot be paired)."""
     if any(c.startswith(".reqnctapercluster") for c in code):
@@ -109,31 +125,14 @@ def find_pair(code: list[str]) -> tuple[ScaledPair | None, str]:
     if any("cta_group::2" in c for c in code):
         return None, "the kernel already has cta_group::2 ops"
     mmas = [(i, m) for i, c in enumerate(code) if (m := _MMA.match(c))]
-    if not mmas:
-        return None, "no cta_group::1 tcgen05.mma"
-    if any("tcgen05.mma.ws" in c or ".sp" in c.split()[0] for c in code if "tcgen05.mma" in c):
-        return None, "a .ws or sparse tcgen05.mma"
+    if not mmas or len(mmas) != sum("tcgen05.mma" in c for c in code):
+        return None, "no tcgen05.mma, or a .ws / sparse one (only dense cta_group::1 MMAs are paired)"
     if not all("block_scale" in m["mods"] for _, m in mmas):
         return None, "not every MMA is block-scaled (plain tl.dot pairs through pair-ctas with num_ctas=2)"
-    consts = {}
-    for c in code:
-        m = _MOV_CONST.match(c)
-        if m:
-            consts.setdefault(m["reg"], []).append(int(m["val"]) & 0xFFFFFFFF)
-    kinds, ns = set(), set()
-    for _, m in mmas:
-        kind = re.match(r"kind::(\w+)", m["mods"]).group(1)
-        idesc = m["ops"].split(",")[3].strip()
-        if len(consts.get(idesc, [])) != 1:
-            return None, f"the MMA's instruction descriptor {idesc} is not one constant"
-        d = decode_idesc(consts[idesc][0], kind)
-        if kind not in BLOCK_SCALED or d.m != 128:
-            return None, f"a kind::{kind} MMA with M = {d.m}; pairing needs 128-row block-scaled MMAs (BLOCK_M = 128)"
-        kinds.add(kind)
-        ns.add(d.n)
-    if len(ns) != 1 or len(kinds) != 1:
-        return None, "MMAs of different kinds or N"
-    (n,) = ns
+    shape = _mma_shape(code, mmas)
+    if isinstance(shape, str):
+        return None, shape
+    kind, n = shape
     if n % 32:
         return None, f"N = {n}: each CTA's half of B must be whole 16-row groups"
     first, m0 = mmas[0]
@@ -143,10 +142,9 @@ def find_pair(code: list[str]) -> tuple[ScaledPair | None, str]:
     b_param = _param_of(code, b_map)
     if b_param is None:
         return None, f"cannot find the kernel parameter of B's tensor map {b_map}"
-    loads = [m for c in code if (m := _TMA.search(c)) and m["map"] == b_map]
-    if any(m["dim"] != "2d" for m in loads):
+    if any(m["dim"] != "2d" for c in code if (m := _TMA.search(c)) and m["map"] == b_map):
         return None, "B is not loaded by a 2-D TMA"
-    return ScaledPair(kinds.pop(), n, b_map, b_param), ""
+    return ScaledPair(kind, n, b_map, b_param), ""
 
 
 def _doubled_m(value: int, kind: str) -> int:
@@ -206,7 +204,7 @@ def _mma_block_branches(code: list[str]) -> dict[int, str]:
 
 def rewrite(lines: list[str], pair: ScaledPair) -> list[str]:
     """The 1-CTA kernel's lines with the 2-CTA MMA protocol (before the mbarrier handoff)."""
-    code = [_code(ln) for ln in lines]
+    code = [code_of(ln) for ln in lines]
     r = REG_PREFIX
     consts = {m["reg"]: i for i, c in enumerate(code) if (m := _MOV_CONST.match(c))}
     idesc_regs = {_MMA.match(c)["ops"].split(",")[3].strip() for c in code if _MMA.match(c)}
@@ -251,8 +249,8 @@ def rewrite(lines: list[str], pair: ScaledPair) -> list[str]:
             tag += 1
             shifted = f"{_P}_n{tag}"
             out.append(f"{indent}add.s32 \t{shifted}, {coords[1]}, {_P}_bshift;")
-            out.append(re.sub(rf"\[{re.escape(m['map'])},\s*\{{[^}}]*\}}\]", f"[{m['map']}, {{{coords[0]}, {shifted}}}]",
-                              line, count=1))
+            box = rf"\[{re.escape(m['map'])},\s*\{{[^}}]*\}}\]"
+            out.append(re.sub(box, f"[{m['map']}, {{{coords[0]}, {shifted}}}]", line, count=1))
             continue
         out.append(line.replace("cta_group::1", "cta_group::2") if "tcgen05." in c else line)
     return _declare(out)
@@ -265,7 +263,7 @@ def _declare(lines: list[str]) -> list[str]:
     b16 = [u for u in used if u == f"{_P}_mask"]
     b32 = [u for u in used if u not in preds and u not in b16]
     decl = [f"\t.reg .{t} \t{', '.join(regs)};" for t, regs in (("b32", b32), ("pred", preds), ("b16", b16)) if regs]
-    first_reg = next(i for i, ln in enumerate(lines) if _code(ln).startswith(".reg"))
+    first_reg = next(i for i, ln in enumerate(lines) if code_of(ln).startswith(".reg"))
     return lines[:first_reg] + decl + lines[first_reg:]
 
 
@@ -290,7 +288,7 @@ class PairCtasScaled(Pass):
 
     def run(self, ir: str, ctx: PassContext):
         lines = ir.split("\n")
-        code = [_code(ln) for ln in lines]
+        code = [code_of(ln) for ln in lines]
         pair, why = find_pair(code)
         if pair is None:
             ctx.error(f"cannot pair this kernel's block-scaled MMAs: {why}")
