@@ -133,6 +133,16 @@ def test_verifier_clean(fp16):
     assert res.asm["ptx"] == fp16.asm["ptx"]
 
 
+def test_plan_refuses_a_mainloop_that_reads_its_tiles_itself(fp16_barrier):
+    """If the CTA's own threads read a TMA tile (not only the leader's MMA), the peer's own wait must keep meaning
+    "landed": the handoff must not apply."""
+    lines = fp16_barrier.asm["ptx"].split("\n")
+    assert plan_handoff(lines)[0] is not None
+    at = next(i for i, ln in enumerate(lines) if "@!complete bra.uni waitLoop;" in ln) + 2
+    plan, why = plan_handoff(lines[:at] + ["\tld.shared.b32 \t%r400, [%r13];"] + lines[at:])
+    assert plan is None and "shared memory read by the CTA's own threads in the mainloop" in why
+
+
 def test_plan_refuses_kernels_it_cannot_rewrite():
     lines = ["//", ".visible .entry k(", ")", ".reqnctapercluster 2", "{", ".reg .b32 %r<4>;",
              "tcgen05.mma.cta_group::2.kind::f16 [%r1], %rd1, %rd2, %r2, %p1;", "ret;", "}"]

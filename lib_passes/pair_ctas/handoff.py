@@ -22,8 +22,8 @@ the leader that the peer's tiles have landed. Both CTAs stall on each other ever
    `tcgen05.commit.cta_group::2...multicast::cluster` (CTA mask 0b11), on which both CTAs wait before refilling.
 5. The exit handshake (`pair-ctas`'s cluster barrier before the TMEM dealloc) stays.
 
-Applies only to kernels whose MMA operands all come through TMA (no generic or `cp.async` shared-memory writes
-before the last MMA, every TMA load before it); other paired kernels (pointer loads) keep the cluster barrier and
+Applies only to kernels whose MMA operands all come through TMA and only the MMA reads them (no generic or
+`cp.async` shared-memory writes or `ld.shared` reads in the mainloop, no TMA load in the epilogue); other paired kernels (pointer loads) keep the cluster barrier and
 the report says why. The PTX is edited by line: untouched lines stay byte-identical.
 """
 from __future__ import annotations
@@ -45,6 +45,7 @@ _CLUSTER_WAIT = re.compile(r"^\s*barrier\.cluster\.wait[\w.]*\s*;")
 _GENERIC_SMEM_WRITE = re.compile(r"\b(st\.shared|st\.async|stmatrix|cp\.async\.(ca|cg)|red\.shared|atom\.shared|"
                                  r"cp\.async\.bulk\.shared)\b")
 _ENTRY = re.compile(r"^(\.visible\s+|\.weak\s+)?\.entry\s")
+_SMEM_READ = re.compile(r"\b(ld\.shared|ldmatrix|ld\.async)\b")
 _REG_DECL = re.compile(r"^\s*\.reg\s")
 _BRANCH = re.compile(r"\b(bra|brx|ret|exit)\b")
 
@@ -101,9 +102,13 @@ def plan_handoff(lines: list[str], *, replaces_barrier: bool = True) -> tuple[Ha
     if writes:
         return None, (f"shared memory written by other than TMA in the mainloop (PTX line {writes[0] + 1}: "
                       f"{code[writes[0]][:60]}): the peer must hand those over itself")
+    first_async = min(tma + arrives)
+    reads = [i for i in range(first_async, end) if _SMEM_READ.search(code[i])]
+    if reads:
+        return None, (f"shared memory read by the CTA's own threads in the mainloop (PTX line {reads[0] + 1}: "
+                      f"{code[reads[0]][:60]}): the peer's own mbarrier no longer says its tiles have landed")
     if any(not _ARRIVE.match(code[i]) for i in arrives):
         return None, "an mbarrier.arrive.expect_tx with a byte count that is not a constant"
-    first_async = min(tma + arrives)
     decl = next((i for i, c in enumerate(code) if _REG_DECL.match(c)), None)
     if decl is None:
         return None, "no .reg declarations in the kernel"
