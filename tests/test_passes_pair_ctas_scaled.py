@@ -132,6 +132,7 @@ def test_verifier_clean_and_sass_is_2cta(paired):
     assert res.reports["verify-tcgen05"]["counts"] == {"error": 0, "warning": 0, "note": 0}
     rep = res.reports["pair-ctas-scaled"]
     assert rep["paired"] and rep["N"] == N and rep["b_box_checked"]
+    assert "already hands off" in res.reports["pair-ctas-handoff"]["reason"]
     sass = res.asm["sass"]
     mmas = re.findall(r"\bUTC\w*MMA[\w.]*", sass)
     assert mmas and all(".2CTA" in m for m in mmas), set(mmas)
