@@ -208,11 +208,11 @@ class PairCtasHandoff(Pass):
             ctx.error(f"option mode={mode!r} is not one of auto, on; use pair-ctas-handoff{{mode=auto}}")
         if "cta_group::2" not in ir:
             return None  # not a paired kernel: nothing to report
-        if REG_PREFIX + "_leader" in ir:
+        lines = ir.split("\n")
+        if any(REG_PREFIX + "_leader" in code_of(ln) for ln in lines):
             ctx.report.update(applied=False, reason="the mainloop already hands off through mbarriers "
                                                     "(pair-ctas-scaled did it)")
             return None
-        lines = ir.split("\n")
         plan, why = plan_handoff(lines)
         if plan is None:
             ctx.report.update(applied=False, reason=why)
