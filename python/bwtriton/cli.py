@@ -1,5 +1,6 @@
 """The `bwtriton` command line: compile, passes, demo, and the subcommands features register
-(`check` from the verifier, `emulate` from the emulator, `opt`/`snapshot`/`diff` from the regression tools)."""
+(`check` from the verifier, `emulate` from the emulator, `opt` from bwtriton.opt, `snapshot`/`diff` from the
+regression tools)."""
 from __future__ import annotations
 
 import argparse
@@ -9,10 +10,10 @@ import os
 import sys
 from typing import Any, Sequence
 
-from .errors import BwTritonError, InputError
+from .errors import BwTritonError, InputError, UsageError
 
 # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
-_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli", "bwtriton.regress.cli")
+_PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli", "bwtriton.opt", "bwtriton.regress.cli")
 
 
 def _stage_list(text: str) -> list[str]:
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .loading import add_kernel_arguments
     from .targets import TARGETS, target_name
-    p = argparse.ArgumentParser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
+    p = _Parser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
                                 "on top of Triton 3.6.")
     p.add_argument("--version", action="version", version=f"bwtriton {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -159,27 +160,49 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line usage error: `bwtriton CMD: error: WHAT (see 'bwtriton CMD --help')`."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _error(command: str | None, message: str) -> None:
+    print(f"bwtriton{' ' + command if command else ''}: error: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `bwtriton` command. Exit status: 0 success, 1 bad input (or a failed check), 2 usage, 3 a bwtriton
+    bug; every error is one `bwtriton COMMAND: error: WHAT (HOW TO FIX)` line on stderr."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (exit 2, message printed) and --help/--version (exit 0)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    command = getattr(args, "command", None)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        _error(command, str(exc))
+        return 2
     except BwTritonError as exc:
-        print(f"bwtriton: error: {exc}", file=sys.stderr)
+        _error(command, str(exc))
         return 1
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # a path of the user's that the checks before the work could not foresee (full disk)
+        if os.environ.get("BWTRITON_VERBOSE") == "1" or not exc.filename:
+            raise
+        _error(command, f"{exc.filename}: {exc.strerror or exc} (check the path and its permissions)")
+        return 1
     except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
         if os.environ.get("BWTRITON_VERBOSE") == "1":
             raise
-        print(f"bwtriton: error: internal error: {type(exc).__name__}: {exc} (this is a bwtriton bug; rerun with "
-              f"BWTRITON_VERBOSE=1 for the traceback and report it)", file=sys.stderr)
+        _error(command, f"internal error: {type(exc).__name__}: {exc} (this is a bwtriton bug; rerun with "
+                        f"BWTRITON_VERBOSE=1 for the traceback and report it)")
         return 3
 
 
