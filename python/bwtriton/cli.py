@@ -59,9 +59,23 @@ def _emit(result, args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_compile_outputs(args: argparse.Namespace) -> None:
+    """Every name and path the compile writes or reports on, checked before it compiles."""
+    from .report import check_report_names
+    from .userfiles import check_output_dir, check_output_file
+    check_report_names(args.report)
+    if args.tmem_map:
+        check_output_file(args.tmem_map, "--tmem-map", (".svg", ".png"))
+    if args.out:
+        check_output_dir(args.out, "-o/--out")
+    if args.emit and (args.out or args.tmem_map or args.json):
+        raise UsageError("--emit prints one stage to stdout; drop -o/--tmem-map/--json, or drop --emit")
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from .report import render_reports, summary_table
     stages = _stage_list(args.stages) if args.stages is not None else None
+    _check_compile_outputs(args)
     result = _compile_from_args(args)
     if args.emit:
         return _emit(result, args)
@@ -86,26 +100,48 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_column(cls, registry: dict) -> str:
+    """'on', 'opt-in', or 'with P' for a pass a default-on pass P requires (it runs whenever P does)."""
+    if cls.default_enabled:
+        return "on"
+    needed_by = [n for n, c in registry.items() if c.default_enabled and cls.name in c.requires]
+    return f"with {needed_by[0]}" if needed_by else "opt-in"
+
+
 def cmd_passes(args: argparse.Namespace) -> int:
     from bwtriton.pipeline import all_passes
     from .targets import TARGETS
+    registry = all_passes()
     rows = []
-    for name, cls in all_passes().items():
+    for name, cls in registry.items():
         inst = cls()
         targets = [t for t in TARGETS if inst.applies_to(TARGETS[t])]
         opts = ", ".join(f"{o.name}={o.default!r}" for o in cls.options)
-        rows.append((name, cls.stage.value, "on" if cls.default_enabled else "opt-in", ",".join(targets),
+        rows.append((name, cls.stage.value, _default_column(cls, registry), ",".join(targets),
                      cls.purpose + (f" [options: {opts}]" if opts else "")))
     if args.json:
         print(json.dumps([dict(zip(("name", "stage", "default", "targets", "purpose"), r)) for r in rows], indent=2))
         return 0
-    from .report import format_table
-    print(format_table(("pass", "stage", "default", "targets", "purpose"), rows))
+    from .report import MAX_WIDTH, format_table, wrap
+    header = ("pass", "stage", "default", "targets", "purpose")
+    if args.wide:
+        print(format_table(header, rows, width=None))
+    else:  # the purpose under each row, wrapped: a fifth column would leave it a narrow strip
+        every = ",".join(TARGETS)
+        short = [r[:3] + ("all" if r[3] == every else r[3],) for r in rows]
+        table = format_table(header[:4], short).splitlines()
+        print("\n".join(table[:2]))
+        for line, row in zip(table[2:], rows):
+            print(line)
+            print(wrap(row[4], MAX_WIDTH, indent="    ", first="    "))
+    if any(r[2].startswith("with ") for r in rows):
+        print(wrap("default 'with P': runs whenever pass P does (P requires it); '-P' drops both"))
     if args.triton:
         from .triton_passes import triton_pass_table
         print("\nTriton passes usable in `bwtriton opt --passes`:")
         for name, (path, _, _) in sorted(triton_pass_table().items()):
-            print(f"  {name:48s} {path}")
+            line = f"  {name:48s} {path}"
+            print(line if args.wide or len(line) <= MAX_WIDTH else f"  {name}\n      {path}")
     return 0
 
 
@@ -147,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     ps = sub.add_parser("passes", help="list the pass registry")
     ps.add_argument("--json", action="store_true")
     ps.add_argument("--triton", action="store_true", help="also list Triton's passes usable in `opt`")
+    ps.add_argument("--wide", action="store_true", help="print full table rows, however wide (default: wrapped "
+                    "to 100 columns)")
     ps.set_defaults(func=cmd_passes)
 
     d = sub.add_parser("demo", help="compile the tutorial kernels for sm_100a and show what the Blackwell path "

@@ -93,7 +93,7 @@ def check_output_dir(path: "str | os.PathLike", flag: str) -> Path:
     p = Path(path)
     if p.exists():
         if not p.is_dir():
-            raise InputError(f"{flag} {p} is a file; {flag} names a folder (choose a folder path)")
+            raise InputError(f"{flag} {p} is a file; {flag} names a folder for the files it writes (choose a folder path)")
         _writable_folder(p, flag, str(p))
     else:
         _writable_folder(p.parent if str(p.parent) else Path("."), flag, str(p))

@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from ..errors import InputError
+from ..userfiles import check_output_file, read_text
 
 _DTYPES = {"fp16": "float16", "f16": "float16", "bf16": "bfloat16", "fp32": "float32", "f32": "float32",
            "fp64": "float64", "fp8e4nv": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "fp8e5": "float8_e5m2",
@@ -143,11 +144,10 @@ def _example_from_args(fn: Any, keywords: dict[str, Any], kernel_args: list[Any]
 def _compiled_from_input(args: argparse.Namespace, kernel_args: list[Any]):
     """PTX text of a .ptx file, or the compile of FILE.py:KERNEL specialised for the given arguments."""
     if args.input.endswith(".ptx"):
-        try:
-            with open(args.input) as fh:
-                return fh.read()
-        except OSError as exc:
-            raise InputError(f"{args.input}: cannot read it ({exc.strerror})") from None
+        return read_text(args.input, "PTX")
+    if ".py:" not in args.input:
+        raise InputError(f"emulate takes FILE.ptx or FILE.py:KERNEL, got {args.input!r} (for a .py file name "
+                         f"the kernel: FILE.py:KERNEL)")
     from ..driver import compile as bw_compile
     from ..loading import compile_keywords, load_kernel
     fn, spec = load_kernel(args.input)
@@ -191,15 +191,12 @@ def _check(expr: str, kernel_args: list[Any]) -> dict:
 
 def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, str]]:
     """--save I=FILE.npy entries checked before the run: (tensor, path)."""
-    import os
     out = []
     for item in items:
         idx, sep, path = item.partition("=")
         if not sep or not path.endswith(".npy"):
             raise InputError(f"--save takes I=FILE.npy (argument index, .npy path), got {item!r}")
-        folder = os.path.dirname(path)
-        if folder and not os.path.isdir(folder):
-            raise InputError(f"--save {item}: folder {folder} does not exist; create it first")
+        check_output_file(path, "--save")
         out.append((_tensor_at(idx, kernel_args, f"--save {item}"), path))
     return out
 

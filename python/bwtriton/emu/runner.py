@@ -310,13 +310,25 @@ class _ArgPacker:
         if left == 0 and not triton_abi:
             return
         if left != 2:
-            have = self.i
-            need = len(self.image.params) - (2 if triton_abi or left > 2 else 0)
-            raise InputError(f"too few kernel arguments: the kernel takes {need} parameters after expanding "
-                             f"tensor descriptors (plus Triton's 2 scratch pointers), {have} were given; "
-                             f"next unbound parameter: {self.image.params[self.i].name}")
+            raise InputError(self._count_mismatch(left, triton_abi))
         self._store(self._next("global scratch"), global_scratch)
         self._store(self._next("profile scratch"), profile_scratch)
+
+
+    def _count_mismatch(self, left: int, triton_abi: Optional[bool]) -> str:
+        """The wrong-argument-count message: too few when more than Triton's 2 scratch slots are left, too many
+        when a Triton kernel has fewer left; raw PTX with 1 left may be either (it says both)."""
+        total, have = len(self.image.params), self.i
+        where = "after expanding tensor descriptors, plus Triton's 2 scratch pointers"
+        if left > 2:
+            return (f"too few kernel arguments: the kernel takes {total - 2} parameters ({where}), {have} were "
+                    f"given; next unbound parameter: {self.image.params[self.i].name}")
+        if triton_abi:
+            return (f"too many kernel arguments: the kernel takes {total - 2} parameters ({where}), {have} were "
+                    f"given; drop the last {have - (total - 2)}")
+        return (f"{have} kernel arguments for a PTX kernel with {total} parameters: too many if its last 2 are "
+                f"Triton's scratch pointers (it then takes {total - 2}), too few otherwise (next unbound "
+                f"parameter: {self.image.params[self.i].name})")
 
 
 def _gang_lanes(value: Optional[int]) -> int:
@@ -343,6 +355,21 @@ def _unpack_compiled(compiled: Any) -> tuple[str, dict, Optional[str]]:
     md = compiled.metadata
     md = md if isinstance(md, dict) else md._asdict()
     return asm["ptx"], dict(md), getattr(compiled, "name", None) or md.get("name")
+
+
+def _check_pointer_dtypes(compiled: Any, args: Sequence[Any]) -> None:
+    """A tensor of another dtype than its pointer argument was compiled for reads garbage or faults: name the
+    argument, the compiled type and the tensor's (only for compile results that carry a signature)."""
+    sig = getattr(getattr(getattr(compiled, "kernel", compiled), "src", None), "signature", None)
+    if not isinstance(sig, dict):
+        return
+    from triton.runtime.jit import mangle_type  # Triton's own torch dtype -> '*fp16' naming
+    runtime = [(n, t) for n, t in sig.items() if t != "constexpr"]
+    for (arg_name, ty), arg in zip(runtime, args):
+        if isinstance(ty, str) and ty.startswith("*") and _is_tensor(arg) and mangle_type(arg) != ty:
+            raise InputError(f"argument {arg_name!r} was compiled as {ty} but got a {str(arg.dtype)[6:]} tensor "
+                             f"({mangle_type(arg)}); pass a {ty[1:]} tensor, or compile with {arg_name}: "
+                             f"'{mangle_type(arg)}'")
 
 
 def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optional[int] = None,
@@ -393,6 +420,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     smem_bytes = shared if shared is not None else md.get("shared", 232448)
     gmem = GlobalMemory()
     params = ParamSpace(image.param_bytes)
+    _check_pointer_dtypes(compiled, args)
     packer = _ArgPacker(image, gmem, params, md, read_slack=int(read_slack))
     for a in args:
         packer.add(a)
