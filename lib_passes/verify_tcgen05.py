@@ -34,7 +34,7 @@ class VerifyTcgen05(Pass):
         ctx.report["counts"] = report.counts  # every finding, the hidden notes included
         hidden = len(report.findings) - len(findings)
         if hidden:  # say why counts has notes that findings does not list
-            ctx.report["hidden_notes"] = {"count": hidden, "show_with": "--passes 'verify-tcgen05{notes=true}'"}
+            ctx.report["hidden_notes"] = {"count": hidden, "show_with": "--passes '+verify-tcgen05{notes=true}'"}
         for f in report.warnings:
             ctx.warn(f"line {f.line}: [{f.check}/{f.rule}] {f.message}")
         if report.errors and ctx.options.get("fail_on_error", True):

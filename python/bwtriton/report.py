@@ -108,6 +108,17 @@ def ptx_census(ptx: str) -> dict[str, Any]:
             "mma_shapes": shapes}
 
 
+def _fit(text: str) -> str:
+    """A pass's rendered report with prose lines wider than MAX_WIDTH wrapped (JSON lines are kept whole, so the
+    text stays valid JSON where a pass renders its report as JSON)."""
+    def fit(line: str) -> str:
+        if len(line) <= MAX_WIDTH or line.lstrip().startswith(('"', "{", "}", "[", "]")):
+            return line
+        lead = line[:len(line) - len(line.lstrip())]
+        return wrap(line.strip(), MAX_WIDTH, indent=lead + "  ", first=lead)
+    return "\n".join(fit(line) for line in text.splitlines())
+
+
 def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = None) -> str:
     """Text of the requested pass reports ('all' for every one); writes the TMEM map next to the stages."""
     from bwtriton.pipeline import all_passes
@@ -120,7 +131,7 @@ def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = N
         if name not in reports:
             out.append(f"== {name}: did not run (disabled, or does not apply to {result.target.name})")
             continue
-        out.append(f"== {name}\n{registry[name].render_report(reports[name])}")
+        out.append(f"== {name}\n{_fit(registry[name].render_report(reports[name]))}")
         if name == "plan-tmem" and outdir is not None:
             from bwtriton.tmem import write_tmem_map
             path = Path(outdir) / f"{result.name}.tmem.svg"

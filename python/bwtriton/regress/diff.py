@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,11 +175,23 @@ def render_markdown(result: dict) -> str:
             continue
         lines += [f"## `{k['kernel']}` ({k['status']})", ""]
         for group, changes in k["groups"].items():
-            lines += [f"**{group}**", "", "| what | old | new | delta |", "|---|---|---|---|"]
-            lines += [f"| {c['what']} | {_cell(c['old'])} | {_cell(c['new'])} | {_delta(c['old'], c['new'])} |"
-                      for c in changes]
-            lines.append("")
+            lines += [f"**{group}**", ""] + _group_lines(changes) + [""]
     return "\n".join(lines) + "\n"
+
+
+def _group_lines(changes: list[dict], width: int = 100) -> list[str]:
+    """One group's changes as a table; a row wider than `width` (a descriptor's fields, a finding's message)
+    becomes a wrapped bullet under it, so the report reads in a 100-column terminal as well as rendered."""
+    rows, long = [], []
+    for c in changes:
+        row = f"| {c['what']} | {_cell(c['old'])} | {_cell(c['new'])} | {_delta(c['old'], c['new'])} |"
+        if len(row) <= width:
+            rows.append(row)
+        else:
+            long.append(textwrap.fill(f"- {c['what']}: {_cell(c['old'])} -> {_cell(c['new'])}", width,
+                                      subsequent_indent="  ", break_on_hyphens=False))
+    table = ["| what | old | new | delta |", "|---|---|---|---|"] + rows if rows else []
+    return table + ([""] if rows and long else []) + long
 
 
 def render(result: dict, fmt: str) -> str:
