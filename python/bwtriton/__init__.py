@@ -36,8 +36,8 @@ def active_selection():
     return _active_selection()
 
 
-__all__ = ["__version__", "compile", "enable", "disable", "is_enabled", "active_selection", "get_target", "Target", "TARGETS", "BwTritonError",
-           "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
+__all__ = ["__version__", "compile", "enable", "disable", "is_enabled", "active_selection", "get_target", "Target",
+           "TARGETS", "BwTritonError", "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
 
 
 if __import__("os").environ.get("BWTRITON_EMULATE", "") not in ("", "0"):

@@ -205,6 +205,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args, with unknown flags reported by the subcommand's parser (its name and --help in the line)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next((a.choices.get(getattr(args, "command", None)) for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)), None)
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def _error(command: str | None, message: str) -> None:
     print(f"bwtriton{' ' + command if command else ''}: error: {message}", file=sys.stderr)
 
@@ -214,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bug; every error is one `bwtriton COMMAND: error: WHAT (HOW TO FIX)` line on stderr."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as exc:  # usage errors (exit 2, message printed) and --help/--version (exit 0)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     command = getattr(args, "command", None)

@@ -46,7 +46,8 @@ def decode(data: bytes, shown: str, kind: str = "", *, allow_empty: bool = False
         raise InputError(f"{shown} is not UTF-8 text (undecodable byte at offset {exc.start}; pass {want})") \
             from None
     if not allow_empty and not text.strip():
-        raise InputError(f"{shown} is empty (write {want} into it)")
+        raise InputError(f"{shown} is empty (it should hold {kind or 'text'}; check that whatever wrote it "
+                         f"succeeded)")
     return text
 
 
@@ -93,7 +94,8 @@ def check_output_dir(path: "str | os.PathLike", flag: str) -> Path:
     p = Path(path)
     if p.exists():
         if not p.is_dir():
-            raise InputError(f"{flag} {p} is a file; {flag} names a folder for the files it writes (choose a folder path)")
+            raise InputError(f"{flag} {p} is a file; {flag} names a folder for the files it writes (choose a "
+                             f"folder path)")
         _writable_folder(p, flag, str(p))
     else:
         _writable_folder(p.parent if str(p.parent) else Path("."), flag, str(p))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -146,8 +147,9 @@ def _compiled_from_input(args: argparse.Namespace, kernel_args: list[Any]):
     if args.input.endswith(".ptx"):
         return read_text(args.input, "PTX")
     if ".py:" not in args.input:
-        raise InputError(f"emulate takes FILE.ptx or FILE.py:KERNEL, got {args.input!r} (for a .py file name "
-                         f"the kernel: FILE.py:KERNEL)")
+        what = "a folder" if os.path.isdir(args.input) else "no .ptx file and no :KERNEL"
+        raise InputError(f"emulate takes FILE.ptx or FILE.py:KERNEL, got {args.input!r} ({what}; for a .py file "
+                         f"name the kernel: FILE.py:KERNEL)")
     from ..driver import compile as bw_compile
     from ..loading import compile_keywords, load_kernel
     fn, spec = load_kernel(args.input)

@@ -319,13 +319,12 @@ class _ArgPacker:
         """The wrong-argument-count message: too few when more than Triton's 2 scratch slots are left, too many
         when a Triton kernel has fewer left; raw PTX with 1 left may be either (it says both)."""
         total, have = len(self.image.params), self.i
-        where = "after expanding tensor descriptors, plus Triton's 2 scratch pointers"
+        takes = f"the kernel takes {total - 2} parameter(s) (after expanding tensor descriptors, plus Triton's 2 " \
+                f"scratch pointers), {have} were given"
         if left > 2:
-            return (f"too few kernel arguments: the kernel takes {total - 2} parameters ({where}), {have} were "
-                    f"given; next unbound parameter: {self.image.params[self.i].name}")
+            return f"too few kernel arguments: {takes}; next unbound parameter: {self.image.params[self.i].name}"
         if triton_abi:
-            return (f"too many kernel arguments: the kernel takes {total - 2} parameters ({where}), {have} were "
-                    f"given; drop the last {have - (total - 2)}")
+            return f"too many kernel arguments: {takes}; drop the last {have - (total - 2)}"
         return (f"{have} kernel arguments for a PTX kernel with {total} parameters: too many if its last 2 are "
                 f"Triton's scratch pointers (it then takes {total - 2}), too few otherwise (next unbound "
                 f"parameter: {self.image.params[self.i].name})")
