@@ -169,7 +169,7 @@ def render_markdown(result: dict) -> str:
              f"unchanged, {counts['added']} added, {counts['removed']} removed.", ""]
     if result["rules"]:
         lines += [f"**--fail-on {','.join(result['rules'])}: {len(result['failing'])} match(es)**", ""]
-        lines += [f"- {f}" for f in result["failing"]] + ([""] if result["failing"] else [])
+        lines += [_bullet(f"- {f}") for f in result["failing"]] + ([""] if result["failing"] else [])
     for k in result["kernels"]:
         if k["status"] == "unchanged":
             continue
@@ -177,6 +177,11 @@ def render_markdown(result: dict) -> str:
         for group, changes in k["groups"].items():
             lines += [f"**{group}**", ""] + _group_lines(changes) + [""]
     return "\n".join(lines) + "\n"
+
+
+def _bullet(text: str, width: int = 100) -> str:
+    """A markdown bullet wrapped to `width` columns, continued two spaces in (still one bullet when rendered)."""
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
 
 
 def _group_lines(changes: list[dict], width: int = 100) -> list[str]:
@@ -188,8 +193,7 @@ def _group_lines(changes: list[dict], width: int = 100) -> list[str]:
         if len(row) <= width:
             rows.append(row)
         else:
-            long.append(textwrap.fill(f"- {c['what']}: {_cell(c['old'])} -> {_cell(c['new'])}", width,
-                                      subsequent_indent="  ", break_on_hyphens=False))
+            long.append(_bullet(f"- {c['what']}: {_cell(c['old'])} -> {_cell(c['new'])}", width))
     table = ["| what | old | new | delta |", "|---|---|---|---|"] + rows if rows else []
     return table + ([""] if rows and long else []) + long
 
