@@ -4,6 +4,7 @@ prose is wrapped. Error lines are exempt (one line each, by the CLI's contract),
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,21 @@ def test_diff_markdown_puts_over_wide_rows_in_wrapped_bullets(tmp_path, capsys):
     assert "| registers | 150 | 158 | +8 |" in out
     bullets = [line for line in out.splitlines() if line.startswith("- smem_desc")]
     assert len(bullets) == 2 and any("known_mask=0xFFFFFFFFFFFFC000" in b for b in bullets + out.splitlines())
+
+
+@pytest.mark.emulated
+def test_emulate_and_check_explain_fit_100_columns(tmp_path, capsys, monkeypatch):
+    kernel = tmp_path / "add_one.py"
+    kernel.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                      "def add_one(x_ptr, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+                      "    tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1)\n\n\n"
+                      "BWTRITON_SPECS = {'add_one': {'signature': {'x_ptr': '*fp32'}, 'constexprs': {'BLOCK': 128}}}\n")
+    out = _out(capsys, "emulate", f"{kernel}:add_one", "--arg", "randn:fp32:128")
+    assert "arg 0: float32 128  sum=" in out and not _too_wide(out), _too_wide(out)
+    ptx = _out(capsys, "compile", MATMUL, "--emit", "ptx")
+    (tmp_path / "k.ptx").write_text(ptx)
+    monkeypatch.chdir(tmp_path)
+    explained = _out(capsys, "check", "k.ptx", "--explain")
+    kept = "\n".join(line for line in explained.splitlines()
+                     if not re.match(r"k\.ptx:\d+: (error|warning|note): ", line))  # findings: one line each
+    assert "tcgen05.mma" in kept and "k.ptx: 0 error(s)" in kept and not _too_wide(kept), _too_wide(kept)

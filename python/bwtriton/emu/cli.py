@@ -169,6 +169,15 @@ def _summary(t) -> dict:
             "head": [round(float(x), 6) for x in v.flatten()[:4]]}
 
 
+def _format_summary(s: dict) -> str:
+    """One argument's summary for the text output (the JSON output keeps every digit)."""
+    if "value" in s:
+        return str(s["value"])
+    head = ", ".join(f"{v:.4g}" for v in s["head"])
+    return (f"{s['dtype']} {'x'.join(map(str, s['shape'])) or 'scalar'}  sum={s['sum']:.6g}  "
+            f"abs_max={s['abs_max']:.4g}  head=[{head}]")
+
+
 def _check(expr: str, kernel_args: list[Any]) -> dict:
     """`C=A@B` with argument indices, e.g. '2=0@1' or '2=0@1.T' (B given as [N, K])."""
     out_s, _, rhs = expr.partition("=")
@@ -231,7 +240,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     else:
         print(f"emulated: {stats}")
         for i, s in enumerate(result["args"]):
-            print(f"  arg {i}: {s}")
+            print(f"  arg {i}: {_format_summary(s)}")
         if "check" in result:
             c = result["check"]
             print(f"check {c['check']}: max abs err {c['max_abs_err']:.4g} (rel {c['rel_err']:.3g}, "
