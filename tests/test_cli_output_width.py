@@ -87,3 +87,11 @@ def test_emulate_and_check_explain_fit_100_columns(tmp_path, capsys, monkeypatch
     kept = "\n".join(line for line in explained.splitlines()
                      if not re.match(r"k\.ptx:\d+: (error|warning|note): ", line))  # findings: one line each
     assert "tcgen05.mma" in kept and "k.ptx: 0 error(s)" in kept and not _too_wide(kept), _too_wide(kept)
+
+
+@pytest.mark.parametrize("command", ["compile", "passes", "demo", "check", "emulate", "opt", "snapshot", "diff"])
+def test_help_fits_100_columns(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps its own text to the terminal; docstrings are ours
+    rc = main([command, "--help"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and command in out and not _too_wide(out), _too_wide(out)

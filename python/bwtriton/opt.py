@@ -1,17 +1,21 @@
-"""`bwtriton opt` / `bwtriton-opt`: run passes (ours and Triton's, in the order given) over IR, like triton-opt.
+"""`bwtriton opt` / `bwtriton-opt`: run passes (ours and Triton's, in the order given) over IR, like
+triton-opt.
 
 Two command lines are accepted:
 
 * bwtriton's own: ``bwtriton opt FILE --passes 'a,b{x=1}' [--target T] [--report]``;
-* triton-opt's: ``bwtriton-opt [FILE|-] [-o OUT] [-split-input-file] [-verify-diagnostics[=only-expected]]
-  [-allow-unregistered-dialect] [-mlir-print-local-scope] [--PASS[='opt=v ...']]... [--pass-pipeline=P]``,
-  so upstream lit files run with ``%triton-opt`` = ``python -m bwtriton.opt`` (see docs/regression_testing.md).
+* triton-opt's: ``bwtriton-opt [FILE|-] [-o OUT] [-split-input-file]
+  [-verify-diagnostics[=only-expected]] [-allow-unregistered-dialect] [-mlir-print-local-scope]
+  [--PASS[='opt=v ...']]... [--pass-pipeline=P]``, so upstream lit files run with ``%triton-opt`` =
+  ``python -m bwtriton.opt`` (see docs/regression_testing.md).
 
-MLIR inputs (.ttir/.ttgir/.mlir, stdin) take our TTIR/TTGIR passes and Triton's MLIR passes; text inputs
-(.ptx, .ll) take our PTX/LLIR passes. Options of Triton's passes are applied through the Python adders or
-refused (`bwtriton.optcompat.triton_options`); passes Triton's Python bindings do not expose are an error.
-With ``-split-input-file`` each ``// -----`` piece runs on its own: its output is followed by its own ``--report``,
-and an error of one of our passes fails that piece (exit status 1) while the later pieces still run.
+MLIR inputs (.ttir/.ttgir/.mlir, stdin) take our TTIR/TTGIR passes and Triton's MLIR passes;
+text inputs (.ptx, .ll) take our PTX/LLIR passes. Options of Triton's passes are applied through
+the Python adders or refused (`bwtriton.optcompat.triton_options`); passes Triton's Python
+bindings do not expose are an error. With ``-split-input-file`` each ``// -----`` piece runs on
+its own: its output is followed by its own ``--report``, and an error of one of our passes fails
+that piece (exit status 1) while the later pieces still run. With no input file, stdin must be a
+pipe holding IR (a terminal is refused).
 """
 from __future__ import annotations
 

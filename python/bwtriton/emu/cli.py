@@ -1,18 +1,20 @@
 """`bwtriton emulate`: run a kernel's sm_100a PTX on the CPU emulator with generated or loaded inputs.
 
-    bwtriton emulate kernel.ptx --grid 1 --arg randn:fp16:128x64 --arg randn:fp16:64x128 --arg zeros:fp32:128x128 \
-        --check 2=0@1
-    bwtriton emulate python/bwtriton/examples/matmul.py:matmul_kernel --grid 2,2 \
-        --arg randn:fp16:256x128 --arg randn:fp16:128x256 --arg zeros:fp16:256x256 \
+    bwtriton emulate kernel.ptx --grid 1 --arg randn:fp16:128x64 --arg randn:fp16:64x128 \\
+        --arg zeros:fp32:128x128 --check 2=0@1
+    bwtriton emulate python/bwtriton/examples/matmul.py:matmul_kernel --grid 2,2 \\
+        --arg randn:fp16:256x128 --arg randn:fp16:128x256 --arg zeros:fp16:256x256 \\
         --arg 256 --arg 256 --arg 128 --arg 128 --arg 256 --arg 256 --check 2=0@1
 
-Argument specs (in the kernel's non-constexpr argument order; Triton's two scratch pointers are added):
-  INT / FLOAT            a scalar                      null              a null pointer
-  KIND:DTYPE:SHAPE       a generated tensor: KIND in randn, rand, zeros, ones, arange, randint (small ints),
-                         DTYPE a torch dtype name or a Triton type (fp16, bf16, fp32, fp8e4nv, u8, i8, i32, ...),
-                         SHAPE like 128x64
-  FILE.npy / FILE.pt     a tensor loaded from disk
-  desc:I:B0xB1           a TMA TensorDescriptor over argument #I with block shape B0xB1
+Argument specs, in the order of the kernel's non-constexpr arguments (Triton's 2 scratch pointers
+are added):
+  INT / FLOAT        a scalar
+  null               a null pointer
+  KIND:DTYPE:SHAPE   a generated tensor: KIND in randn, rand, zeros, ones, arange, randint
+                     (small ints), DTYPE a torch dtype name or a Triton type (fp16, bf16, fp32,
+                     fp8e4nv, u8, i8, i32, ...), SHAPE like 128x64
+  FILE.npy / FILE.pt a tensor loaded from disk
+  desc:I:B0xB1       a TMA TensorDescriptor over argument #I with block shape B0xB1
 """
 from __future__ import annotations
 
