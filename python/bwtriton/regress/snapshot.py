@@ -290,9 +290,11 @@ def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
 def _progress(done: int, total: int, label: str, stream=sys.stderr) -> None:
     width = 30
     filled = width * done // max(total, 1)
-    bar = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}"
+    head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+    room = 100 - len(head)  # within 100 columns, keeping the label's end (kernel, config, target)
+    bar = head + (label if len(label) <= room else "..." + label[len(label) - room + 3:])
     if stream.isatty():  # redraw one line; logs get one line per kernel
-        stream.write(f"\r{bar[:110]:110s}" + ("\n" if done == total else ""))
+        stream.write(f"\r{bar:100s}" + ("\n" if done == total else ""))
     else:
         stream.write(bar + "\n")
     stream.flush()
