@@ -26,13 +26,13 @@ def disable() -> None:
 
 def is_enabled() -> bool:
     """Whether `bwtriton.enable()` is active (launches of `@triton.jit` kernels compile through bwtriton)."""
-    from .pipeline import is_enabled as _is_enabled
+    from .pipeline import is_enabled as _is_enabled  # lazy, like compile/enable: `import bwtriton` stays light
     return _is_enabled()
 
 
 def active_selection():
     """The `PassSelection` active launches compile through (``.names``: the passes), or None when not enabled."""
-    from .pipeline import active_selection as _active_selection
+    from .pipeline import active_selection as _active_selection  # lazy, as above
     return _active_selection()
 
 

@@ -11,6 +11,8 @@ import sys
 from typing import Any, Sequence
 
 from .errors import BwTritonError, InputError, UsageError
+from .report import MAX_WIDTH, check_report_names, format_table, render_reports, summary_table, wrap
+from .userfiles import check_output_dir, check_output_file
 
 # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
 _PLUGIN_MODULES = ("bwtriton.verify.cli", "bwtriton.emu.cli", "bwtriton.opt", "bwtriton.regress.cli")
@@ -49,7 +51,6 @@ def _compile_from_args(args: argparse.Namespace):
 
 
 def _emit(result, args: argparse.Namespace) -> int:
-    from .report import render_reports
     data = result.asm[args.emit]
     if isinstance(data, bytes):
         raise InputError(f"stage {args.emit!r} is binary; write it with --out instead")
@@ -61,8 +62,6 @@ def _emit(result, args: argparse.Namespace) -> int:
 
 def _check_compile_outputs(args: argparse.Namespace) -> None:
     """Every name and path the compile writes or reports on, checked before it compiles."""
-    from .report import check_report_names
-    from .userfiles import check_output_dir, check_output_file
     check_report_names(args.report)
     if args.tmem_map:
         check_output_file(args.tmem_map, "--tmem-map", (".svg", ".png"))
@@ -73,7 +72,6 @@ def _check_compile_outputs(args: argparse.Namespace) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .report import render_reports, summary_table
     stages = _stage_list(args.stages) if args.stages is not None else None
     _check_compile_outputs(args)
     result = _compile_from_args(args)
@@ -122,7 +120,6 @@ def cmd_passes(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([dict(zip(("name", "stage", "default", "targets", "purpose"), r)) for r in rows], indent=2))
         return 0
-    from .report import MAX_WIDTH, format_table, wrap
     header = ("pass", "stage", "default", "targets", "purpose")
     if args.wide:
         print(format_table(header, rows, width=None))

@@ -8,6 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .errors import UnknownPassError, suggest
+
 # `--report` short names -> pass names.
 REPORT_ALIASES = {"tmem": "plan-tmem", "verify": "verify-tcgen05", "verifier": "verify-tcgen05"}
 
@@ -55,13 +57,12 @@ def summary_table(result) -> str:
 
 def report_names() -> list[str]:
     """What `--report` accepts: 'all', the short aliases and every registered pass name."""
-    from bwtriton.pipeline import all_passes
+    from bwtriton.pipeline import all_passes  # the pass registry; report.py is imported by the CLI's parser
     return ["all", *REPORT_ALIASES, *all_passes()]
 
 
 def check_report_names(names: Sequence[str]) -> None:
     """Fail on a `--report` name that is no pass before anything compiles, listing the valid ones."""
-    from .errors import UnknownPassError, suggest
     valid = report_names()
     for name in names:
         if name not in valid:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..errors import BwTritonError, InputError
+from ..optcompat.diagnostics import captured_stderr
+from ..specialize import build_source
 from ..userfiles import read_text
 
 FORMAT_VERSION = 1
@@ -155,7 +157,6 @@ def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str, named:
 def _compile_plain(fn: Any, spec: dict, target: str) -> Any:
     """Triton alone, no bwtriton hook (works with Triton versions our pipeline hook was not written for)."""
     import triton
-    from ..specialize import build_source
     from ..targets import get_target
     src, _ = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), spec.get("divisible_by_16"),
                           spec.get("example"))
@@ -254,7 +255,6 @@ def _validity_hashes(asm: dict[str, Any]) -> dict[str, str]:
 
 def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     """Compile and record one job (the worker function); errors become a record with 'error'."""
-    from ..optcompat.diagnostics import captured_stderr
     native: list[str] = []
     try:
         with captured_stderr() as native:  # Triton's C++ diagnostics and reproducers: quoted on failure only
