@@ -77,10 +77,23 @@ def test_run_with_one_argument_too_many_says_too_many(compiled):
         emu.run(compiled, 1, x)
 
 
-def test_run_with_a_tensor_of_another_dtype_names_the_argument_and_both_dtypes(compiled):
-    with pytest.raises(InputError, match=r"argument 'x_ptr' was compiled as \*fp32 but got a float16 tensor "
-                                         r"\(\*fp16\); pass a fp32 tensor"):
+def test_a_fault_from_a_tensor_of_another_dtype_names_the_argument_and_both_dtypes(compiled):
+    # 128 fp16 elements are 256 bytes; the kernel compiled for *fp32 reads 512: a fault, which names its cause
+    with pytest.raises(emu.MemoryFaultError, match=r"likely cause: argument 'x_ptr' was compiled as \*fp32 but "
+                                                   r"got a float16 tensor \(\*fp16\); pass a fp32 tensor"):
         emu.run(compiled, 1, torch.zeros(128, dtype=torch.float16), 128)
+
+
+def test_a_placeholder_tensor_of_another_dtype_is_no_error(compiled):
+    x = torch.zeros(128)
+    emu.run(compiled, 1, x, 0)  # n = 0: x_ptr is never dereferenced, as with an unused bias pointer
+    emu.run(compiled, 1, torch.zeros(256, dtype=torch.float16), 0)
+    assert x.eq(0).all()
+
+
+def test_emulate_cli_notes_a_dtype_mismatch_that_did_not_fault(capsys, kernel_file):
+    rc, out, err = _run(capsys, "emulate", f"{kernel_file}:add_one", "--arg", "zeros:fp16:256", "--arg", "128")
+    assert rc == 0 and "bwtriton emulate: note: argument 'x_ptr' was compiled as *fp32 but got a float16" in err
 
 
 @pytest.mark.emulated

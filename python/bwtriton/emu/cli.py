@@ -215,7 +215,7 @@ def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, s
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    from .runner import run
+    from .runner import _dtype_mismatches, run
     kernel_args: list[Any] = []
     for i, spec in enumerate(args.arg):
         kernel_args.append(parse_arg(spec, kernel_args, args.seed + i))
@@ -225,6 +225,8 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     compiled = _compiled_from_input(args, kernel_args)
     stats = run(compiled, args.grid, *kernel_args, num_warps=args.num_warps, num_ctas=args.num_ctas,
                 shared=args.shared, name=args.kernel)
+    for mismatch in _dtype_mismatches(compiled, kernel_args):  # it ran, but may have read the bytes wrongly
+        print(f"bwtriton emulate: note: {mismatch}", file=sys.stderr)
     result: dict[str, Any] = {"stats": {"instructions": stats.instructions, "seconds": round(stats.seconds, 3),
                                         "instructions_per_second": round(stats.instructions_per_second),
                                         "ctas": stats.ctas},

@@ -356,19 +356,19 @@ def _unpack_compiled(compiled: Any) -> tuple[str, dict, Optional[str]]:
     return asm["ptx"], dict(md), getattr(compiled, "name", None) or md.get("name")
 
 
-def _check_pointer_dtypes(compiled: Any, args: Sequence[Any]) -> None:
-    """A tensor of another dtype than its pointer argument was compiled for reads garbage or faults: name the
-    argument, the compiled type and the tensor's (only for compile results that carry a signature)."""
+def _dtype_mismatches(compiled: Any, args: Sequence[Any]) -> list[str]:
+    """Tensors of another dtype than their pointer argument was compiled for, as 'argument NAME was compiled as
+    *fp32 but got a float16 tensor (*fp16)' (only for compile results that carry a signature). Not an error by
+    itself: a placeholder tensor for a pointer the kernel never dereferences is common."""
     sig = getattr(getattr(getattr(compiled, "kernel", compiled), "src", None), "signature", None)
     if not isinstance(sig, dict):
-        return
+        return []
     from triton.runtime.jit import mangle_type  # Triton's own torch dtype -> '*fp16' naming
     runtime = [(n, t) for n, t in sig.items() if t != "constexpr"]
-    for (arg_name, ty), arg in zip(runtime, args):
-        if isinstance(ty, str) and ty.startswith("*") and _is_tensor(arg) and mangle_type(arg) != ty:
-            raise InputError(f"argument {arg_name!r} was compiled as {ty} but got a {str(arg.dtype)[6:]} tensor "
-                             f"({mangle_type(arg)}); pass a {ty[1:]} tensor, or compile with {arg_name}: "
-                             f"'{mangle_type(arg)}'")
+    return [f"argument {n!r} was compiled as {t} but got a {str(a.dtype)[6:]} tensor ({mangle_type(a)}); pass a "
+            f"{t[1:]} tensor, or compile with {n}: '{mangle_type(a)}'"
+            for (n, t), a in zip(runtime, args)
+            if isinstance(t, str) and t.startswith("*") and _is_tensor(a) and mangle_type(a) != t]
 
 
 def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optional[int] = None,
@@ -419,7 +419,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     smem_bytes = shared if shared is not None else md.get("shared", 232448)
     gmem = GlobalMemory()
     params = ParamSpace(image.param_bytes)
-    _check_pointer_dtypes(compiled, args)
+    mismatches = _dtype_mismatches(compiled, args)
     packer = _ArgPacker(image, gmem, params, md, read_slack=int(read_slack))
     for a in args:
         packer.add(a)
@@ -454,6 +454,10 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         else:
             run_grid(launch, coords, make_cluster, grid_schedule or GridSchedule(), max_instructions,
                      on_cluster_done=lambda: meter.tick(launch))
+    except MemoryFaultError as exc:  # a tensor of the wrong dtype is the likeliest cause: say which
+        if mismatches:
+            exc.args = (f"{exc.args[0]} (likely cause: {'; '.join(mismatches)})",) + exc.args[1:]
+        raise
     finally:
         packer.write_back()
     return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)
