@@ -456,7 +456,8 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
                      on_cluster_done=lambda: meter.tick(launch))
     except MemoryFaultError as exc:  # a tensor of the wrong dtype is the likeliest cause: say which
         if mismatches:
-            exc.args = (f"{exc.args[0]} (likely cause: {'; '.join(mismatches)})",) + exc.args[1:]
+            first, nl, detail = exc.args[0].partition("\n")  # the cause on the message's line, the PTX after
+            exc.args = (f"{first} (likely cause: {'; '.join(mismatches)}){nl}{detail}",) + exc.args[1:]
         raise
     finally:
         packer.write_back()
