@@ -31,7 +31,10 @@ class VerifyTcgen05(Pass):
         keep_notes = ctx.options.get("notes", False)
         findings = [f for f in report.findings if keep_notes or f.severity != "note"]
         ctx.report["findings"] = [f.to_dict() for f in findings]
-        ctx.report["counts"] = report.counts
+        ctx.report["counts"] = report.counts  # every finding, the hidden notes included
+        hidden = len(report.findings) - len(findings)
+        if hidden:  # say why counts has notes that findings does not list
+            ctx.report["hidden_notes"] = {"count": hidden, "show_with": "--passes '+verify-tcgen05{notes=true}'"}
         for f in report.warnings:
             ctx.warn(f"line {f.line}: [{f.check}/{f.rule}] {f.message}")
         if report.errors and ctx.options.get("fail_on_error", True):

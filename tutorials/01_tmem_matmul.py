@@ -16,7 +16,7 @@ import re
 
 import bwtriton
 from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
-from bwtriton.report import format_table, ptx_census, sass_mma_opcodes
+from bwtriton.report import format_table, ptx_census, sass_mma_opcodes, wrap
 
 # The kernel is an ordinary Triton matmul (see bwtriton/examples/matmul.py): each program computes a 128x128 tile
 # of C, looping over K in steps of 64 and calling tl.dot on each pair of tiles.
@@ -30,7 +30,7 @@ def first(pattern: str) -> str:
     for line in ptx.splitlines():
         if re.search(pattern, line):
             text = re.sub(r"^\s*@!?%p\d+\s+", "", line.strip())
-            return text if len(text) < 110 else text[:100] + " ... " + text[-14:]
+            return text if len(text) <= 96 else text[:75] + " ... " + text[-16:]  # 4 columns of indent
     return "(not found)"
 
 
@@ -77,14 +77,14 @@ STEPS = [
 
 print(__doc__.split("Run:")[0].strip(), "\n")
 for title, pattern, why in STEPS:
-    print(f"{title}\n    {first(pattern)}\n    {why}\n")
+    print(f"{title}\n    {first(pattern)}\n{wrap(why, indent='    ', first='    ')}\n")
 
 census = ptx_census(ptx)
 print("Counts in this kernel's PTX:")
 print(format_table(("instruction", "count"), sorted(census["tcgen05"].items())))
-print(f"\nMMA kind(s): {census['mma_kinds']}, cta_group: {census['cta_groups']}, "
-      f"TMEM columns allocated: {census['alloc_columns']} (metadata tmem_size = {result.summary()['tmem_columns']})")
-print(f"SASS tensor-core / TMEM opcodes: {dict(sass_mma_opcodes(result.asm['sass']))}")
-print("\nWhy 8 MMAs: the TTGIR has two tc_gen5_mma ops (the pipeliner peels one iteration out of the K loop), and "
-      "each covers BLOCK_K=64, which is 4 instructions of K=16 for 16-bit types. See them all with:\n"
+print(wrap(f"\nMMA kind(s): {census['mma_kinds']}, cta_group: {census['cta_groups']}, TMEM columns allocated: "
+           f"{census['alloc_columns']} (metadata tmem_size = {result.summary()['tmem_columns']})"))
+print(wrap(f"SASS tensor-core / TMEM opcodes: {dict(sass_mma_opcodes(result.asm['sass']))}"))
+print(wrap("\nWhy 8 MMAs: the TTGIR has two tc_gen5_mma ops (the pipeliner peels one iteration out of the K loop), "
+           "and each covers BLOCK_K=64, which is 4 instructions of K=16 for 16-bit types. See them all with:") + "\n"
       "  bwtriton compile python/bwtriton/examples/matmul.py:matmul_kernel --emit ptx | grep tcgen05")

@@ -12,6 +12,12 @@ import torch
 
 from bwtriton.formats import (E2M1_VALUES, quantize_mxfp4, quantize_mxfp8, quantize_nvfp4, to_blocked_scales,
                               unpack_e2m1)
+from bwtriton.report import wrap
+
+
+def say(*parts) -> None:
+    """Print prose wrapped to 100 columns."""
+    print(wrap(" ".join(str(p) for p in parts), indent="  " if str(parts[0]).startswith("  ") else ""))
 
 
 def section(title: str) -> None:
@@ -23,7 +29,7 @@ def rel_err(approx: torch.Tensor, exact: torch.Tensor) -> float:
 
 
 section("1. E2M1: the 4-bit element")
-print("bit layout s|ee|m, exponent bias 1, no Inf/NaN. The 8 magnitudes:", list(E2M1_VALUES))
+say("bit layout s|ee|m, exponent bias 1, no Inf/NaN. The 8 magnitudes:", list(E2M1_VALUES))
 print("Rounding is to nearest, ties to the even mantissa: 2.5 -> 2, 5 -> 4, 0.25 -> 0; beyond 6 saturates.")
 print("Two elements per byte, element 0 in the LOW nibble (same as torch.float4_e2m1fn_x2).")
 
@@ -32,23 +38,25 @@ torch.manual_seed(0)
 x = torch.randn(2, 32)
 x[1] *= 50  # a louder row: the block scales absorb it
 qt = quantize_nvfp4(x)
-print("global (per tensor, float32): S_enc = 448*6/amax maps the largest block onto UE4M3 max (448) x E2M1 max (6)")
+say("global (per tensor, float32): S_enc = 448*6/amax maps the largest block onto UE4M3 max (448) x E2M1 max "
+    "(6)")
 print(f"  amax = {x.abs().max():.4f}  S_enc = {qt.global_encode_scale.item():.4f}  "
       f"S_dec = 1/S_enc = {qt.global_scale.item():.6f}  (QuantizedTensor.global_scale)")
 print("block (per 16 elements, UE4M3 = e4m3 without sign): scale = e4m3_RNE(amax_block / 6 * S_enc)")
 print("  block scales:", qt.scales.float().tolist())
 print("  element codes of row 0, block 0:", unpack_e2m1(qt.data)[0, :16].tolist())
 print("decode: x ~= e2m1(code) * block_scale * S_dec")
-print(f"  row 0 first values: {x[0, :4].tolist()}\n  decoded:           {qt.dequantize()[0, :4].tolist()}")
-print("MX formats have one level only: a power-of-two UE8M0 scale per 32 elements, chosen as "
+print(f"  row 0 first values: {[round(v, 4) for v in x[0, :4].tolist()]}\n"
+      f"  decoded:           {[round(v, 4) for v in qt.dequantize()[0, :4].tolist()]}")
+say("MX formats have one level only: a power-of-two UE8M0 scale per 32 elements, chosen as "
       "2^(floor(log2 amax) - emax_elem).")
 
 section("3. The 128x4 scale layout")
-print("tcgen05.mma.kind::mxf4nvf4 reads scales from Tensor Memory: scale of row r lives in TMEM lane r % 32 (copied")
-print("to all 4 lane quarters), column r // 32, byte = k-block % 4. tcgen05.cp.32x128b.warpx4 fills exactly that")
-print("from one 512-byte shared-memory block of 32 rows x 16 bytes. So global memory stores scales pre-arranged")
-print("as those blocks: 128 rows x 4 k-blocks per 512 B, byte (r%32)*16 + (r%128)//32*4 + kb%4, so one TMA box")
-print("lands in smem ready for tcgen05.cp, with no shuffling in the kernel.")
+say("tcgen05.mma.kind::mxf4nvf4 reads scales from Tensor Memory: scale of row r lives in TMEM lane r % 32 (copied "
+    "to all 4 lane quarters), column r // 32, byte = k-block % 4. tcgen05.cp.32x128b.warpx4 fills exactly that "
+    "from one 512-byte shared-memory block of 32 rows x 16 bytes. So global memory stores scales pre-arranged "
+    "as those blocks: 128 rows x 4 k-blocks per 512 B, byte (r%32)*16 + (r%128)//32*4 + kb%4, so one TMA box "
+    "lands in smem ready for tcgen05.cp, with no shuffling in the kernel.")
 rows, nkb = 256, 8
 plain = torch.arange(rows * nkb, dtype=torch.int32).reshape(rows, nkb)
 blocked = to_blocked_scales(plain)
@@ -77,6 +85,7 @@ print(f"{'GEMM 256x512x1024 (A, B both)':30s}" + "".join(
     f"{rel_err(q(a).float() @ q(b).float().T, exact):12.5f}" for q in quantizers.values()))
 normal = cases["N(0,1)"]
 ratio = rel_err(quantizers["nvfp4"](normal), normal) / rel_err(quantizers["bf16"](normal), normal)
-print("NVFP4 beats MXFP4 because its UE4M3 block scale puts each block max at ~6, while a power-of-two scale\n"
-      f"puts it anywhere in [4, 8) grid units (saturating above 6).\nNVFP4 is ~{ratio:.0f}x coarser than bf16 on "
-      "N(0,1) (2 significant bits vs 8); the GEMM error compounds both operands' errors.")
+say("NVFP4 beats MXFP4 because its UE4M3 block scale puts each block max at ~6, while a power-of-two scale "
+    "puts it anywhere in [4, 8) grid units (saturating above 6).")
+say(f"NVFP4 is ~{ratio:.0f}x coarser than bf16 on N(0,1) (2 significant bits vs 8); the GEMM error compounds both "
+    "operands' errors.")

@@ -29,6 +29,7 @@ import torch
 
 import bwtriton
 from bwtriton.formats import quantize_nvfp4
+from bwtriton.report import wrap
 
 linear = importlib.import_module("bwtriton.kernels.nvfp4_linear")
 
@@ -37,8 +38,8 @@ def step1_format() -> None:
     print("== 1. NVFP4: E2M1 elements, one UE4M3 scale per 16 along K, one fp32 global scale")
     w = torch.randn(256, 512) * 0.02
     w_q = quantize_nvfp4(w)
-    print(f"weight {tuple(w.shape)} -> data {tuple(w_q.data.shape)} {w_q.data.dtype}, scales "
-          f"{tuple(w_q.scales.shape)} {w_q.scales.dtype}, global decode scale {w_q.global_scale.item():.3e}")
+    print(wrap(f"weight {tuple(w.shape)} -> data {tuple(w_q.data.shape)} {w_q.data.dtype}, scales "
+               f"{tuple(w_q.scales.shape)} {w_q.scales.dtype}, global decode scale {w_q.global_scale.item():.3e}"))
     bits = (w_q.data.numel() * 8 + w_q.scales.numel() * 8) / w.numel()
     err = ((w_q.dequantize() - w).norm() / w.norm()).item()
     print(f"{bits:.2f} bits per weight (vs 16 for bf16); relative error of the round trip {err:.3f}\n")
@@ -66,13 +67,13 @@ def step2_3_4_compile() -> None:
                          num_warps=8, passes="-lower-dot-scaled-portable")
         print("upstream Triton compiled it (this Triton no longer has the bug)")
     except bwtriton.CompileError as exc:
-        print("upstream Triton 3.6 without the pass:", str(exc).splitlines()[0])
+        print(wrap(f"upstream Triton 3.6 without the pass: {str(exc).splitlines()[0]}", indent="  "))
     r = bwtriton.compile(linear.nvfp4_linear_fused_kernel, signature=SIG, constexprs=CONST, target="sm_90a",
                          num_warps=8)
     print("with lower-dot-scaled-portable:", r.reports["lower-dot-scaled-portable"]["ops"][0]["action"])
     print("MMA:", ", ".join(sorted(_mma_lines(r.asm["ptx"]))))
     dot = next(ln.strip() for ln in r.asm["ttir"].splitlines() if " tt.dot " in ln)
-    print("TTIR after the pass:", dot.split(" loc(")[0], "\n")
+    print("TTIR after the pass:\n" + wrap(dot.split(" loc(")[0], indent="      ", first="  "), "\n")
 
 
 def step5_run() -> None:

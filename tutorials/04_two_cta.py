@@ -25,6 +25,7 @@ import bwtriton
 from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
 from bwtriton.pairing import should_pair
 from bwtriton.ptx.descriptors import decode_idesc
+from bwtriton.report import wrap
 
 
 def compile_kernel(block_m: int = 256, block_n: int = 128, block_k: int = 64, **kw):
@@ -75,7 +76,7 @@ def ineligible_and_auto() -> None:
     try:
         compile_kernel(block_m=128, two_cta=True)
     except bwtriton.CompileError as exc:
-        print(f"   refused: {str(exc).splitlines()[0][:200]}")
+        print(wrap(f"refused: {str(exc).splitlines()[0]}", indent="     ", first="   "))
     print("   auto heuristic (bwtriton.pairing.should_pair, block 256x128):")
     for shape in [(8192, 8192, 8192), (256, 8192, 8192), (8192, 8192, 512), (1300, 4096, 4096), (1280, 1920, 4096)]:
         print(f"     M,N,K={shape}: {'pair' if should_pair(*shape) else '1-CTA'}")

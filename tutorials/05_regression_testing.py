@@ -93,7 +93,7 @@ def snapshot(work: Path, stages: int, out: str) -> dict:
 def show_record(doc: dict) -> None:
     (key, rec), = doc["records"].items()
     res = rec["resources"]
-    print(f"  {key}: registers={res['registers']} shared_bytes={res['shared_bytes']} "
+    print(f"  {key}:\n    registers={res['registers']} shared_bytes={res['shared_bytes']} "
           f"tmem_columns={res['tmem_columns']} spills={res['spill_stores'] + res['spill_loads']}")
     for family in ("tcgen05", "mbarrier"):
         for op, n in rec["census"].get(family, {}).items():

@@ -26,6 +26,7 @@ import bwtriton
 import bwtriton.emu as emu
 from bwtriton.emu import GridSchedule
 from bwtriton.kernels import grouped_matmul as gm
+from bwtriton.report import wrap
 from bwtriton.verify import verify_ptx
 
 GROUP_ROWS = [300, 20, 0, 140, 60]   # tokens per expert: ragged, one expert empty
@@ -87,8 +88,8 @@ def compare(sm100_static, sm100_clc) -> None:
     ref = gm.reference(a, b, GROUP_ROWS)
     labels = tile_labels()
     num_tiles = len(labels)
-    print(f"\n2. {num_tiles} tiles of 128x64 over experts of {GROUP_ROWS} rows, {WORKERS} free SMs (emulated; "
-          f"time = scheduling rounds of {QUANTUM} warp-instructions)")
+    print(wrap(f"\n2. {num_tiles} tiles of 128x64 over experts of {GROUP_ROWS} rows, {WORKERS} free SMs "
+               f"(emulated; time = scheduling rounds of {QUANTUM} warp-instructions)", indent="   "))
     results = []
     for speeds, what in ((None, "all SMs free"), (SLOW, f"worker 2 shared with another kernel (speed {SLOW[2]})")):
         print(f"   -- {what}")

@@ -25,8 +25,20 @@ def disable() -> None:
     _disable()
 
 
-__all__ = ["__version__", "compile", "enable", "disable", "get_target", "Target", "TARGETS", "BwTritonError",
-           "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
+def is_enabled() -> bool:
+    """Whether `bwtriton.enable()` is active (launches of `@triton.jit` kernels compile through bwtriton)."""
+    from .pipeline import is_enabled as _is_enabled  # lazy, like compile/enable: `import bwtriton` stays light
+    return _is_enabled()
+
+
+def active_selection():
+    """The `PassSelection` active launches compile through (``.names``: the passes), or None when not enabled."""
+    from .pipeline import active_selection as _active_selection  # lazy, as above
+    return _active_selection()
+
+
+__all__ = ["__version__", "compile", "enable", "disable", "is_enabled", "active_selection", "get_target", "Target",
+           "TARGETS", "BwTritonError", "CompileError", "InputError", "UnknownPassError", "UnknownTargetError"]
 
 
 if requested_emulation() is not None:

@@ -1,5 +1,6 @@
 """The `bwtriton` command line: compile, passes, demo, and the subcommands features register
-(`check` from the verifier, `emulate` from the emulator, `opt`/`snapshot`/`diff` from the regression tools)."""
+(`check` from the verifier, `emulate` from the emulator, `opt` from bwtriton.opt, `snapshot`/`diff` from the
+regression tools)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,9 @@ import os
 import sys
 from typing import Any, Sequence
 
-from .errors import BwTritonError, InputError
+from .errors import BwTritonError, InputError, UsageError
+from .report import MAX_WIDTH, check_report_names, format_table, render_reports, summary_table, wrap
+from .userfiles import check_output_dir, check_output_file
 
 # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
 def _stage_list(text: str) -> list[str]:
@@ -44,7 +47,6 @@ def _compile_from_args(args: argparse.Namespace):
 
 
 def _emit(result, args: argparse.Namespace) -> int:
-    from .report import render_reports
     data = result.asm[args.emit]
     if isinstance(data, bytes):
         raise InputError(f"stage {args.emit!r} is binary; write it with --out instead")
@@ -54,9 +56,20 @@ def _emit(result, args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_compile_outputs(args: argparse.Namespace) -> None:
+    """Every name and path the compile writes or reports on, checked before it compiles."""
+    check_report_names(args.report)
+    if args.tmem_map:
+        check_output_file(args.tmem_map, "--tmem-map", (".svg", ".png"))
+    if args.out:
+        check_output_dir(args.out, "-o/--out")
+    if args.emit and (args.out or args.tmem_map or args.json):
+        raise UsageError("--emit prints one stage to stdout; drop -o/--tmem-map/--json, or drop --emit")
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .report import render_reports, summary_table
     stages = _stage_list(args.stages) if args.stages is not None else None
+    _check_compile_outputs(args)
     result = _compile_from_args(args)
     if args.emit:
         return _emit(result, args)
@@ -81,26 +94,47 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_column(cls, registry: dict) -> str:
+    """'on', 'opt-in', or 'with P' for a pass a default-on pass P requires (it runs whenever P does)."""
+    if cls.default_enabled:
+        return "on"
+    needed_by = [n for n, c in registry.items() if c.default_enabled and cls.name in c.requires]
+    return f"with {needed_by[0]}" if needed_by else "opt-in"
+
+
 def cmd_passes(args: argparse.Namespace) -> int:
     from bwtriton.pipeline import all_passes
     from .targets import TARGETS
+    registry = all_passes()
     rows = []
-    for name, cls in all_passes().items():
+    for name, cls in registry.items():
         inst = cls()
         targets = [t for t in TARGETS if inst.applies_to(TARGETS[t])]
         opts = ", ".join(f"{o.name}={o.default!r}" for o in cls.options)
-        rows.append((name, cls.stage.value, "on" if cls.default_enabled else "opt-in", ",".join(targets),
+        rows.append((name, cls.stage.value, _default_column(cls, registry), ",".join(targets),
                      cls.purpose + (f" [options: {opts}]" if opts else "")))
     if args.json:
         print(json.dumps([dict(zip(("name", "stage", "default", "targets", "purpose"), r)) for r in rows], indent=2))
         return 0
-    from .report import format_table
-    print(format_table(("pass", "stage", "default", "targets", "purpose"), rows))
+    header = ("pass", "stage", "default", "targets", "purpose")
+    if args.wide:
+        print(format_table(header, rows, width=None))
+    else:  # the purpose under each row, wrapped: a fifth column would leave it a narrow strip
+        every = ",".join(TARGETS)
+        short = [r[:3] + ("all" if r[3] == every else r[3],) for r in rows]
+        table = format_table(header[:4], short).splitlines()
+        print("\n".join(table[:2]))
+        for line, row in zip(table[2:], rows):
+            print(line)
+            print(wrap(row[4], MAX_WIDTH, indent="    ", first="    "))
+    if any(r[2].startswith("with ") for r in rows):
+        print(wrap("default 'with P': runs whenever pass P does (P requires it); '-P' drops both"))
     if args.triton:
         from .triton_passes import triton_pass_table
         print("\nTriton passes usable in `bwtriton opt --passes`:")
         for name, (path, _, _) in sorted(triton_pass_table().items()):
-            print(f"  {name:48s} {path}")
+            line = f"  {name:48s} {path}"
+            print(line if args.wide or len(line) <= MAX_WIDTH else f"  {name}\n      {path}")
     return 0
 
 
@@ -113,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .loading import add_kernel_arguments
     from .targets import TARGETS, target_name
-    p = argparse.ArgumentParser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
+    p = _Parser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
                                 "on top of Triton 3.6.")
     p.add_argument("--version", action="version", version=f"bwtriton {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -142,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     ps = sub.add_parser("passes", help="list the pass registry")
     ps.add_argument("--json", action="store_true")
     ps.add_argument("--triton", action="store_true", help="also list Triton's passes usable in `opt`")
+    ps.add_argument("--wide", action="store_true", help="print full table rows, however wide (default: wrapped "
+                    "to 100 columns)")
     ps.set_defaults(func=cmd_passes)
 
     d = sub.add_parser("demo", help="compile the tutorial kernels for sm_100a and show what the Blackwell path "
@@ -150,35 +186,68 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-gpu", action="store_true", help="do not launch on a local GPU even if one exists")
     d.set_defaults(func=cmd_demo)
 
-    from .emu import cli as emu_cli  # heavy: the emulator (numpy, Triton's driver API); each adds its commands
+    from . import opt as opt_cli  # heavy: MLIR bindings and the pass table; each adds its commands
+    from .emu import cli as emu_cli  # heavy: the emulator (numpy, Triton's driver API)
     from .regress import cli as regress_cli  # heavy: the snapshot tools (Triton's compiler)
     from .verify import cli as verify_cli  # heavy: the verifier and its checks
-    for plugin in (verify_cli, emu_cli, regress_cli):
+    for plugin in (verify_cli, emu_cli, opt_cli, regress_cli):
         plugin.register(sub)
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line usage error: `bwtriton CMD: error: WHAT (see 'bwtriton CMD --help')`."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args, with unknown flags reported by the subcommand's parser (its name and --help in the line)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next((a.choices.get(getattr(args, "command", None)) for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)), None)
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _error(command: str | None, message: str) -> None:
+    print(f"bwtriton{' ' + command if command else ''}: error: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `bwtriton` command. Exit status: 0 success, 1 bad input (or a failed check), 2 usage, 3 a bwtriton
+    bug; every error is one `bwtriton COMMAND: error: WHAT (HOW TO FIX)` line on stderr."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as exc:  # usage errors (exit 2, message printed) and --help/--version (exit 0)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    command = getattr(args, "command", None)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        _error(command, str(exc))
+        return 2
     except BwTritonError as exc:
-        print(f"bwtriton: error: {exc}", file=sys.stderr)
+        _error(command, str(exc))
         return 1
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # a path of the user's that the checks before the work could not foresee (full disk)
+        if os.environ.get("BWTRITON_VERBOSE") == "1" or not exc.filename:
+            raise
+        _error(command, f"{exc.filename}: {exc.strerror or exc} (check the path and its permissions)")
+        return 1
     except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
         if os.environ.get("BWTRITON_VERBOSE") == "1":
             raise
-        print(f"bwtriton: error: internal error: {type(exc).__name__}: {exc} (this is a bwtriton bug; rerun with "
-              f"BWTRITON_VERBOSE=1 for the traceback and report it)", file=sys.stderr)
+        _error(command, f"internal error: {type(exc).__name__}: {exc} (this is a bwtriton bug; rerun with "
+                        f"BWTRITON_VERBOSE=1 for the traceback and report it)")
         return 3
 
 

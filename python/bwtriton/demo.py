@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .report import ptx_census, sass_mma_opcodes
+from .report import ptx_census, sass_mma_opcodes, wrap
 
 
 @dataclass
@@ -137,8 +137,8 @@ def run_demo(target: str = "sm_100a", run_on_gpu: bool = True) -> int:
     except ImportError:
         has_gpu = False
     if not has_gpu:
-        print("\nno CUDA GPU here: skipped launching (on a GPU the same kernels run through bwtriton's pipeline "
-              "and are checked against torch).")
+        print(wrap("\nno CUDA GPU here: skipped launching (on a GPU the same kernels run through bwtriton's "
+                   "pipeline and are checked against torch)."))
         return 0
     name = torch.cuda.get_device_name()
     print(f"\nrunning on {name} through bwtriton's pipeline (bwtriton.enable()):")
@@ -153,7 +153,7 @@ def run_demo(target: str = "sm_100a", run_on_gpu: bool = True) -> int:
                 print(f"  {case.name:24s} {case.run_on_gpu()}")
             except Exception as exc:  # report every case, then fail
                 failures += 1
-                print(f"  {case.name:24s} FAILED: {type(exc).__name__}: {exc}")
+                print(wrap(f"  {case.name:24s} FAILED: {type(exc).__name__}: {exc}", indent=" " * 27))
     finally:
         disable()
     return 1 if failures else 0

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 from .errors import CompileError, InputError, UnknownStageError, suggest
 from .pipeline import PassSelection, resolve_passes, stages_hook, triton_stage_name
 from .specialize import Specialisation, build_source
+from .userfiles import make_output_dir, read_text
 from .targets import Target, get_target
 
 
@@ -67,11 +68,7 @@ class CompileResult:
         `<kernel>.ptx` is always the PTX the cubin was built from."""
         chosen = list(stages) if stages else self.stages + ["sass"]
         data_of = {stage: self.asm[stage] for stage in chosen}  # unknown stages fail before anything is written
-        out = Path(outdir)
-        if out.exists() and not out.is_dir():
-            raise InputError(f"{out} is a file; -o/--out names a folder for the stage files (it is created when "
-                             f"missing)")
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_output_dir(outdir, "-o/--out")  # the named folder only, never missing parents
         written = []
         for stage, data in data_of.items():
             base = stage[:-len(TRITON_SUFFIX)] if stage.endswith(TRITON_SUFFIX) else None
@@ -215,9 +212,7 @@ def _ir_file_source(path: Path) -> str:
         raise InputError(f"{path}: can compile .ttir/.ttgir files or @triton.jit functions, not "
                          f"{path.suffix or 'extensionless'} files (for a .py kernel use `bwtriton compile "
                          f"FILE.py:KERNEL`)")
-    if not path.is_file():
-        raise InputError(f"{path}: no such file" if not path.exists() else f"{path} is a folder, not an IR file")
-    text = path.read_text(errors="replace")
+    text = read_text(path, path.suffix[1:].upper(), allow_empty=True)  # missing, folder, binary: named errors
     body = "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("//")).strip()
     if not body:
         raise InputError(f"{path} is empty; write a {path.suffix[1:].upper()} module into it (e.g. "
@@ -243,6 +238,28 @@ def check_resources(result: "CompileResult", num_stages: int | None,
     if tgt.tmem_columns and tmem > tgt.tmem_columns:
         raise CompileError(f"kernel {result.name} allocates {tmem} TMEM columns per CTA; {tgt.name} has "
                            f"{tgt.tmem_columns}. To fit, {knobs}, or use fewer accumulators.")
+
+
+def _check_kernel_object(fn: Any) -> None:
+    """What bwtriton.compile compiles: a @triton.jit / @gluon.jit function (or, handled before, an IR path)."""
+    from triton.runtime.jit import JITFunction  # triton loads when a compile starts, not with bwtriton
+    if not isinstance(fn, JITFunction):
+        raise InputError(f"bwtriton.compile takes a @triton.jit or @gluon.jit function, or a .ttir/.ttgir file "
+                         f"path; got {type(fn).__name__} {fn!r:.60} (decorate the kernel with @triton.jit, or "
+                         f"pass the IR file's path)")
+
+
+def _with_constexpr_hint(exc: CompileError, constexprs: Any) -> CompileError:
+    """A front-end failure of a kernel given string constexprs starts by naming them: a string where the kernel
+    wants a number fails deep in Triton's code generator with an unrelated AttributeError."""
+    strings = {k: v for k, v in (constexprs or {}).items() if isinstance(v, str)} \
+        if isinstance(constexprs, Mapping) else {}
+    if not strings or not str(exc).startswith("Triton's front end rejected"):
+        return exc
+    given = ", ".join(f"{k}={v!r}" for k, v in strings.items())
+    return CompileError(f"constexpr {given} is a string and the kernel failed to compile with it (give a number, "
+                        f"e.g. {next(iter(strings))}=128, unless the kernel takes a string)\n{exc}",
+                        pass_name=exc.pass_name, findings=exc.findings)
 
 
 def _run_triton(src: Any, tgt: Target, selection: PassSelection, opts: dict[str, Any]):
@@ -315,12 +332,16 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
         if src.endswith(".ttgir"):  # a TTGIR module carries ttg.num-warps / ttg.num-ctas; a TTIR one does not
             opts = {k: v for k, v in opts.items() if k not in ("num_warps", "num_ctas")}
     else:
+        _check_kernel_object(fn_or_path)
         if signature is None:
             raise InputError("signature= is required for a kernel function: map each non-constexpr argument to a "
                              "Triton type, e.g. {'a_ptr': '*fp16', 'M': 'i32'}")
         src, spec = build_source(fn_or_path, signature, constexprs, divisible_by_16, example)
-    result = CompileResult(kernel=_run_triton(src, tgt, selection, opts), target=tgt, selection=selection,
-                           specialisation=spec)
+    try:
+        kernel = _run_triton(src, tgt, selection, opts)
+    except CompileError as exc:
+        raise _with_constexpr_hint(exc, constexprs) from None
+    result = CompileResult(kernel=kernel, target=tgt, selection=selection, specialisation=spec)
     if check_limits:
         check_resources(result, num_stages, constexprs if isinstance(constexprs, Mapping) else None)
     return result

@@ -38,6 +38,10 @@ class InputError(BwTritonError, ValueError):
     """Bad user input (shape, dtype, layout, alignment...)."""
 
 
+class UsageError(BwTritonError):
+    """A command line that does not say what to do (no input, conflicting flags); the CLI exits 2 for it."""
+
+
 def suggest(name: str, valid: Iterable[str]) -> str:
     """' Did you mean: a, b?' for the closest valid names, or '' when none is close."""
     close = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.5)

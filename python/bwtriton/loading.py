@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .errors import InputError, suggest
+from .userfiles import read_text
 
 #: Keys a kernel file's ``BWTRITON_SPECS = {"kernel": {...}}`` entry may hold.
 SPEC_KEYS = ("signature", "constexprs", "num_warps", "num_stages", "num_ctas", "divisible_by_16", "example")
@@ -72,14 +73,27 @@ def _import_file(file: Path):
     return module
 
 
+def _what(spec: str) -> str:
+    """What a command-line input that is no FILE.py:KERNEL is, for the error saying so."""
+    if Path(spec).is_dir():
+        return "a folder"
+    if spec.endswith(".py"):
+        return "a Python file without :KERNEL"
+    return f"a {Path(spec).suffix} file" if Path(spec).suffix else "no file suffix"
+
+
 def load_kernel(spec: str) -> tuple[Any, dict[str, Any]]:
     """'path/file.py:kernel' -> (the @triton.jit function, its checked BWTRITON_SPECS entry or {})."""
     path, sep, name = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not name:
-        raise InputError(f"expected FILE.py:KERNEL or a .ttir/.ttgir file, got {spec!r}")
+        raise InputError(f"expected FILE.py:KERNEL or a .ttir/.ttgir file, got {spec!r} ({_what(spec)}; name the "
+                         f"kernel as FILE.py:KERNEL, or pass IR written by `bwtriton compile -o DIR`)")
     file = Path(path)
+    if file.is_dir():
+        raise InputError(f"{file} is a folder, not a Python file (FILE.py:KERNEL names a kernel in a .py file)")
     if not file.is_file():
-        raise InputError(f"{file}: no such file")
+        raise InputError(f"{file}: no such file (check the path of FILE.py:KERNEL)")
+    read_text(file, "Python")  # binary, empty or unreadable files fail here with their own message
     module = _import_file(file)
     kernels = [n for n, v in vars(module).items() if type(v).__name__.endswith("JITFunction")]
     fn = getattr(module, name, None)

@@ -1,17 +1,21 @@
-"""`bwtriton opt` / `bwtriton-opt`: run passes (ours and Triton's, in the order given) over IR, like triton-opt.
+"""`bwtriton opt` / `bwtriton-opt`: run passes (ours and Triton's, in the order given) over IR, like
+triton-opt.
 
 Two command lines are accepted:
 
 * bwtriton's own: ``bwtriton opt FILE --passes 'a,b{x=1}' [--target T] [--report]``;
-* triton-opt's: ``bwtriton-opt [FILE|-] [-o OUT] [-split-input-file] [-verify-diagnostics[=only-expected]]
-  [-allow-unregistered-dialect] [-mlir-print-local-scope] [--PASS[='opt=v ...']]... [--pass-pipeline=P]``,
-  so upstream lit files run with ``%triton-opt`` = ``python -m bwtriton.opt`` (see docs/regression_testing.md).
+* triton-opt's: ``bwtriton-opt [FILE|-] [-o OUT] [-split-input-file]
+  [-verify-diagnostics[=only-expected]] [-allow-unregistered-dialect] [-mlir-print-local-scope]
+  [--PASS[='opt=v ...']]... [--pass-pipeline=P]``, so upstream lit files run with ``%triton-opt`` =
+  ``python -m bwtriton.opt`` (see docs/regression_testing.md).
 
-MLIR inputs (.ttir/.ttgir/.mlir, stdin) take our TTIR/TTGIR passes and Triton's MLIR passes; text inputs
-(.ptx, .ll) take our PTX/LLIR passes. Options of Triton's passes are applied through the Python adders or
-refused (`bwtriton.regress.triton_options`); passes Triton's Python bindings do not expose are an error.
-With ``-split-input-file`` each ``// -----`` piece runs on its own: its output is followed by its own ``--report``,
-and an error of one of our passes fails that piece (exit status 1) while the later pieces still run.
+MLIR inputs (.ttir/.ttgir/.mlir, stdin) take our TTIR/TTGIR passes and Triton's MLIR passes;
+text inputs (.ptx, .ll) take our PTX/LLIR passes. Options of Triton's passes are applied through
+the Python adders or refused (`bwtriton.optcompat.triton_options`); passes Triton's Python
+bindings do not expose are an error. With ``-split-input-file`` each ``// -----`` piece runs on
+its own: its output is followed by its own ``--report``, and an error of one of our passes fails
+that piece (exit status 1) while the later pieces still run. With no input file, stdin must be a
+pipe holding IR (a terminal is refused).
 """
 from __future__ import annotations
 
@@ -23,12 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import BwTritonError, InputError, UnknownPassError, suggest
+from .errors import BwTritonError, InputError, UnknownPassError, UsageError, suggest
+from .optcompat.diagnostics import captured_stderr, parse_diagnostics, parse_expectations, verify
+from .optcompat.local_scope import inline_aliases
+from .optcompat.triton_options import adder_args, check_applied, context_for, split_option_text
 from .targets import Target, get_target
+from .userfiles import check_output_file, decode, read_stdin, read_text
 
 _MLIR_SUFFIXES = {".ttir": "ttir", ".ttgir": "ttgir", ".mlir": "ttgir"}
 _TEXT_SUFFIXES = {".ptx": "ptx", ".ll": "llir", ".llir": "llir"}
 SPLIT_MARKER = "// -----"
+_KINDS = {".ptx": "PTX", ".ll": "LLVM IR", ".llir": "LLVM IR"}  # what an input of each suffix should hold
+_USAGE = "give an IR file and passes, e.g. `bwtriton opt k.ttgir --passes plan-tmem`, or pipe IR into it"
 
 
 @dataclass
@@ -54,7 +64,6 @@ def parse_pass_list(spec: str) -> list[PassStep]:
     """'a,b{x=1 y=2}' or a --pass-pipeline text 'builtin.module(a{x=1},tt.func(b))' -> ordered PassSteps.
     Nested op anchors are flattened: Triton's adders add every pass at the top level."""
     from .pipeline import parse_pass_spec
-    from .regress.triton_options import split_option_text
     steps = []
     for entry in _split_top(spec.strip()):
         anchor = re.match(r"^(?P<anchor>[A-Za-z0-9_.\-]+)\s*\((?P<body>.*)\)$", entry, re.S)
@@ -77,7 +86,6 @@ def _split_top(text: str) -> list[str]:
 
 def pass_flag_step(flag: str) -> PassStep:
     """'--tritongpu-pipeline=num-stages=2 dump-intermediate-steps=true' -> PassStep (triton-opt's pass flags)."""
-    from .regress.triton_options import split_option_text
     name, _, opts = flag.lstrip("-").partition("=")
     return PassStep(name, split_option_text(opts))
 
@@ -100,6 +108,7 @@ class OptInvocation:
     target: str | None = None
     num_stages: int = 3
     report: bool = False
+    stdin_implied: bool = False  # no input named: stdin must be a non-empty pipe, never a waiting terminal
 
 
 _IGNORED_FLAGS = {"mlir-disable-threading", "mlir-print-op-on-diagnostic", "mlir-elide-elementsattrs-if-larger",
@@ -152,6 +161,7 @@ def parse_command_line(argv: Sequence[str]) -> OptInvocation:
     if len(positional) > 1:
         raise InputError(f"one input file expected, got {' '.join(positional)}")
     inv.input = positional[0] if positional else "-"
+    inv.stdin_implied = not positional
     return inv
 
 
@@ -223,7 +233,6 @@ def _run_ours(res: _Resolved, ir_obj: Any, tgt: Target, metadata: dict, reports:
 
 def _run_triton(res: _Resolved, module: Any, cctx) -> None:
     from triton._C.libtriton import ir
-    from .regress.triton_options import adder_args, check_applied
     from .triton_passes import triton_pass_table
     pm = ir.pass_manager(module.context)
     triton_pass_table()[res.name][1](pm, *adder_args(res.name, res.options, cctx))
@@ -256,7 +265,6 @@ UNREGISTERED_REASON = (
 def run_mlir_text(path: str, resolved: list[_Resolved], inv: OptInvocation, reports: dict) -> str:
     """Parse one MLIR file, run the steps in order, return the printed module."""
     from .mlir import module_attr_int
-    from .regress.triton_options import context_for
     text = Path(path).read_text()
     module = _parse_mlir(path, inv.allow_unregistered)
     cap = _module_capability(text)
@@ -327,7 +335,6 @@ def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation,
     """Run one chunk: the input file itself when it is not split, else a temp file padded so diagnostics keep the
     original line numbers. Returns (printed IR or None on failure, captured stderr, rendered --report text), both
     texts naming the input, never the temp file."""
-    from .regress.diagnostics import captured_stderr
     shown = "<stdin>" if inv.input == "-" else inv.input
     tmp = None
     if inv.split or inv.input == "-":
@@ -367,29 +374,44 @@ def _check_unregistered(stderr: str, inv: OptInvocation) -> None:
 
 
 def opt_main(argv: Sequence[str] | None = None, prog: str = "bwtriton-opt") -> int:
-    """Entry point of `bwtriton-opt` / `python -m bwtriton.opt` / `bwtriton opt` (prog names the error prefix)."""
+    """Entry point of `bwtriton-opt` / `python -m bwtriton.opt` (prog names the error prefix); exit 1 for bad
+    input or failed passes, 2 for a command line without input."""
     try:
         return _opt_main(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     except BwTritonError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
+
+
+def register(subparsers) -> None:
+    """Add `bwtriton opt` (errors go through the top CLI's contract, as `bwtriton opt: error: ...`)."""
+    # No option parsing here: triton-opt's flags (-split-input-file, --tritongpu-pipeline=..., ...) are read by
+    # parse_command_line, so every argument is passed through as is.
+    o = subparsers.add_parser("opt", prefix_chars="\x01", add_help=False,
+                              help="run passes over IR; takes bwtriton's --passes or triton-opt's command line")
+    o.add_argument("argv", nargs="*")
+    o.set_defaults(func=lambda args: _opt_main(list(args.argv)))
 
 
 def _opt_main(argv: list[str]) -> int:
     if any(a in ("-h", "--help", "-help") for a in argv):
         print(__doc__)
         return 0
-    from .regress.diagnostics import parse_diagnostics, parse_expectations, verify
-    from .regress.local_scope import inline_aliases
     inv = parse_command_line(argv)
     if inv.verify:  # Triton's pass manager prints only errors unless told to show these severities too
         os.environ.setdefault("MLIR_ENABLE_DIAGNOSTICS", "warnings,remarks")
-    if inv.input == "-":
-        text, suffix = sys.stdin.read(), ".mlir"
+    if inv.output and inv.output != "-":
+        check_output_file(inv.output, "-o")
+    if inv.stdin_implied:
+        text, suffix = read_stdin("MLIR", _USAGE), ".mlir"
+    elif inv.input == "-":
+        text, suffix = decode(sys.stdin.buffer.read(), "<stdin>", "MLIR", allow_empty=True), ".mlir"
     else:
-        if not Path(inv.input).exists():
-            raise InputError(f"{inv.input}: no such file")
-        text, suffix = Path(inv.input).read_text(), Path(inv.input).suffix or ".mlir"
+        suffix = Path(inv.input).suffix or ".mlir"
+        text = read_text(inv.input, _KINDS.get(suffix, "MLIR"))
     resolve_steps(inv.steps, suffix in _MLIR_SUFFIXES, suffix)  # fail on a bad pass before any work
     outputs, failed, problems = [], False, []
     for first, chunk in split_chunks(text, inv.split):

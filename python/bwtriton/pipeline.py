@@ -440,3 +440,13 @@ def disable() -> None:
     knobs.cache.dir = _state.previous_cache_dir
     _clear_jit_caches()
 
+
+def is_enabled() -> bool:
+    """Whether `enable()` is active: ordinary `@triton.jit` launches compile through bwtriton's passes."""
+    return bool(_state.stack)
+
+
+def active_selection() -> "PassSelection | None":
+    """The pass selection `@triton.jit` launches compile through (the innermost `enable()`), or None when
+    bwtriton is not enabled. ``active_selection().names`` lists the passes in pipeline order."""
+    return _state.stack[-1][0] if _state.stack else None

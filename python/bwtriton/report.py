@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import collections
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from .errors import UnknownPassError, suggest
 
 # `--report` short names -> pass names.
 REPORT_ALIASES = {"tmem": "plan-tmem", "verify": "verify-tcgen05", "verifier": "verify-tcgen05"}
@@ -14,21 +17,57 @@ _SASS_MMA = re.compile(r"\b(UTC\w*MMA[\w.]*|HMMA[\w.]*|HGMMA[\w.]*|QGMMA[\w.]*|I
                        r"OMMA[\w.]*|UTCCP[\w.]*|UTCBAR[\w.]*|LDTM[\w.]*|STTM[\w.]*)")
 
 
-def format_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A left-aligned text table with a rule under the header."""
+#: Widest line a command prints (terminals and logs of 100 columns show it unwrapped).
+MAX_WIDTH = 100
+
+
+def format_table(header: Sequence[str], rows: Iterable[Sequence[Any]], width: int | None = MAX_WIDTH) -> str:
+    """A left-aligned text table with a rule under the header. A last column that would take a line past `width`
+    is wrapped at word boundaries under itself (width None: never wrapped, as `--wide` asks)."""
     rows = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    lead = sum(w + 2 for w in widths[:-1])
+    if width is not None and widths and lead + widths[-1] > width:
+        widths[-1] = max(width - lead, 20)
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    out = [line(header), line(["-" * w for w in widths])]
+    for r in rows:
+        last = textwrap.wrap(r[-1], widths[-1], break_on_hyphens=False) if width is not None else [r[-1]]
+        out.append(line(r[:-1] + [(last or [""])[0]]))
+        out += [" " * lead + more for more in last[1:]]
+    return "\n".join(out)
+
+
+def wrap(text: str, width: int = MAX_WIDTH, indent: str = "", first: str = "") -> str:
+    """Prose wrapped to `width` columns at word boundaries: each paragraph starts with `first`, its later lines
+    with `indent`."""
+    return "\n".join(textwrap.fill(p, width, initial_indent=first, subsequent_indent=indent,
+                                    break_on_hyphens=False, break_long_words=False) if p.strip() else p
+                      for p in text.split("\n"))
 
 
 def summary_table(result) -> str:
-    """Resources and passes of one compile, as a two-column table."""
+    """Resources and passes of one compile, as a two-column table (values wrapped to 100 columns)."""
     s = result.summary()
     rows = [(k, v) for k, v in s.items() if k != "passes"]
     rows.append(("passes", ", ".join(s["passes"]) or "(none)"))
     rows.append(("stages", ", ".join(result.stages)))
-    return format_table(("", ""), rows)
+    return "\n".join(format_table(("", ""), rows).splitlines()[2:])  # no header: the names say what each row is
+
+
+def report_names() -> list[str]:
+    """What `--report` accepts: 'all', the short aliases and every registered pass name."""
+    from bwtriton.pipeline import all_passes  # the pass registry; report.py is imported by the CLI's parser
+    return ["all", *REPORT_ALIASES, *all_passes()]
+
+
+def check_report_names(names: Sequence[str]) -> None:
+    """Fail on a `--report` name that is no pass before anything compiles, listing the valid ones."""
+    valid = report_names()
+    for name in names:
+        if name not in valid:
+            raise UnknownPassError(f"--report {name}: no such pass to report on.{suggest(name, valid)} Valid: "
+                                   f"{', '.join(valid)}")
 
 
 def sass_mma_opcodes(sass: str) -> collections.Counter:
@@ -70,6 +109,17 @@ def ptx_census(ptx: str) -> dict[str, Any]:
             "mma_shapes": shapes}
 
 
+def _fit(text: str) -> str:
+    """A pass's rendered report with prose lines wider than MAX_WIDTH wrapped (JSON lines are kept whole, so the
+    text stays valid JSON where a pass renders its report as JSON)."""
+    def fit(line: str) -> str:
+        if len(line) <= MAX_WIDTH or line.lstrip().startswith(('"', "{", "}", "[", "]")):
+            return line
+        lead = line[:len(line) - len(line.lstrip())]
+        return wrap(line.strip(), MAX_WIDTH, indent=lead + "  ", first=lead)
+    return "\n".join(fit(line) for line in text.splitlines())
+
+
 def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = None) -> str:
     """Text of the requested pass reports ('all' for every one); writes the TMEM map next to the stages."""
     from bwtriton.pipeline import all_passes
@@ -77,14 +127,12 @@ def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = N
     reports = result.reports
     wanted = list(reports) if "all" in names else [REPORT_ALIASES.get(n, n) for n in names]
     out = []
+    check_report_names(names)
     for name in wanted:
-        if name not in registry:
-            from .errors import UnknownPassError, suggest
-            raise UnknownPassError(f"no pass {name!r} to report on.{suggest(name, list(registry) + list(REPORT_ALIASES))}")
         if name not in reports:
             out.append(f"== {name}: did not run (disabled, or does not apply to {result.target.name})")
             continue
-        out.append(f"== {name}\n{registry[name].render_report(reports[name])}")
+        out.append(f"== {name}\n{_fit(registry[name].render_report(reports[name]))}")
         if name == "plan-tmem" and outdir is not None:
             from bwtriton.tmem import write_tmem_map
             path = Path(outdir) / f"{result.name}.tmem.svg"

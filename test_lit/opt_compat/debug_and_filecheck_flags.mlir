@@ -1,6 +1,6 @@
-// RUN: %triton-opt %s -canonicalize --debug 2>%t.err | %python -m bwtriton.regress.filecheck %s --dump-input-context 20
+// RUN: %triton-opt %s -canonicalize --debug 2>%t.err | %python -m bwtriton.optcompat.filecheck %s --dump-input-context 20
 // RUN: FileCheck %s --check-prefix=NOTE --input-file %t.err
-// RUN: %triton-opt %s -canonicalize | not %python -m bwtriton.regress.filecheck %s --check-prefix=ABSENT --dump-input-context=5 2>&1 | FileCheck %s --check-prefix=STILL-CHECKS
+// RUN: %triton-opt %s -canonicalize | not %python -m bwtriton.optcompat.filecheck %s --check-prefix=ABSENT --dump-input-context=5 2>&1 | FileCheck %s --check-prefix=STILL-CHECKS
 
 // `--debug` changes only stderr (LLVM_DEBUG, absent from Triton's release wheel): it is ignored with a note.
 // `--dump-input-context N` only sizes FileCheck's failure report: the wrapper drops it, matching still happens.

@@ -1,7 +1,7 @@
-// RUN: %python -m bwtriton.regress.translate -mlir-to-llvmir %s | FileCheck %s
-// RUN: %python -m bwtriton.regress.translate -mlir-to-llvmir -O1 < %s | FileCheck %s --check-prefix=O1
-// RUN: %python -m bwtriton.regress.translate -mlir-to-llvmir %s | %python -m bwtriton.regress.translate --llc -mtriple nvptx64-nvidia-cuda -mcpu=sm_90 -mattr=+ptx83 | FileCheck %s --check-prefix=PTX
-// RUN: not %python -m bwtriton.regress.translate -mlir-to-llvmir --bogus %s 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: %python -m bwtriton.optcompat.translate -mlir-to-llvmir %s | FileCheck %s
+// RUN: %python -m bwtriton.optcompat.translate -mlir-to-llvmir -O1 < %s | FileCheck %s --check-prefix=O1
+// RUN: %python -m bwtriton.optcompat.translate -mlir-to-llvmir %s | %python -m bwtriton.optcompat.translate --llc -mtriple nvptx64-nvidia-cuda -mcpu=sm_90 -mattr=+ptx83 | FileCheck %s --check-prefix=PTX
+// RUN: not %python -m bwtriton.optcompat.translate -mlir-to-llvmir --bogus %s 2>&1 | FileCheck %s --check-prefix=BAD
 
 // Stand-ins for `mlir-translate -mlir-to-llvmir | opt -S -O1 | llc` built on Triton's LLVM bindings: the
 // translation keeps the redundant `add 0`, -O1 folds it, --llc prints PTX for the requested cpu/ptx version.

@@ -47,7 +47,7 @@ def test_compile_json(capsys):
 def test_errors_are_one_line_with_the_fix(capsys, argv, message):
     rc, out, err = run(capsys, *argv)
     assert rc == 1 and message in err and "Traceback" not in err
-    assert err.startswith("bwtriton: error: ")
+    assert err.startswith(f"bwtriton {argv[0]}: error: ")
 
 
 @pytest.mark.parametrize("command", [["compile", MATMUL], ["opt", "{tmp}/k.ttgir", "--passes", "cse"], ["demo"]])

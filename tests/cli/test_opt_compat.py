@@ -7,9 +7,9 @@ import textwrap
 import pytest
 
 from bwtriton.opt import opt_main, parse_command_line, parse_pass_list, split_chunks
-from bwtriton.regress.diagnostics import parse_diagnostics, parse_expectations, verify
-from bwtriton.regress.local_scope import inline_aliases
-from bwtriton.regress.triton_options import adder_args, check_applied, context_for, split_option_text
+from bwtriton.optcompat.diagnostics import parse_diagnostics, parse_expectations, verify
+from bwtriton.optcompat.local_scope import inline_aliases
+from bwtriton.optcompat.triton_options import adder_args, check_applied, context_for, split_option_text
 
 # Two functions whose `arith.addi %x, 0` canonicalize folds away; a split marker between them.
 FOLDABLE = textwrap.dedent("""\
@@ -201,7 +201,7 @@ def test_debug_flag_is_ignored_with_a_note(capsys):
 
 
 def test_filecheck_wrapper_drops_only_display_flags():
-    from bwtriton.regress.filecheck import strip_display_flags
+    from bwtriton.optcompat.filecheck import strip_display_flags
     argv = ["f.mlir", "--dump-input-context", "20", "--check-prefix=A", "--dump-input-context=5", "--dump-input=fail"]
     assert strip_display_flags(argv) == ["f.mlir", "--check-prefix=A", "--dump-input=fail"]
 
@@ -225,7 +225,7 @@ def test_local_scope_inlines_aliases_including_nested_ones():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# mlir-translate / opt / llc stand-ins (bwtriton.regress.translate)
+# mlir-translate / opt / llc stand-ins (bwtriton.optcompat.translate)
 LLVM_DIALECT = """module {
   llvm.func @twice(%arg0: i32) -> i32 {
     %zero = llvm.mlir.constant(0 : i32) : i32
@@ -238,29 +238,29 @@ LLVM_DIALECT = """module {
 
 
 def test_translate_keeps_ir_unoptimized_and_o1_folds_it():
-    from bwtriton.regress.translate import translate
+    from bwtriton.optcompat.translate import translate
     plain, optimized = translate(LLVM_DIALECT, None), translate(LLVM_DIALECT, 1)
     assert "define i32 @twice(i32 %0)" in plain and "or i32" in plain
     assert "or i32" not in optimized and ("shl i32 %0, 1" in optimized or "add i32 %0, %0" in optimized)
 
 
 def test_llc_stand_in_emits_ptx_for_the_requested_cpu():
-    from bwtriton.regress.translate import llc, translate
+    from bwtriton.optcompat.translate import llc, translate
     ptx = llc(translate(LLVM_DIALECT, None), "nvptx64-nvidia-cuda", "sm_90", "+ptx83")
     assert ".target sm_90" in ptx and ".version 8.3" in ptx
 
 
 def test_translate_refuses_non_llvm_dialect_input(capfd):
     from bwtriton.errors import InputError
-    from bwtriton.regress.translate import translate
+    from bwtriton.optcompat.translate import translate
     with pytest.raises(InputError, match="must be in the LLVM dialect"):
         translate("module {\n  tt.func @f() {\n    tt.return\n  }\n}\n", None)
 
 
 # ----------------------------------------------------------------------------------------------------------
-# upstream lit trees, one test per RUN line (bwtriton.regress.upstream_lit)
+# upstream lit trees, one test per RUN line (bwtriton.optcompat.upstream_lit)
 def test_one_run_per_file_keeps_line_numbers_and_comments_out_the_others(tmp_path):
-    from bwtriton.regress.upstream_lit import one_run_per_file, prepare
+    from bwtriton.optcompat.upstream_lit import one_run_per_file, prepare
     text = ("// RUN: triton-opt %s -a | FileCheck %s\n// RUN: triton-opt %s -b \\\n// RUN:   -c | FileCheck %s\n"
             "module {}\n// CHECK: module\n")
     first, second = one_run_per_file(text)
@@ -272,4 +272,4 @@ def test_one_run_per_file_keeps_line_numbers_and_comments_out_the_others(tmp_pat
     (tmp_path / "t" / "Sub" / "x.mlir").write_text(text)
     assert prepare(tmp_path / "t", tmp_path / "out") == 2
     assert (tmp_path / "out" / "Sub" / "x.run2.mlir").exists()
-    assert "bwtriton.regress.filecheck" in (tmp_path / "out" / "lit.cfg.py").read_text()
+    assert "bwtriton.optcompat.filecheck" in (tmp_path / "out" / "lit.cfg.py").read_text()

@@ -115,7 +115,7 @@ def test_unknown_stage_lists_the_available_ones(compiled):
 def test_write_refuses_a_file_as_folder_and_unknown_stages_before_writing(compiled, tmp_path):
     existing = tmp_path / "out"
     existing.write_text("keep me")
-    with pytest.raises(InputError, match=r"out is a file; -o/--out names a folder for the stage files"):
+    with pytest.raises(InputError, match=r"out is a file; -o/--out names a folder for the files it writes"):
         compiled.write(existing, ["ptx"])
     assert existing.read_text() == "keep me"
     with pytest.raises(UnknownStageError, match="no stage 'foo'"):
@@ -145,7 +145,7 @@ def _run(capsys, *argv):
     (["compile", MATMUL, "--example", "M=16", "--divisible-by-16", "M"], "give --example"),
     (["compile", MATMUL, "--divisible-by-16", "nope"], "divisible_by_16 names 'nope'"),
     (["compile", MATMUL, "--num-warps", "6"], "num_warps must be a power of 2"),
-    (["compile", MATMUL, "--tmem-map", "{tmp}/map.txt"], "the TMEM map is written as .svg or .png"),
+    (["compile", MATMUL, "--tmem-map", "{tmp}/map.txt"], "map.txt: the file is written as .svg or .png"),
     (["compile", "{tmp}/bad.py:kernel"], "bad.py: importing it failed: NameError"),
     (["compile", "{tmp}/spec.py:k"], "BWTRITON_SPECS['k'] has unknown key(s) 'divisible_by16'. Did you mean: "
                                      "divisible_by_16?"),
@@ -158,9 +158,9 @@ def _run(capsys, *argv):
     (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--arg", "zeros:fp16:8x8", "--check", "0=0@1x"],
      "'1x' is not the index of a tensor argument"),
     (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--save", "7={tmp}/y.npy"], "--save 7="),
-    (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--save", "0={tmp}/nofolder/y.npy"], "does not exist; create"),
+    (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--save", "0={tmp}/nofolder/y.npy"], "does not exist (create it first"),
     (["emulate", MATMUL, "--arg", "zeros:fp16:8x8", "--save", "0"], "--save takes I=FILE.npy"),
-    (["emulate", "{tmp}/missing.ptx"], "missing.ptx: cannot read it"),
+    (["emulate", "{tmp}/missing.ptx"], "missing.ptx: no such file (check the path"),
 ])
 def test_cli_errors_name_the_problem(capsys, tmp_path, argv, message):
     (tmp_path / "afile").write_text("x")
@@ -168,7 +168,7 @@ def test_cli_errors_name_the_problem(capsys, tmp_path, argv, message):
     (tmp_path / "spec.py").write_text("import triton\n@triton.jit\ndef k(x):\n    pass\n"
                                       "BWTRITON_SPECS = {'k': {'signature': {'x': '*fp32'}, 'divisible_by16': []}}\n")
     rc, out, err = _run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
-    assert rc == 1 and err.startswith("bwtriton: error: ") and message in err, err
+    assert rc == 1 and err.startswith(f"bwtriton {argv[0]}: error: ") and message in err, err
     assert "Traceback" not in err and "internal error" not in err
 
 
@@ -182,8 +182,15 @@ def test_usage_errors_come_from_argparse(capsys, argv, message):
     assert rc == 2 and message in err and "Traceback" not in err
 
 
-def test_tmem_map_into_a_missing_folder_creates_it(capsys, tmp_path):
+def test_tmem_map_into_a_missing_folder_fails_before_compiling_and_creates_nothing(capsys, tmp_path):
     svg = tmp_path / "new" / "deeper" / "map.svg"
+    rc, out, err = _run(capsys, "compile", MATMUL, "--tmem-map", str(svg))
+    assert rc == 1 and f"folder {svg.parent} does not exist (create it first" in err, err
+    assert not (tmp_path / "new").exists() and out == ""
+
+
+def test_tmem_map_into_an_existing_folder_is_written(capsys, tmp_path):
+    svg = tmp_path / "map.svg"
     rc, out, err = _run(capsys, "compile", MATMUL, "--tmem-map", str(svg))
     assert rc == 0, err
     assert svg.read_text().lstrip().startswith("<svg") and f"wrote TMEM map {svg}" in out

@@ -1,5 +1,5 @@
 """Every tutorial runs on a CPU-only machine and prints what it promises (they are the first thing a newcomer
-runs, so they must not rot)."""
+runs, so they must not rot), in 100 columns."""
 from __future__ import annotations
 
 import subprocess
@@ -32,3 +32,5 @@ def test_tutorial_runs(name):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for needle in EXPECT[name]:
         assert needle in proc.stdout, f"{name}: {needle!r} missing from its output"
+    wide = [line for line in proc.stdout.splitlines() if len(line) > 100]
+    assert not wide, f"{name} prints {len(wide)} line(s) wider than 100 columns, e.g. {wide[0]!r}"

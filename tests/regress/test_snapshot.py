@@ -174,4 +174,5 @@ def test_snapshot_rejects_a_file_without_kernels(tmp_path, capsys):
     empty = tmp_path / "nothing.py"
     empty.write_text("x = 1\n")
     assert main(["snapshot", str(empty), "-o", str(tmp_path / "s.json")]) == 1
-    assert "no kernels found" in capsys.readouterr().err
+    assert "nothing.py declares no kernels (add BWTRITON_SPECS" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()

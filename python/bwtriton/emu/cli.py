@@ -1,18 +1,20 @@
 """`bwtriton emulate`: run a kernel's sm_100a PTX on the CPU emulator with generated or loaded inputs.
 
-    bwtriton emulate kernel.ptx --grid 1 --arg randn:fp16:128x64 --arg randn:fp16:64x128 --arg zeros:fp32:128x128 \
-        --check 2=0@1
-    bwtriton emulate python/bwtriton/examples/matmul.py:matmul_kernel --grid 2,2 \
-        --arg randn:fp16:256x128 --arg randn:fp16:128x256 --arg zeros:fp16:256x256 \
+    bwtriton emulate kernel.ptx --grid 1 --arg randn:fp16:128x64 --arg randn:fp16:64x128 \\
+        --arg zeros:fp32:128x128 --check 2=0@1
+    bwtriton emulate python/bwtriton/examples/matmul.py:matmul_kernel --grid 2,2 \\
+        --arg randn:fp16:256x128 --arg randn:fp16:128x256 --arg zeros:fp16:256x256 \\
         --arg 256 --arg 256 --arg 128 --arg 128 --arg 256 --arg 256 --check 2=0@1
 
-Argument specs (in the kernel's non-constexpr argument order; Triton's two scratch pointers are added):
-  INT / FLOAT            a scalar                      null              a null pointer
-  KIND:DTYPE:SHAPE       a generated tensor: KIND in randn, rand, zeros, ones, arange, randint (small ints),
-                         DTYPE a torch dtype name or a Triton type (fp16, bf16, fp32, fp8e4nv, u8, i8, i32, ...),
-                         SHAPE like 128x64
-  FILE.npy / FILE.pt     a tensor loaded from disk
-  desc:I:B0xB1           a TMA TensorDescriptor over argument #I with block shape B0xB1
+Argument specs, in the order of the kernel's non-constexpr arguments (Triton's 2 scratch pointers
+are added):
+  INT / FLOAT        a scalar
+  null               a null pointer
+  KIND:DTYPE:SHAPE   a generated tensor: KIND in randn, rand, zeros, ones, arange, randint
+                     (small ints), DTYPE a torch dtype name or a Triton type (fp16, bf16, fp32,
+                     fp8e4nv, u8, i8, i32, ...), SHAPE like 128x64
+  FILE.npy / FILE.pt a tensor loaded from disk
+  desc:I:B0xB1       a TMA TensorDescriptor over argument #I with block shape B0xB1
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import sys
 from typing import Any
 
 from ..errors import InputError
+from ..userfiles import check_output_file, read_text
 
 _DTYPES = {"fp16": "float16", "f16": "float16", "bf16": "bfloat16", "fp32": "float32", "f32": "float32",
            "fp64": "float64", "fp8e4nv": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "fp8e5": "float8_e5m2",
@@ -143,11 +146,11 @@ def _example_from_args(fn: Any, keywords: dict[str, Any], kernel_args: list[Any]
 def _compiled_from_input(args: argparse.Namespace, kernel_args: list[Any]):
     """PTX text of a .ptx file, or the compile of FILE.py:KERNEL specialised for the given arguments."""
     if args.input.endswith(".ptx"):
-        try:
-            with open(args.input) as fh:
-                return fh.read()
-        except OSError as exc:
-            raise InputError(f"{args.input}: cannot read it ({exc.strerror})") from None
+        return read_text(args.input, "PTX")
+    if ".py:" not in args.input:
+        what = "a folder" if os.path.isdir(args.input) else "no .ptx file and no :KERNEL"
+        raise InputError(f"emulate takes FILE.ptx or FILE.py:KERNEL, got {args.input!r} ({what}; for a .py file "
+                         f"name the kernel: FILE.py:KERNEL)")
     from ..driver import compile as bw_compile  # heavy: Triton's compiler; only `emulate` of a Python kernel compiles
     from ..loading import compile_keywords, load_kernel  # heavy: imports kernel sources; only `emulate` of a Python kernel needs it
     fn, spec = load_kernel(args.input)
@@ -165,6 +168,15 @@ def _summary(t) -> dict:
     return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "sum": float(v.sum()),
             "abs_max": float(v.abs().max()) if t.numel() else 0.0,
             "head": [round(float(x), 6) for x in v.flatten()[:4]]}
+
+
+def _format_summary(s: dict) -> str:
+    """One argument's summary for the text output (the JSON output keeps every digit)."""
+    if "value" in s:
+        return str(s["value"])
+    head = ", ".join(f"{v:.4g}" for v in s["head"])
+    return (f"{s['dtype']} {'x'.join(map(str, s['shape'])) or 'scalar'}  sum={s['sum']:.6g}  "
+            f"abs_max={s['abs_max']:.4g}  head=[{head}]")
 
 
 def _check(expr: str, kernel_args: list[Any]) -> dict:
@@ -196,14 +208,13 @@ def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, s
         idx, sep, path = item.partition("=")
         if not sep or not path.endswith(".npy"):
             raise InputError(f"--save takes I=FILE.npy (argument index, .npy path), got {item!r}")
-        folder = os.path.dirname(path)
-        if folder and not os.path.isdir(folder):
-            raise InputError(f"--save {item}: folder {folder} does not exist; create it first")
+        check_output_file(path, "--save")
         out.append((_tensor_at(idx, kernel_args, f"--save {item}"), path))
     return out
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
+    from .integration.arguments import dtype_mismatches  # heavy: the emulator (numpy), loaded when a command runs a kernel
     from .integration.run import run  # heavy: the emulator (numpy), loaded when a command runs a kernel
     kernel_args: list[Any] = []
     for i, spec in enumerate(args.arg):
@@ -214,6 +225,8 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     compiled = _compiled_from_input(args, kernel_args)
     stats = run(compiled, args.grid, *kernel_args, num_warps=args.num_warps, num_ctas=args.num_ctas,
                 shared=args.shared, name=args.kernel)
+    for mismatch in dtype_mismatches(compiled, kernel_args):  # it ran, but may have read the bytes wrongly
+        print(f"bwtriton emulate: note: {mismatch}", file=sys.stderr)
     result: dict[str, Any] = {"stats": {"instructions": stats.instructions, "seconds": round(stats.seconds, 3),
                                         "instructions_per_second": round(stats.instructions_per_second),
                                         "ctas": stats.ctas},
@@ -231,7 +244,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     else:
         print(f"emulated: {stats}")
         for i, s in enumerate(result["args"]):
-            print(f"  arg {i}: {s}")
+            print(f"  arg {i}: {_format_summary(s)}")
         if "check" in result:
             c = result["check"]
             print(f"check {c['check']}: max abs err {c['max_abs_err']:.4g} (rel {c['rel_err']:.3g}, "

@@ -1,3 +1,2 @@
-"""Compiler regression testing: triton-opt compatibility helpers for `bwtriton opt` / `bwtriton-opt`
-(pass options, -verify-diagnostics, local-scope printing) and corpus snapshots with `bwtriton snapshot` /
-`bwtriton diff`. See docs/regression_testing.md."""
+"""Compiler regression snapshots: `bwtriton snapshot` records what a corpus of kernels compiles to, `bwtriton diff`
+compares two records. See docs/regression_testing.md (triton-opt compatibility lives in `bwtriton.optcompat`)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,17 +169,33 @@ def render_markdown(result: dict) -> str:
              f"unchanged, {counts['added']} added, {counts['removed']} removed.", ""]
     if result["rules"]:
         lines += [f"**--fail-on {','.join(result['rules'])}: {len(result['failing'])} match(es)**", ""]
-        lines += [f"- {f}" for f in result["failing"]] + ([""] if result["failing"] else [])
+        lines += [_bullet(f"- {f}") for f in result["failing"]] + ([""] if result["failing"] else [])
     for k in result["kernels"]:
         if k["status"] == "unchanged":
             continue
         lines += [f"## `{k['kernel']}` ({k['status']})", ""]
         for group, changes in k["groups"].items():
-            lines += [f"**{group}**", "", "| what | old | new | delta |", "|---|---|---|---|"]
-            lines += [f"| {c['what']} | {_cell(c['old'])} | {_cell(c['new'])} | {_delta(c['old'], c['new'])} |"
-                      for c in changes]
-            lines.append("")
+            lines += [f"**{group}**", ""] + _group_lines(changes) + [""]
     return "\n".join(lines) + "\n"
+
+
+def _bullet(text: str, width: int = 100) -> str:
+    """A markdown bullet wrapped to `width` columns, continued two spaces in (still one bullet when rendered)."""
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+
+
+def _group_lines(changes: list[dict], width: int = 100) -> list[str]:
+    """One group's changes as a table; a row wider than `width` (a descriptor's fields, a finding's message)
+    becomes a wrapped bullet under it, so the report reads in a 100-column terminal as well as rendered."""
+    rows, long = [], []
+    for c in changes:
+        row = f"| {c['what']} | {_cell(c['old'])} | {_cell(c['new'])} | {_delta(c['old'], c['new'])} |"
+        if len(row) <= width:
+            rows.append(row)
+        else:
+            long.append(_bullet(f"- {c['what']}: {_cell(c['old'])} -> {_cell(c['new'])}", width))
+    table = ["| what | old | new | delta |", "|---|---|---|---|"] + rows if rows else []
+    return table + ([""] if rows and long else []) + long
 
 
 def render(result: dict, fmt: str) -> str:

@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..errors import BwTritonError, InputError
+from ..optcompat.diagnostics import captured_stderr
+from ..specialize import build_source
+from ..userfiles import read_text
 
 FORMAT_VERSION = 1
 
@@ -51,19 +54,25 @@ class Job:
 # --------------------------------------------------------------------------------------------------------------
 
 def import_file(path: str) -> Any:
-    """Import a Python file by path (once per process; @triton.jit needs the module in sys.modules)."""
+    """Import a Python file by path (once per process; @triton.jit needs the module in sys.modules). A file whose
+    import fails is an `InputError` quoting the failure, so the user sees why it has no kernels."""
     resolved = str(Path(path).resolve())
     name = "_bwtriton_snapshot_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, resolved)
     if spec is None:
-        raise InputError(f"{path}: cannot import (not a Python file)")
+        raise InputError(f"{path}: cannot import it (not a Python file; name a .py file)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     sys.path.insert(0, str(Path(resolved).parent))  # corpus modules import their neighbours
     try:
         spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: say what its import raised, without our frames
+        del sys.modules[name]
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise InputError(f"{path}: importing it failed: {type(exc).__name__}: {first} (fix the file, or leave it "
+                         f"out of the snapshot)") from None
     finally:
         sys.path.remove(str(Path(resolved).parent))
     return module
@@ -89,31 +98,43 @@ def _display_path(path: Path) -> str:
 
 
 def discover_jobs(inputs: Iterable[str], targets: list[str], passes: str) -> list[Job]:
-    """Jobs for every kernel config in `inputs` (files, FILE.py:KERNEL, folders) x `targets`."""
+    """Jobs for every kernel config in `inputs` (files, FILE.py:KERNEL, folders) x `targets`. A folder's .py files
+    without BWTRITON_SPECS or corpus_kernels() are skipped; a file named outright must declare kernels."""
     jobs: list[Job] = []
     for item in inputs:
         path_text, _, only = item.rpartition(":") if ".py:" in item else (item, "", "")
         path = Path(path_text)
         if not path.exists():
-            raise InputError(f"{path}: no such file or folder")
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        for file in files:
-            jobs.extend(_jobs_of_file(file, only, targets, passes))
+            raise InputError(f"{path}: no such file or folder (name kernel files, FILE.py:KERNEL or folders)")
+        if path.is_dir():
+            if only:
+                raise InputError(f"{path} is a folder; FILE.py:KERNEL names a kernel in a .py file")
+            for file in sorted(path.rglob("*.py")):
+                jobs.extend(_jobs_of_file(file, only, targets, passes, named=False))
+        else:
+            jobs.extend(_jobs_of_file(path, only, targets, passes, named=True))
     if not jobs:
-        raise InputError(f"no kernels found in {' '.join(inputs)}: declare BWTRITON_SPECS = {{'kernel': {{"
+        raise InputError(f"no kernels found in {' '.join(inputs)} (declare BWTRITON_SPECS = {{'kernel': {{"
                          f"'signature': ..., 'constexprs': ...}}}} in the file, or give a corpus module with "
-                         f"corpus_kernels()")
+                         f"corpus_kernels())")
     return jobs
 
 
-def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str) -> list[Job]:
-    text = file.read_text()
-    if "BWTRITON_SPECS" not in text and "def corpus_kernels" not in text:
+def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str, named: bool) -> list[Job]:
+    if file.suffix != ".py":
+        raise InputError(f"{file}: not a Python file (snapshot reads .py kernel files with BWTRITON_SPECS or "
+                         f"corpus_kernels(), and folders of them)")
+    text = read_text(file, "Python")
+    if not named and "BWTRITON_SPECS" not in text and "def corpus_kernels" not in text:
         return []
     module = import_file(str(file))
+    specs = getattr(module, "BWTRITON_SPECS", None)
+    if named and specs is None and not hasattr(module, "corpus_kernels"):
+        raise InputError(f"{file} declares no kernels (add BWTRITON_SPECS = {{'kernel': {{'signature': ..., "
+                         f"'constexprs': ...}}}}, or define corpus_kernels())")
     shown = _display_path(file)
     jobs = []
-    for kernel in getattr(module, "BWTRITON_SPECS", {}):
+    for kernel in specs or {}:
         if only and kernel != only:
             continue
         configs = kernel_configs(module, kernel)
@@ -124,7 +145,8 @@ def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str) -> lis
             if not only or name == only:
                 jobs.append(Job(shown, name, "ptx", 0, "sm_100a", passes, kind="ptx"))
     if only and not jobs:
-        raise InputError(f"{file} has no kernel {only!r} in BWTRITON_SPECS or corpus_kernels()")
+        raise InputError(f"{file} has no kernel {only!r} in BWTRITON_SPECS or corpus_kernels() (kernels there: "
+                         f"{', '.join(list(specs or {})) or 'none'})")
     return jobs
 
 
@@ -135,9 +157,9 @@ def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str) -> lis
 def _compile_plain(fn: Any, spec: dict, target: str) -> Any:
     """Triton alone, no bwtriton hook (works with Triton versions our pipeline hook was not written for)."""
     import triton
-    from ..driver import build_source
     from ..targets import get_target
-    src = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), None)
+    src, _ = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), spec.get("divisible_by_16"),
+                          spec.get("example"))
     opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas") if k in spec}
     kernel = triton.compile(src, target=get_target(target).gpu_target(), options=opts)
     return {**kernel.asm, "_metadata": kernel.metadata._asdict()}
@@ -233,7 +255,6 @@ def _validity_hashes(asm: dict[str, Any]) -> dict[str, str]:
 
 def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     """Compile and record one job (the worker function); errors become a record with 'error'."""
-    from .diagnostics import captured_stderr
     native: list[str] = []
     try:
         with captured_stderr() as native:  # Triton's C++ diagnostics and reproducers: quoted on failure only
@@ -269,9 +290,11 @@ def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
 def _progress(done: int, total: int, label: str, stream=sys.stderr) -> None:
     width = 30
     filled = width * done // max(total, 1)
-    bar = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}"
+    head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+    room = 100 - len(head)  # within 100 columns, keeping the label's end (kernel, config, target)
+    bar = head + (label if len(label) <= room else "..." + label[len(label) - room + 3:])
     if stream.isatty():  # redraw one line; logs get one line per kernel
-        stream.write(f"\r{bar[:110]:110s}" + ("\n" if done == total else ""))
+        stream.write(f"\r{bar:100s}" + ("\n" if done == total else ""))
     else:
         stream.write(bar + "\n")
     stream.flush()
@@ -318,20 +341,18 @@ def without_timing(doc: dict) -> dict:
 
 
 def write_snapshot(doc: dict, path: str) -> None:
-    """Write a snapshot as sorted, indented JSON (line-oriented, so `git diff` of it reads well)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    """Write a snapshot as sorted, indented JSON (line-oriented, so `git diff` of it reads well); the folder must
+    exist (`userfiles.check_output_file` says so before the work)."""
     Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
 
 
 def load_snapshot(path: str) -> dict:
     """Read a snapshot written by `bwtriton snapshot`; clear errors for files that are not one."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file")
+    text = read_text(path, "snapshot JSON")
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not JSON ({exc}); expected a file written by `bwtriton snapshot`") from None
-    if not isinstance(doc, dict) or "records" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), dict):
         raise InputError(f"{path}: not a bwtriton snapshot (no 'records'); write one with `bwtriton snapshot`")
     return doc

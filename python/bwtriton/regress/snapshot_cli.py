@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from ..errors import InputError
+from ..userfiles import check_output_dir, check_output_file
 
 
 def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -22,13 +26,31 @@ def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_snapshot)
 
 
+def _targets(text: str) -> list[str]:
+    from ..targets import get_target  # as the command runs, like every import of a command body
+    names = [get_target(t.strip()).name for t in text.split(",") if t.strip()]
+    if not names:
+        raise InputError(f"--targets takes comma-separated target names (e.g. sm_100a,sm_90a), got {text!r}")
+    return names
+
+
+def _check_passes(passes: str, targets: list[str]) -> None:
+    """A bad --passes fails before any kernel compiles (it would fail every one of them)."""
+    from ..pipeline import resolve_passes  # the pass registry: loaded only when a snapshot runs
+    if passes not in ("default", "none"):
+        for target in targets:
+            resolve_passes(passes, target)
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from ..targets import get_target
     from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, without_timing, write_snapshot
-    targets = [get_target(t.strip()).name for t in args.targets.split(",") if t.strip()]
+    targets = _targets(args.targets)
     if args.jobs < 1:
-        from ..errors import InputError
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")
+    check_output_file(args.out, "--out")
+    if args.cache and not args.no_cache:
+        check_output_dir(args.cache, "--cache")
+    _check_passes(args.passes, targets)
     jobs = discover_jobs(args.kernels, targets, args.passes)
     doc = take_snapshot(jobs, jobs_n=args.jobs, cache_dir=None if args.no_cache else (args.cache or
                                                                                        default_cache_dir()),
@@ -58,10 +80,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .diff import diff_snapshots, parse_fail_on, render
     from .snapshot import load_snapshot
     rules = parse_fail_on(args.fail_on)
+    if args.out:
+        check_output_file(args.out, "--out")
     result = diff_snapshots(load_snapshot(args.old), load_snapshot(args.new), rules)
     text = render(result, args.format)
     if args.out:
-        from pathlib import Path
         Path(args.out).write_text(text)
     else:
         sys.stdout.write(text)

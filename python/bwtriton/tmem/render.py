@@ -12,6 +12,7 @@ import html
 import os
 
 from ..targets import TMEM_COLUMNS as COLUMNS, TMEM_LANES as LANES
+from ..userfiles import check_output_file
 
 _PALETTE = {"acc": ["#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948"],
             "scales": ["#e15759", "#ff9da7"], "operand": ["#f28e2b", "#b07aa1"], "other": ["#bab0ac"]}
@@ -149,16 +150,9 @@ def _label(a: dict) -> str:
 
 def write_tmem_map(report: dict, path: "str | os.PathLike", *, title: str | None = None) -> str:
     """Write the TMEM map of `report` to `path` (.svg, or .png when matplotlib is installed); returns the path."""
-    from bwtriton.errors import InputError
     path = os.fspath(path)
+    check_output_file(path, "TMEM map", (".svg", ".png"))  # its folder must exist: none is created
     ext = os.path.splitext(path)[1].lower()
-    if ext not in (".svg", ".png"):
-        raise InputError(f"{path}: the TMEM map is written as .svg or .png; pick one of those extensions")
-    folder = os.path.dirname(path)
-    if folder and os.path.exists(folder) and not os.path.isdir(folder):
-        raise InputError(f"{path}: {folder} is a file, not a folder; choose another path for the TMEM map")
-    if folder:
-        os.makedirs(folder, exist_ok=True)  # like -o/--out, a missing folder is created
     if ext == ".svg":
         with open(path, "w") as f:
             f.write(render_svg(report, title=title))

@@ -1,6 +1,7 @@
 """`bwtriton check FILE.ptx [--json] [--explain] [--target T] [--split-input-file]`.
 
-Exit status: 0 no error finding, 1 at least one error finding, 2 unreadable or non-PTX input.
+Exit status: 0 no error finding, 1 at least one error finding or an unreadable / non-PTX input (one
+`bwtriton check: error: ...` line), 2 a bad command line.
 Findings go to stdout as `FILE:LINE: severity: [check/rule] message` (with --json: one JSON document).
 """
 from __future__ import annotations
@@ -10,8 +11,9 @@ import json
 import re
 import sys
 
-from bwtriton.errors import InputError
+from bwtriton.errors import InputError, UsageError
 from bwtriton.targets import target_name
+from bwtriton.userfiles import decode, read_text
 
 
 def register(subparsers) -> None:
@@ -32,21 +34,17 @@ def run_check(args: argparse.Namespace) -> int:
     from bwtriton.ptx import parse_ptx
     name = args.file
     if args.target is not None and args.target not in known_targets():
-        print(f"bwtriton check: unknown --target {args.target!r}; valid targets: {', '.join(known_targets())}",
-              file=sys.stderr)
-        return 2
-    try:
-        text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8", errors="replace").read()
-    except OSError as exc:
-        print(f"bwtriton check: error: cannot read {name}: {exc.strerror}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown --target {args.target!r} (valid targets: {', '.join(known_targets())})")
+    if name == "-":
+        text = decode(sys.stdin.buffer.read(), "<stdin>", "PTX")
+    else:
+        text = read_text(name, "PTX")
     if args.split_input_file:
         return _run_split(args, name, text)
     try:
         mod = parse_ptx(text)
     except InputError as exc:
-        print(f"bwtriton check: error: {name}: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"{name}: {exc}") from None
     return _check_one(args, name, mod)
 
 
@@ -82,7 +80,7 @@ def _run_split(args: argparse.Namespace, name: str, text: str) -> int:
         except InputError as exc:
             print(f"// ----- case {n}")
             print(f"{name}: case {n}: {exc}")
-            worst = max(worst, 2)
+            worst = 1
             continue
         entry = mod.functions[0].name if mod.functions else "?"
         print(f"// ----- case {n}: {entry}")

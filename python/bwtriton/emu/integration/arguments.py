@@ -185,10 +185,35 @@ class ArgPacker:
         if left == 0 and not triton_abi:
             return
         if left != 2:
-            have = self.i
-            need = len(self.image.params) - (2 if triton_abi or left > 2 else 0)
-            raise InputError(f"too few kernel arguments: the kernel takes {need} parameters after expanding "
-                             f"tensor descriptors (plus Triton's 2 scratch pointers), {have} were given; "
-                             f"next unbound parameter: {self.image.params[self.i].name}")
+            raise InputError(self._count_mismatch(left, triton_abi))
         self._store(self._next("global scratch"), global_scratch)
         self._store(self._next("profile scratch"), profile_scratch)
+
+    def _count_mismatch(self, left: int, triton_abi: Optional[bool]) -> str:
+        """The wrong-argument-count message: too few when more than Triton's 2 scratch slots are left, too many
+        when a Triton kernel has fewer left; raw PTX with 1 left may be either (it says both)."""
+        total, have = len(self.image.params), self.i
+        takes = f"the kernel takes {total - 2} parameter(s) (after expanding tensor descriptors, plus Triton's 2 " \
+                f"scratch pointers), {have} were given"
+        if left > 2:
+            return f"too few kernel arguments: {takes}; next unbound parameter: {self.image.params[self.i].name}"
+        if triton_abi:
+            return f"too many kernel arguments: {takes}; drop the last {have - (total - 2)}"
+        return (f"{have} kernel arguments for a PTX kernel with {total} parameters: too many if its last 2 are "
+                f"Triton's scratch pointers (it then takes {total - 2}), too few otherwise (next unbound "
+                f"parameter: {self.image.params[self.i].name})")
+
+
+def dtype_mismatches(compiled: Any, args: Any) -> list[str]:
+    """Tensors of another dtype than their pointer argument was compiled for, as 'argument NAME was compiled as
+    *fp32 but got a float16 tensor (*fp16)' (only for compile results that carry a signature). Not an error by
+    itself: a placeholder tensor for a pointer the kernel never dereferences is common."""
+    sig = getattr(getattr(getattr(compiled, "kernel", compiled), "src", None), "signature", None)
+    if not isinstance(sig, dict):
+        return []
+    from triton.runtime.jit import mangle_type  # heavy: Triton's runtime; its own torch dtype -> '*fp16' naming
+    runtime = [(n, t) for n, t in sig.items() if t != "constexpr"]
+    return [f"argument {n!r} was compiled as {t} but got a {str(a.dtype)[6:]} tensor ({mangle_type(a)}); pass a "
+            f"{t[1:]} tensor, or compile with {n}: '{mangle_type(a)}'"
+            for (n, t), a in zip(runtime, args)
+            if isinstance(t, str) and t.startswith("*") and _is_tensor(a) and mangle_type(a) != t]

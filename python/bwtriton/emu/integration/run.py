@@ -15,7 +15,8 @@ from ..machine.image import KernelImage, load_image, static_shared_layout
 from ..machine.launch import CTA, Cluster, Launch
 from ..machine.memory import GlobalMemory, ParamSpace
 from ..machine.scheduler import ProgressMeter, check_schedule
-from .arguments import ArgPacker
+from ..errors import MemoryFaultError
+from .arguments import ArgPacker, dtype_mismatches
 
 
 @dataclass
@@ -114,6 +115,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     smem_bytes = shared if shared is not None else md.get("shared", MAX_SHARED_BYTES["sm_100"])
     gmem = GlobalMemory()
     params = ParamSpace(image.param_bytes)
+    mismatches = dtype_mismatches(compiled, args)
     packer = ArgPacker(image, gmem, params, md, read_slack=int(read_slack))
     for a in args:
         packer.add(a)
@@ -147,6 +149,11 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         else:
             run_grid(launch, coords, make_cluster, grid_schedule or GridSchedule(), max_instructions,
                      on_cluster_done=lambda: meter.tick(launch))
+    except MemoryFaultError as exc:  # a tensor of the wrong dtype is the likeliest cause: say which
+        if mismatches:
+            first, nl, detail = exc.args[0].partition("\n")  # the cause on the message's line, the PTX after
+            exc.args = (f"{first} (likely cause: {'; '.join(mismatches)}){nl}{detail}",) + exc.args[1:]
+        raise
     finally:
         packer.write_back()
     return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)

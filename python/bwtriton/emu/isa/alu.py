@@ -461,7 +461,8 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
         if t == "f16":
             cdt = np.dtype(np.float16)
         base = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.fmin, "max": np.fmax,
-                "div": np.divide, "copysign": lambda a, b: np.copysign(b, a)}[op]
+                "div": np.errstate(divide="ignore", invalid="ignore")(np.divide),  # x/0 is +-inf/NaN in PTX too
+                "copysign": lambda a, b: np.copysign(b, a)}[op]
         if op in ("min", "max") and "NaN" in mods:
             base = np.minimum if op == "min" else np.maximum
         if t in ("f32", "f64"):  # operands already arrive as `cdt` (arrays or scalars)

@@ -1,4 +1,4 @@
-"""`python -m bwtriton.regress.filecheck`: the `filecheck` PyPI port with LLVM FileCheck's display-only flags
+"""`python -m bwtriton.optcompat.filecheck`: the `filecheck` PyPI port with LLVM FileCheck's display-only flags
 accepted, so upstream lit files (`FileCheck %s --dump-input-context 50`) run unchanged.
 
 The port rejects `--dump-input-context N` / `--dump-input-filter=...`, which in LLVM only choose how much input a
@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from filecheck.main import main as filecheck_main
     except ImportError:
-        print("bwtriton.regress.filecheck: the `filecheck` package is missing: pip install filecheck",
+        print("bwtriton.optcompat.filecheck: the `filecheck` package is missing: pip install filecheck",
               file=sys.stderr)
         return 2
     args = strip_display_flags(sys.argv[1:] if argv is None else argv)

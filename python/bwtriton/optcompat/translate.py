@@ -1,4 +1,4 @@
-"""`python -m bwtriton.regress.translate [-O0..3] [FILE|-]`: MLIR's LLVM dialect -> LLVM IR text, optionally
+"""`python -m bwtriton.optcompat.translate [-O0..3] [FILE|-]`: MLIR's LLVM dialect -> LLVM IR text, optionally
 optimized, through Triton 3.6's own bindings (`llvm.to_module`, `llvm.optimize_module`).
 
 Upstream lit files pipe triton-opt's output through `mlir-translate -mlir-to-llvmir | opt -S -O1`; neither tool
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(translate(text, level))
         return 0
     except BwTritonError as exc:
-        print(f"bwtriton.regress.translate: error: {exc}", file=sys.stderr)
+        print(f"bwtriton.optcompat.translate: error: {exc}", file=sys.stderr)
         return 1
 
 
