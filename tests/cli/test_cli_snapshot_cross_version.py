@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 OTHER = os.environ.get("BWTRITON_OTHER_TRITON_PYTHON", "")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 KERNEL = "python/bwtriton/examples/matmul.py:matmul_kernel"
 KEY = "python/bwtriton/examples/matmul.py:matmul_kernel[default]@sm_100a"
 

@@ -25,7 +25,7 @@ from bwtriton.errors import CompileError
 from bwtriton.ptx.descriptors import decode_idesc
 from bwtriton.verify import verify_ptx
 
-_INPUT = Path(__file__).resolve().parents[1] / "test_lit" / "pair_ctas" / "Inputs" / "scaled_tma.py"
+_INPUT = Path(__file__).resolve().parents[2] / "test_lit" / "pair_ctas" / "Inputs" / "scaled_tma.py"
 _spec = importlib.util.spec_from_file_location("scaled_tma_input", _INPUT)
 scaled_tma = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(scaled_tma)

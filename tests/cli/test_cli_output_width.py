@@ -11,7 +11,7 @@ import pytest
 
 from bwtriton.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MATMUL = f"{REPO / 'python' / 'bwtriton' / 'examples' / 'matmul.py'}:matmul_kernel"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from bwtriton.cli import build_parser, main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MATMUL = f"{REPO / 'python' / 'bwtriton' / 'examples' / 'matmul.py'}:matmul_kernel"
 KERNEL_FILE = '''import triton
 import triton.language as tl
