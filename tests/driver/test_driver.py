@@ -74,7 +74,7 @@ def test_argument_errors_are_named():
         bwtriton.compile(matmul_kernel, signature=sig, constexprs=matmul_constexprs())
     with pytest.raises(InputError, match="signature= is required"):
         bwtriton.compile(matmul_kernel)
-    with pytest.raises(InputError, match="not a @triton.jit"):
+    with pytest.raises(InputError, match="takes a @triton.jit or @gluon.jit function"):
         bwtriton.compile(lambda x: x, signature={})
 
 

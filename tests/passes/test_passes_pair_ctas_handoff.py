@@ -156,7 +156,7 @@ def test_plan_refuses_kernels_it_cannot_rewrite():
 # Emulated: numerics and the adversarial faults
 # ---------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.parametrize("dtype,block_k", [("fp16", 64), ("fp8e4nv", 128)])
 def test_handoff_kernel_matches_float64(dtype, block_k):
     res = _compile(dtype, block_k)
@@ -172,13 +172,13 @@ def _mutate(ptx: str, pattern: str, repl: str, count: int = 0) -> str:
     return new
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 def test_unmutated_kernel_passes(fp16):
     err, bound = _run(fp16, fp16.asm["ptx"])
     assert (err <= bound).all()
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 def test_dropped_peer_arrival_deadlocks(fp16):
     """The peer's TMA completes on its own mbarrier instead of the leader's: the leader waits for bytes that
     never come."""
@@ -188,7 +188,7 @@ def test_dropped_peer_arrival_deadlocks(fp16):
         _run(fp16, ptx)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 def test_leader_expecting_only_its_own_bytes_reads_the_peers_tile_early(fp16):
     """expect_tx of one CTA's bytes on the leader: its phase completes before the peer's tile has landed, the
     MMA reads bytes the peer's TMA is still writing."""
@@ -198,7 +198,7 @@ def test_leader_expecting_only_its_own_bytes_reads_the_peers_tile_early(fp16):
         _run(fp16, ptx)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 def test_early_refill_overwrites_the_tile_the_leader_still_reads(fp16):
     """Drop the wait on the MMA barrier before a stage is refilled: the peer's refill overwrites its half of B
     while the leader's MMA, issued from the other CTA, still reads it."""
@@ -212,7 +212,7 @@ def test_early_refill_overwrites_the_tile_the_leader_still_reads(fp16):
         _run(fp16, ptx[:m.start()] + ptx[m.end():])
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.parametrize("mask", [1, 2])
 def test_wrong_cta_mask_deadlocks(fp16, mask):
     """The commit frees the stage in only one CTA: the other waits forever before its refill or its epilogue."""

@@ -158,7 +158,7 @@ def test_refusals():
 # Emulated
 # ---------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.emu
+@pytest.mark.emulated
 def test_paired_matches_float64_and_the_1cta_kernel(paired):
     fmt, res = paired
     c, ref = _emulate(res, fmt)
@@ -169,7 +169,7 @@ def test_paired_matches_float64_and_the_1cta_kernel(paired):
     assert torch.equal(c, c1)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 def test_peer_without_its_b_shift_gives_wrong_columns():
     """Both CTAs supply B's first half: the upper 64 columns of D are wrong (numerics, not a protocol error)."""
     res = _compile("nvfp4")
@@ -180,7 +180,7 @@ def test_peer_without_its_b_shift_gives_wrong_columns():
     assert not bad[:, :N // 2].any() and bad[:, N // 2:].any()
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 def test_peer_issuing_too_reads_tiles_early():
     res = _compile("nvfp4", passes=("+pair-ctas-scaled",))
     ptx = re.sub(r"selp\.b32 \t(%bwps_t\d+), %bwps_lead1, 0, (%p\d+);", r"selp.b32 \t\1, 1, 0, \2;", res.asm["ptx"])
@@ -188,7 +188,7 @@ def test_peer_issuing_too_reads_tiles_early():
         _emulate(res, "nvfp4", ptx)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.parametrize("fault", ["wrong_cta_mask", "dropped_peer_arrival"])
 def test_protocol_faults_deadlock(fault):
     res = _compile("mxfp4", passes=("+pair-ctas-scaled",))
