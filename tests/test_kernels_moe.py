@@ -11,6 +11,8 @@ and for the down projection, fp32 output rounding. Stage 2 is checked from the k
 difference in bf16 h cannot move an NVFP4 code of the re-quantized h."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -44,6 +46,11 @@ def _setup(fmt: str, routing: str, seed: int = 0, bias: bool = False, activation
     x = torch.randn(idx.shape[0], HIDDEN, generator=gen).bfloat16()
     wts = torch.rand(idx.shape, generator=gen) + 0.1
     return x, idx, wts, w
+
+
+def _on(w: moe.MoEWeights, device: str) -> moe.MoEWeights:
+    fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
+    return moe.MoEWeights(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()})
 
 
 def _dequant(data, scales, glob, fmt):
@@ -82,17 +89,18 @@ def _assert_moe_matches(x, idx, wts, w, path):
     """Run the three stages and check each against the float64 reference; return the final output."""
     plan = moe.plan_routing(idx, wts, w.num_experts, moe.pick_block_m(idx.numel(), w.num_experts, path))
     h = moe.moe_gate_up(x, plan, w, path)
-    y = moe.moe_down(h, plan, w, path)
-    out = moe.unpermute(y, plan)
+    y = moe.moe_down(h, plan, w, path).cpu()
+    out = moe.unpermute(y.to(h.device), plan).cpu()
+    x, idx, wts, w, h, inverse = x.cpu(), idx.cpu(), wts.cpu(), _on(w, "cpu"), h.cpu(), plan.inverse.cpu()
     gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, w.fmt)
     dn = _dequant(w.down_data, w.down_scales, w.down_global, w.fmt)
     xa = _activations(x, w.fmt, path)
-    ha = _activations(h.cpu(), w.fmt, path)
+    ha = _activations(h, w.fmt, path)
     tokens, k = idx.shape
     ref_out = torch.zeros(tokens, w.hidden, dtype=torch.float64)
     for t in range(tokens):
         for j in range(k):
-            e, r = int(idx[t, j]), int(plan.inverse[t * k + j])
+            e, r = int(idx[t, j]), int(inverse[t * k + j])
             pre = gu[e] @ xa[t]
             pre_abs = gu[e].abs() @ xa[t].abs()
             if w.gate_up_bias is not None:
@@ -102,17 +110,17 @@ def _assert_moe_matches(x, idx, wts, w, path):
             acc = w.hidden * 2.0 ** -23 * pre_abs
             eg, eu = acc[:w.intermediate], acc[w.intermediate:]
             bound = (2.0 ** -8 + 2.0 ** -20) * h_ref.abs() + 1.2 * eg * (u.abs() + eu) + (g.abs() + eg) * eu + 1e-30
-            _check(h[r].cpu(), h_ref, bound, f"gate_up row {r} (token {t}, expert {e})")
+            _check(h[r], h_ref, bound, f"gate_up row {r} (token {t}, expert {e})")
             y_ref = dn[e] @ ha[r]
             if w.down_bias is not None:
                 y_ref = y_ref + w.down_bias[e].double()
             y_ref = y_ref * float(wts[t, j])
             y_bound = 2.0 ** -22 * y_ref.abs() + w.intermediate * 2.0 ** -23 * (dn[e].abs() @ ha[r].abs()) \
                 * float(wts[t, j]) + 1e-30
-            _check(y[r].cpu(), y_ref, y_bound, f"down row {r} (token {t}, expert {e})")
-            ref_out[t] += y[r].cpu().double()
-    assert torch.equal(out.cpu(), ref_out.float().bfloat16()) or \
-        (out.cpu().double() - ref_out).abs().max() <= 2.0 ** -8 * ref_out.abs().max()
+            _check(y[r], y_ref, y_bound, f"down row {r} (token {t}, expert {e})")
+            ref_out[t] += y[r].double()
+    assert torch.equal(out, ref_out.float().bfloat16()) or \
+        (out.double() - ref_out).abs().max() <= 2.0 ** -8 * ref_out.abs().max()
     return out
 
 
@@ -221,13 +229,19 @@ def test_emulated_block_scaled_moe_matches_float64(fmt, routing, bias):
     assert len(ptxs) >= 2 and all(kind in ptx for ptx in ptxs)  # both projections on block-scaled tcgen05
 
 
+@pytest.mark.emulated
+@pytest.mark.usefixtures("emulated_b200")
+def test_emulated_dequant_path_matches_float64():
+    """The Hopper path's kernel (bf16 activations, in-register weight dequant, 16-row tiles) run on the emulated
+    B200: the same Triton source as on the H200, so its indexing and epilogue are checked without a GPU."""
+    x, idx, wts, w = _setup("mxfp4", "ragged", seed=4, bias=True, activation="swiglu_oai")
+    _assert_moe_matches(x, idx, wts, w, "dequant")
+
+
 # ------------------------------------------------------------------------------------------------------ GPU
 
 def _cuda(x, idx, wts, w):
-    import dataclasses
-    fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
-    moved = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
-    return x.cuda(), idx.cuda(), wts.cuda(), moe.MoEWeights(**moved)
+    return x.cuda(), idx.cuda(), wts.cuda(), _on(w, "cuda")
 
 
 @pytest.mark.gpu
@@ -254,7 +268,6 @@ def test_gpu_moe_prefill_ragged_many_tokens():
     x, idx, wts, w = _cuda(x, idx, wts, w)
     from bwtriton.models._ops import reference_experts
     out = moe.moe_experts(x, idx, wts, w, path="dequant")
-    ref = reference_experts(x.cpu(), idx.cpu(), wts.cpu(), moe.MoEWeights(**{
-        k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in w.__dict__.items()}))
+    ref = reference_experts(x.cpu(), idx.cpu(), wts.cpu(), _on(w, "cpu"))
     err = (out.cpu().float() - ref.float()).abs().max().item()
     assert err <= 2.0 ** -6 * ref.float().abs().max().item()
