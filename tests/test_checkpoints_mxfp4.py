@@ -92,3 +92,40 @@ def test_mismatched_projections_rejected():
     t.pop("e.down_proj_bias")
     with pytest.raises(InputError, match=r"expected down_proj \[3, 64, 32\]"):
         read_mxfp4_experts(t, "e")
+
+
+def test_gpt_oss_checkpoint_moe_module_matches_transformers_experts():
+    """The checkpoint loaded into `MoEExperts` computes what transformers' own `GptOssExperts` computes with the
+    weights transformers dequantizes from the same checkpoint (interleaved gate/up, biases, clamped SwiGLU).
+    MXFP4 values are exact in bf16, so the two differ only in bf16 roundings of intermediate results."""
+    transformers = pytest.importorskip("transformers")
+    mxfp4 = pytest.importorskip("transformers.integrations.mxfp4")
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    from bwtriton.models import MoEExperts
+    hidden, inter = 128, 128
+    gen = torch.Generator().manual_seed(4)
+    t = {"e.gate_up_proj_blocks": torch.randint(0, 256, (E, 2 * inter, hidden // 32, 16), dtype=torch.uint8,
+                                                generator=gen),
+         "e.gate_up_proj_scales": torch.randint(118, 123, (E, 2 * inter, hidden // 32), dtype=torch.uint8,
+                                                generator=gen),
+         "e.gate_up_proj_bias": torch.randn(E, 2 * inter, generator=gen).bfloat16(),
+         "e.down_proj_blocks": torch.randint(0, 256, (E, hidden, inter // 32, 16), dtype=torch.uint8, generator=gen),
+         "e.down_proj_scales": torch.randint(118, 123, (E, hidden, inter // 32), dtype=torch.uint8, generator=gen),
+         "e.down_proj_bias": torch.randn(E, hidden, generator=gen).bfloat16()}
+    ours = MoEExperts.from_mxfp4_checkpoint(read_mxfp4_experts(t, "e"))
+    cfg = transformers.GptOssConfig(hidden_size=hidden, intermediate_size=inter, num_local_experts=E,
+                                    num_experts_per_tok=2)
+    theirs = GptOssExperts(cfg).to(torch.bfloat16)
+    with torch.no_grad():
+        theirs.gate_up_proj.copy_(mxfp4.convert_moe_packed_tensors(t["e.gate_up_proj_blocks"],
+                                                                   t["e.gate_up_proj_scales"]))
+        theirs.down_proj.copy_(mxfp4.convert_moe_packed_tensors(t["e.down_proj_blocks"], t["e.down_proj_scales"]))
+        theirs.gate_up_proj_bias.copy_(t["e.gate_up_proj_bias"])
+        theirs.down_proj_bias.copy_(t["e.down_proj_bias"])
+    x = torch.randn(5, hidden, generator=gen).bfloat16()
+    idx = torch.tensor([[0, 1], [2, 0], [1, 2], [2, 1], [0, 2]])
+    wts = torch.rand(5, 2, generator=gen).bfloat16()
+    with torch.no_grad():
+        a, b = ours(x, idx, wts).float(), theirs(x, idx, wts).float()
+    assert (a - b).norm() / b.norm() < 2.0 ** -6

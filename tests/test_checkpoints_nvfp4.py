@@ -184,3 +184,44 @@ def test_unknown_layout_and_missing_module():
         read_nvfp4(_ct_minimal(), "p", layout="gptq")
     with pytest.raises(InputError, match="does not exist"):
         read_safetensors("/nonexistent/model.safetensors")
+
+
+# ------------------------------------------------------------------------------------- per-expert NVFP4 linears
+
+def test_nvfp4_experts_checkpoint_into_moe_module():
+    """Mixtral-style export (w1 = gate, w3 = up, w2 = down per expert, compressed-tensors layout): the MoE module
+    holds the same bytes and per-expert scales, and its CPU forward equals a float32 per-expert loop over the
+    single-linear reader's weights (bit-exact with compressed-tensors, above)."""
+    from bwtriton.checkpoints import read_nvfp4_experts
+    from bwtriton.models import MoEExperts
+    gen = torch.Generator().manual_seed(8)
+    tensors, dense = {}, {}
+    for e in range(3):
+        for name, shape in (("w1", (128, 128)), ("w3", (128, 128)), ("w2", (128, 128))):
+            sd = _ct_checkpoint((torch.randn(shape, generator=gen) * (e + 1)).bfloat16(), with_input_scale=False)
+            tensors.update({f"mlp.experts.{e}.{name}.{k}": v for k, v in sd.items()})
+            dense[e, name] = read_compressed_tensors_nvfp4(sd, "").weight.dequantize(torch.float32)
+    experts = MoEExperts.from_nvfp4_checkpoint(read_nvfp4_experts(tensors, "mlp.experts", 3, names=("w1", "w3", "w2")))
+    assert experts.gate_up_data.shape == (3, 256, 64) and experts.down_scales.shape == (3, 128, 8)
+    assert torch.equal(experts.gate_up_data[1, 128:], tensors["mlp.experts.1.w3.weight_packed"])
+    assert experts.gate_up_global[2, 1].item() == (1.0 / tensors["mlp.experts.2.w3.weight_global_scale"]).item()
+    x = torch.randn(4, 128, generator=gen).bfloat16()
+    idx, wts = torch.tensor([[0, 2], [1, 0], [2, 1], [2, 0]]), torch.rand(4, 2, generator=gen)
+    ref = torch.zeros(4, 128)
+    for t in range(4):
+        for j in range(2):
+            e = int(idx[t, j])
+            h = torch.nn.functional.silu(x[t].float() @ dense[e, "w1"].T) * (x[t].float() @ dense[e, "w3"].T)
+            ref[t] += (h.bfloat16().float() @ dense[e, "w2"].T) * wts[t, j]
+    out = experts(x, idx, wts).float()
+    assert ((out - ref).abs() <= 2.0 ** -8 * ref.abs() + 1e-5 * ref.abs().max()).all()  # bf16 output rounding
+
+
+def test_nvfp4_experts_shape_mismatch_is_named():
+    from bwtriton.checkpoints import read_nvfp4_experts
+    t = {f"x.{e}.{n}.{k}": v for e in range(2) for n in ("gate_proj", "up_proj", "down_proj")
+         for k, v in _ct_minimal().items() if k.startswith("p.") for k in [k[2:]]}
+    t["x.1.up_proj.weight_packed"] = torch.zeros(128, 64, dtype=torch.uint8)
+    t["x.1.up_proj.weight_scale"] = torch.ones(128, 8).to(torch.float8_e4m3fn)
+    with pytest.raises(InputError, match="'up_proj' weights differ in shape"):
+        read_nvfp4_experts(t, "x", 2)

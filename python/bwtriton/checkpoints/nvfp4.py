@@ -145,3 +145,40 @@ def nvfp4_linear_from_checkpoint(tensors: Tensors, prefix: str, layout: str = "a
     if w.bias is not None:
         layer.bias.copy_(w.bias.to(torch.bfloat16))
     return layer
+
+
+@dataclass(frozen=True)
+class NVFP4Experts:
+    """An MoE layer's experts stored as one NVFP4 linear per expert and projection (how compressed-tensors and
+    ModelOpt export Mixtral / Qwen-MoE): gate [E, I, H], up [E, I, H], down [E, H, I] byte tensors with their
+    plain scales, and per-expert decode scales gate_global / up_global / down_global fp32 [E]."""
+
+    gate: list
+    up: list
+    down: list
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.gate)
+
+
+def read_nvfp4_experts(tensors: Tensors, prefix: str, num_experts: int, layout: str = "auto",
+                       names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> NVFP4Experts:
+    """Experts `{prefix}.{e}.{name}` for e < num_experts and name in `names` (gate, up, down; Mixtral's
+    exports use ('w1', 'w3', 'w2')), each read with `read_nvfp4`. Shapes must agree across experts."""
+    if num_experts <= 0:
+        raise InputError(f"read_nvfp4_experts: num_experts must be positive, got {num_experts}")
+    per_proj = []
+    for name in names:
+        weights = [read_nvfp4(tensors, name_of(prefix, f"{e}.{name}"), layout).weight for e in range(num_experts)]
+        shapes = {w.shape for w in weights}
+        if len(shapes) != 1:
+            raise InputError(f"read_nvfp4_experts: the experts' '{name}' weights differ in shape ({sorted(shapes)}); "
+                             f"every expert of one layer must have the same shape")
+        per_proj.append(weights)
+    gate, up, down = per_proj
+    (i, h), (h2, i2) = gate[0].shape, down[0].shape
+    if up[0].shape != (i, h) or (h2, i2) != (h, i):
+        raise InputError(f"read_nvfp4_experts: gate {gate[0].shape}, up {up[0].shape} and down {down[0].shape} do "
+                         f"not form an MLP (expected gate/up [I, H] and down [H, I])")
+    return NVFP4Experts(gate, up, down)

@@ -107,6 +107,22 @@ class MoEExperts(torch.nn.Module):
                        swiglu_limit=swiglu_limit)
         return cls(w, path)
 
+    @classmethod
+    def from_nvfp4_checkpoint(cls, experts, *, path: str = "auto") -> "MoEExperts":
+        """From `checkpoints.read_nvfp4_experts(...)`: bytes and block scales unchanged, each expert's gate, up and
+        down decode scale kept (the gate and up halves of the fused projection keep their own)."""
+        def stack(ws, what):
+            return torch.stack([getattr(w, what) for w in ws]).contiguous()
+
+        def glob(ws):
+            return torch.stack([w.global_scale.reshape(()) for w in ws]).float()
+        w = MoEWeights(fmt="nvfp4", gate_up_data=torch.cat((stack(experts.gate, "data"), stack(experts.up, "data")), 1),
+                       gate_up_scales=torch.cat((stack(experts.gate, "scales"), stack(experts.up, "scales")), 1),
+                       gate_up_global=torch.stack((glob(experts.gate), glob(experts.up)), 1).contiguous(),
+                       down_data=stack(experts.down, "data"), down_scales=stack(experts.down, "scales"),
+                       down_global=glob(experts.down))
+        return cls(w, path)
+
     @property
     def weights(self) -> MoEWeights:
         """The buffers as the kernels' `MoEWeights` (no copy)."""
