@@ -111,8 +111,6 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
         print(json.dumps(row), flush=True)
     weights = {"bf16_MB": _bytes(ref) / 1e6, **{f"{f}_MB": _bytes(m) / 1e6 for f, m in ours.items()}}
     rows[-1]["weights"] = weights
-    del ref, loop, ours
-    torch.cuda.empty_cache()
     return rows
 
 
@@ -214,8 +212,6 @@ def model_rows(cfg: dict, prefill_tokens: int = 2048, context: int = 1024) -> li
         r["decode_speedup"] = r["decode_tok_s"] / rows[0]["decode_tok_s"]
         r["weight_ratio"] = r["weights_MB"] / rows[0]["weights_MB"]
         print(json.dumps(r), flush=True)
-    del model, caches
-    torch.cuda.empty_cache()
     return rows
 
 

@@ -7,7 +7,7 @@ round the per-tensor scale is written (docs/models.md has the sources):
 |------------------------|-------------------------------------------|------------------------------|
 | E2M1 codes, uint8 [N, K/2] (1)     | `weight_packed`                           | `weight`                     |
 | UE4M3 block scales (2)             | `weight_scale`                            | `weight_scale`               |
-| weight per-tensor scale fp32 | `weight_global_scale` = ENCODE, 2688 / amax(W) | `weight_scale_2` = DECODE, amax(W) / 2688 |
+| weight per-tensor scale fp32 | `weight_global_scale`: ENCODE 2688 / amax(W) | `weight_scale_2`: DECODE amax/2688 |
 | activation per-tensor scale  | `input_global_scale` = ENCODE (static only) | `input_scale` = DECODE |
 
 (1) two codes per byte, element 2i in the low nibble. (2) float8_e4m3fn [N, K/16], plain row-major (not swizzled

@@ -52,7 +52,8 @@ def quantize_moe_weights(gate_up: torch.Tensor, down: torch.Tensor, fmt: str, *,
     gate = _quantize_rows(gate_up[:, :i], fmt)
     up = _quantize_rows(gate_up[:, i:], fmt)
     dn = _quantize_rows(down, fmt)
-    return MoEWeights(fmt=fmt, gate_up_data=torch.cat((gate[0], up[0]), 1), gate_up_scales=torch.cat((gate[1], up[1]), 1),
+    return MoEWeights(fmt=fmt, gate_up_data=torch.cat((gate[0], up[0]), 1),
+                      gate_up_scales=torch.cat((gate[1], up[1]), 1),
                       gate_up_global=torch.stack((gate[2], up[2]), 1).contiguous(), down_data=dn[0],
                       down_scales=dn[1], down_global=dn[2],
                       gate_up_bias=None if gate_up_bias is None else gate_up_bias.float().contiguous(),
