@@ -57,7 +57,9 @@ class BF16Experts(torch.nn.Module):
         self.grouped = grouped
 
     def forward(self, x, top_k_index, top_k_weights):
-        return (self._grouped if self.grouped else self._loop)(x, top_k_index, top_k_weights)
+        if self.grouped and hasattr(torch, "_grouped_mm"):
+            return self._grouped(x, top_k_index, top_k_weights)
+        return self._loop(x, top_k_index, top_k_weights)
 
     def _grouped(self, x, idx, wts):
         plan = plan_routing(idx, wts, self.gate_up_proj.shape[0], 1)
@@ -97,16 +99,16 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
         wts, idx = route_topk(x @ router.T, k)
         row: dict[str, Any] = {"shape": cfg["name"], "tokens": t, "experts": e, "top_k": k, "hidden": h, "inter": i}
         with torch.no_grad():
-            base = ref(x, idx, wts)
-            row["bf16_grouped_mm_ms"], row["bf16_grouped_mm_timer"] = _time(lambda: ref(x, idx, wts))
-            row["bf16_loop_ms"], row["bf16_loop_timer"] = _time(lambda: loop(x, idx, wts))
+            base = loop(x, idx, wts)
+            _timed(row, "bf16_loop", lambda: loop(x, idx, wts))
+            _timed(row, "bf16_grouped_mm", lambda: ref(x, idx, wts))
             for fmt, mod in ours.items():
-                out = mod(x, idx, wts)
-                row[f"{fmt}_ms"], row[f"{fmt}_timer"] = _time(lambda m=mod: m(x, idx, wts))
-                row[f"{fmt}_rel_err"] = _rel(out, base)
+                if _timed(row, fmt, lambda m=mod: m(x, idx, wts)):
+                    row[f"{fmt}_rel_err"] = _rel(mod(x, idx, wts), base)
         for fmt in ours:
-            row[f"{fmt}_vs_grouped_mm"] = row["bf16_grouped_mm_ms"] / row[f"{fmt}_ms"]
-            row[f"{fmt}_vs_loop"] = row["bf16_loop_ms"] / row[f"{fmt}_ms"]
+            for peer in ("bf16_grouped_mm", "bf16_loop"):
+                if f"{fmt}_ms" in row and f"{peer}_ms" in row:
+                    row[f"{fmt}_vs_{peer[5:]}"] = row[f"{peer}_ms"] / row[f"{fmt}_ms"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     weights = {"bf16_MB": _bytes(ref) / 1e6, **{f"{f}_MB": _bytes(m) / 1e6 for f, m in ours.items()}}
@@ -114,8 +116,16 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
     return rows
 
 
-def _time(fn: Callable[[], Any]) -> tuple[float, str]:
-    return graph_ms([fn], target_ms=20.0, replays=3)
+def _timed(row: dict, name: str, fn: Callable[[], Any]) -> bool:
+    """row[name_ms], row[name_timer] = graph-replay time of fn; on failure row[name_error] and False, so one
+    failing variant (e.g. a torch without `_grouped_mm` for these shapes) leaves the others' numbers."""
+    try:
+        row[f"{name}_ms"], row[f"{name}_timer"] = graph_ms([fn], target_ms=20.0, replays=3)
+        return True
+    except Exception as exc:  # noqa: BLE001 - recorded in the table instead
+        row[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        torch.cuda.synchronize()
+        return False
 
 
 # ----------------------------------------------------------------------------------------------- models
@@ -251,7 +261,8 @@ def markdown(result: dict) -> str:
                 ("bf16 _grouped_mm ms", "bf16_grouped_mm_ms", ".3f"), ("nvfp4 ms", "nvfp4_ms", ".3f"),
                 ("nvfp4 vs grouped_mm", "nvfp4_vs_grouped_mm", ".2f"), ("mxfp4 ms", "mxfp4_ms", ".3f"),
                 ("mxfp4 vs grouped_mm", "mxfp4_vs_grouped_mm", ".2f"), ("nvfp4 rel err", "nvfp4_rel_err", ".3f"),
-                ("mxfp4 rel err", "mxfp4_rel_err", ".3f"), ("loop timer", "bf16_loop_timer", "")]
+                ("mxfp4 rel err", "mxfp4_rel_err", ".3f"), ("nvfp4 vs loop", "nvfp4_vs_loop", ".1f"),
+                ("loop timer", "bf16_loop_timer", "")]
     model_cols = [("model", "model", ""), ("variant", "variant", ""), ("prefill tok/s", "prefill_tok_s", ".0f"),
                   ("x", "prefill_speedup", ".2f"), ("decode tok/s", "decode_tok_s", ".0f"),
                   ("x", "decode_speedup", ".2f"), ("weights MB", "weights_MB", ".0f"),
@@ -260,8 +271,10 @@ def markdown(result: dict) -> str:
     out = f"# bwtriton models benchmark\n\n{result['device']}, torch {result['torch']}, {result['elapsed_s']:.0f} s\n\n"
     out += "## MoE layer (experts only; ms per layer)\n\n" + _md_table(result["moe"], moe_cols)
     out += "\n## Whole model (batch 1)\n\n" + _md_table(result["models"], model_cols)
-    if result["errors"]:
-        out += "\n## Errors\n\n" + "\n".join(f"* {e}" for e in result["errors"]) + "\n"
+    errors = result["errors"] + [f"{r.get('shape', r.get('model'))} T={r.get('tokens', '')}: {k}: {v}"
+                                 for r in result["moe"] + result["models"] for k, v in r.items() if k.endswith("_error")]
+    if errors:
+        out += "\n## Errors\n\n" + "\n".join(f"* {e}" for e in errors) + "\n"
     return out
 
 

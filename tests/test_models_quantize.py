@@ -194,3 +194,16 @@ def test_gpu_quantized_model_matches_fake_quant_and_replays_in_cuda_graph(kind, 
         graph.replay()
         assert torch.equal(static_out, experts(x, idx, wts))
         assert not torch.equal(idx, torch.zeros_like(idx)) and eager.shape == static_out.shape
+
+
+def test_moe_experts_state_dict_round_trip():
+    gen = torch.Generator().manual_seed(5)
+    gu, dn = torch.randn(2, 256, 128, generator=gen), torch.randn(2, 128, 128, generator=gen)
+    a = MoEExperts.from_dense(gu, dn, "mxfp4", activation="swiglu_oai", swiglu_limit=5.0)
+    b = MoEExperts.from_dense(torch.zeros_like(gu), torch.zeros_like(dn), "mxfp4", activation="swiglu_oai")
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(b.gate_up_data, a.gate_up_data) and b.swiglu_limit == 5.0
+    x, idx, wts = torch.randn(3, 128, generator=gen).bfloat16(), torch.tensor([[0, 1], [1, 0], [1, 1]]), torch.rand(3, 2)
+    assert torch.equal(a(x, idx, wts), b(x, idx, wts))
+    with pytest.raises(InputError, match="saved with fmt='mxfp4'"):
+        MoEExperts.from_dense(gu, dn, "nvfp4", activation="swiglu_oai").load_state_dict(a.state_dict())

@@ -143,6 +143,17 @@ class MoEExperts(torch.nn.Module):
             self.swiglu_alpha, self.swiglu_limit, self.path)
         return out.to(hidden_states.dtype).reshape(shape)
 
+    def get_extra_state(self) -> dict:
+        return {"fmt": self.fmt, "activation": self.activation, "swiglu_alpha": self.swiglu_alpha,
+                "swiglu_limit": self.swiglu_limit}
+
+    def set_extra_state(self, state: dict) -> None:
+        for key in ("fmt", "activation"):
+            if state[key] != getattr(self, key):
+                raise InputError(f"MoEExperts: the state_dict was saved with {key}={state[key]!r} but this module "
+                                 f"has {key}={getattr(self, key)!r}; build it the same way before loading")
+        self.swiglu_alpha, self.swiglu_limit = float(state["swiglu_alpha"]), float(state["swiglu_limit"])
+
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, hidden={self.hidden_size}, intermediate={self.intermediate_size}, "
                 f"fmt={self.fmt}, activation={self.activation}, path={self.path}")
