@@ -149,6 +149,35 @@ def test_plan_routing_covers_every_row_once(routing, block_m):
     assert plan.tile_expert.numel() == moe.max_tiles(flat.numel(), E, block_m)
 
 
+_PLAN_FIELDS = ("sorted_token", "sorted_weight", "inverse", "expert_end", "tile_expert", "tile_row")
+
+
+@pytest.mark.emulated
+@pytest.mark.usefixtures("emulated_b200")
+def test_emulated_routing_kernel_equals_torch_plan():
+    """The one-launch routing kernel (what decode uses on a GPU) gives the torch ops' plan exactly: ragged routings,
+    empty experts (E = 5 leaves expert 4 empty; the skewed 60-expert router leaves most empty), several tile
+    sizes."""
+    gen = torch.Generator().manual_seed(6)
+    logits = torch.randn(8, 60, generator=gen) + torch.where(torch.arange(60) < 6, 4.0, 0.0)
+    skewed = moe.route_topk(logits, 4)[::-1]
+    cases = [(torch.tensor(ROUTINGS[r]), torch.rand(6, len(ROUTINGS[r][0]), generator=gen), e, bm)
+             for r in ROUTINGS for e, bm in ((4, 2), (5, 16))] + [(*skewed, 60, 1)]
+    for idx, wts, e, bm in cases:
+        a = moe.plan_routing(idx, wts, e, bm, method="kernel")
+        b = moe.plan_routing(idx, wts, e, bm, method="torch")
+        for f in _PLAN_FIELDS:
+            x, y = getattr(a, f), getattr(b, f)
+            assert x.dtype == y.dtype and torch.equal(x, y), f"{f} differs for E={e}, block_m={bm}"
+
+
+def test_routing_kernel_size_limit_is_an_input_error():
+    idx = torch.zeros(1024, 8, dtype=torch.int64)
+    with pytest.raises(InputError, match="method='torch'"):
+        moe.plan_routing(idx, torch.ones(1024, 8), 64, 64, method="kernel")
+    assert moe.plan_routing(idx, torch.ones(1024, 8), 64, 64).tile_expert.numel() == 1024 * 8 // 64 + 64
+
+
 def test_route_topk_renormalizes():
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]])
     w, i = moe.route_topk(logits, 2)

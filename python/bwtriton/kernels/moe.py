@@ -122,13 +122,35 @@ def max_tiles(num_pairs: int, num_experts: int, block_m: int) -> int:
     return max(1, min(num_pairs, num_pairs // block_m + num_experts))
 
 
-def plan_routing(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, num_experts: int,
-                 block_m: int) -> RoutingPlan:
-    """Sort the (token, expert) pairs by expert and build the tile table, with torch ops on the routing's device
-    (no host synchronisation: the plan's shapes depend only on T, k, E and block_m)."""
+#: Largest (pairs, experts) block, BLOCK * EB (both padded to powers of two), that the one-launch routing kernel
+#: builds its one-hot table for: 64 Ki int32 cells over 8 warps is ~64 registers per thread. Decode routings
+#: (T <= 64 tokens, k <= 8, E <= 128) fit; bigger ones use the torch ops, whose ~30 launches are noise next to a
+#: prefill GEMM but would cost more than the expert GEMMs themselves at decode.
+ROUTING_KERNEL_MAX_CELLS = 1 << 16
+
+
+def plan_routing(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, num_experts: int, block_m: int, *,
+                 method: str = "auto") -> RoutingPlan:
+    """Sort the (token, expert) pairs by expert (stable) and build the tile table on the routing's device, with no
+    host synchronisation (the plan's shapes depend only on T, k, E and block_m). method: 'torch' (torch ops),
+    'kernel' (one Triton launch, `routing_plan_kernel`) or 'auto' (the kernel on a GPU when the routing is small
+    enough, `ROUTING_KERNEL_MAX_CELLS`)."""
     if top_k_index.dim() != 2 or top_k_weights.shape != top_k_index.shape:
         raise InputError(f"moe routing: top_k_index and top_k_weights must both be [tokens, k], got "
                          f"{tuple(top_k_index.shape)} and {tuple(top_k_weights.shape)}")
+    if method not in ("auto", "torch", "kernel"):
+        raise InputError(f"plan_routing: method must be 'auto', 'torch' or 'kernel', got {method!r}")
+    fits = triton.next_power_of_2(max(1, top_k_index.numel())) * triton.next_power_of_2(num_experts) \
+        <= ROUTING_KERNEL_MAX_CELLS
+    if method == "kernel" and not fits:
+        raise InputError(f"plan_routing: {top_k_index.numel()} pairs over {num_experts} experts exceed the routing "
+                         f"kernel's table ({ROUTING_KERNEL_MAX_CELLS} cells); use method='torch'")
+    if method == "kernel" or (method == "auto" and fits and top_k_index.is_cuda):
+        return _plan_kernel(top_k_index, top_k_weights, num_experts, block_m)
+    return _plan_torch(top_k_index, top_k_weights, num_experts, block_m)
+
+
+def _plan_torch(top_k_index, top_k_weights, num_experts: int, block_m: int) -> RoutingPlan:
     t, k = top_k_index.shape
     device = top_k_index.device
     flat = top_k_index.reshape(-1).long()
@@ -151,6 +173,69 @@ def plan_routing(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, num_exp
                        sorted_weight=top_k_weights.reshape(-1).float()[order].contiguous(),
                        inverse=inverse, expert_end=ends.to(torch.int32), tile_expert=e.to(torch.int32),
                        tile_row=row.to(torch.int32), block_m=block_m, num_tokens=t, top_k=k)
+
+
+@triton.jit
+def routing_plan_kernel(idx_ptr, w_ptr, sorted_token, sorted_weight, inverse, expert_end, tile_expert, tile_row,
+                        num_pairs, num_tiles, TOP_K: tl.constexpr, E: tl.constexpr, BLOCK: tl.constexpr,
+                        EB: tl.constexpr, TB: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The routing plan of `_plan_torch` in one program: a one-hot [pairs, experts] table gives the counts (column
+    sums), each pair's rank among its expert's pairs (inclusive column prefix sums: stable, like the sort) and so
+    its row; the tile table comes from the tile counts' prefix sums the same way."""
+    i = tl.arange(0, BLOCK)
+    ok = i < num_pairs
+    e = tl.load(idx_ptr + i, mask=ok, other=EB).to(tl.int32)  # padding pairs match no expert column
+    cols = tl.arange(0, EB)
+    onehot = (e[:, None] == cols[None, :]).to(tl.int32)
+    counts = tl.sum(onehot, axis=0)
+    ends = tl.cumsum(counts, axis=0)
+    starts = ends - counts
+    rank = tl.sum(tl.cumsum(onehot, axis=0) * onehot, axis=1) - 1
+    dest = tl.sum(starts[None, :] * onehot, axis=1) + rank
+    tl.store(inverse + i, dest.to(tl.int64), mask=ok)
+    tl.store(sorted_token + dest, (i // TOP_K).to(tl.int32), mask=ok)
+    tl.store(sorted_weight + dest, tl.load(w_ptr + i, mask=ok, other=0.0).to(tl.float32), mask=ok)
+    tl.store(expert_end + cols, ends, mask=cols < E)
+    tiles = (counts + BLOCK_M - 1) // BLOCK_M
+    tile_end = tl.cumsum(tiles, axis=0)
+    t = tl.arange(0, TB)
+    # expert of tile t = how many experts' tiles end at or before t (padding columns end at the total: counted
+    # only for t past the last tile, which makes those tiles' expert >= E, i.e. empty)
+    expert = tl.sum((tile_end[None, :] <= t[:, None]).to(tl.int32), axis=1)
+    valid = expert < E
+    expert = tl.where(valid, expert, 0)
+    sel = (expert[:, None] == cols[None, :]).to(tl.int32)
+    row = tl.sum(sel * starts[None, :], axis=1) + (t - tl.sum(sel * (tile_end - tiles)[None, :], axis=1)) * BLOCK_M
+    row = tl.where(valid, row, tl.sum(tl.where(cols == 0, ends, 0), axis=0))
+    tl.store(tile_expert + t, expert, mask=t < num_tiles)
+    tl.store(tile_row + t, row, mask=t < num_tiles)
+
+
+_PLAN = CachedLauncher(routing_plan_kernel)
+
+
+def _plan_kernel(top_k_index, top_k_weights, num_experts: int, block_m: int) -> RoutingPlan:
+    t, k = top_k_index.shape
+    device = top_k_index.device
+    pairs = t * k
+    n_tiles = max_tiles(pairs, num_experts, block_m)
+    idx = top_k_index.reshape(-1).contiguous()
+    wts = top_k_weights.reshape(-1).contiguous()
+    i32 = dict(dtype=torch.int32, device=device)
+    plan = RoutingPlan(sorted_token=torch.empty(pairs, **i32), sorted_weight=torch.empty(pairs, dtype=torch.float32,
+                                                                                          device=device),
+                       inverse=torch.empty(pairs, dtype=torch.int64, device=device),
+                       expert_end=torch.empty(num_experts, **i32), tile_expert=torch.empty(n_tiles, **i32),
+                       tile_row=torch.empty(n_tiles, **i32), block_m=block_m, num_tokens=t, top_k=k)
+    block = max(16, triton.next_power_of_2(max(1, pairs)))
+    eb = max(16, triton.next_power_of_2(num_experts))
+    tb = max(16, triton.next_power_of_2(n_tiles))
+    _PLAN.launch(("plan", pairs, k, num_experts, block_m, idx.dtype, wts.dtype), (1,), device,
+                 (idx, wts, plan.sorted_token, plan.sorted_weight, plan.inverse, plan.expert_end, plan.tile_expert,
+                  plan.tile_row, pairs, n_tiles),
+                 dict(TOP_K=k, E=num_experts, BLOCK=block, EB=eb, TB=tb, BLOCK_M=block_m,
+                      num_warps=8 if block * eb > 8192 else 4))
+    return plan
 
 
 def unpermute(y: torch.Tensor, plan: RoutingPlan, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
