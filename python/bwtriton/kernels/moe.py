@@ -384,12 +384,18 @@ def _block_n(n: int, block_m: int) -> int:
     return 128 if n % 128 == 0 and block_m >= 64 else 64
 
 
+_UNUSED_SCALE: dict[torch.device, torch.Tensor] = {}
+
+
 def _encode_scale(a: torch.Tensor, w: MoEWeights, path: str) -> torch.Tensor:
-    """The activations' NVFP4 encode scale (fp32 [1], from amax(a) on the device); unused by the other paths."""
+    """The activations' NVFP4 encode scale (fp32 [1], from amax(a) on the device); the other paths never read
+    it, so they get one cached tensor per device instead of a fill kernel per call."""
     if path == "block_scaled" and w.fmt == "nvfp4":
         from ..formats import nvfp4_global_encode_scale  # the formats package's recipe, kept in one home
         return nvfp4_global_encode_scale(a).reshape(1)
-    return torch.ones(1, dtype=torch.float32, device=a.device)
+    if a.device not in _UNUSED_SCALE:
+        _UNUSED_SCALE[a.device] = torch.ones(1, dtype=torch.float32, device=a.device)
+    return _UNUSED_SCALE[a.device]
 
 
 def _launch(a: torch.Tensor, plan: RoutingPlan, w: MoEWeights, gated: bool, path: str) -> torch.Tensor:
