@@ -161,17 +161,17 @@ def test_quantize_rejects_fp32_model_and_bad_format():
         quantize_(_model("mixtral"), experts_fmt="int4")
 
 
-def test_moe_experts_compiles_fullgraph():
-    """The converted expert module traces through torch.compile(fullgraph=True) (the custom op's fake kernel)."""
+def test_quantized_model_compiles_fullgraph():
+    """The whole converted Mixtral (NVFP4Linear + MoEExperts) traces in one graph with torch.compile(fullgraph=True):
+    the custom ops' fake kernels give shapes, nothing graph-breaks, and the compiled model computes what eager
+    does."""
     model = _model("mixtral")
-    quantize_(model, linear=False)
-    experts = model.model.layers[0].mlp.experts
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(5, 128, generator=gen).bfloat16()
-    idx = torch.randint(0, 4, (5, 2), generator=gen)
-    wts = torch.rand(5, 2, generator=gen)
-    compiled = torch.compile(experts, fullgraph=True, backend="aot_eager")
-    assert torch.equal(compiled(x, idx, wts), experts(x, idx, wts))
+    quantize_(model)
+    ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        eager = model(ids, use_cache=False).logits
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(ids, use_cache=False).logits
+    assert torch.equal(compiled, eager)
 
 
 @pytest.mark.gpu
