@@ -51,8 +51,11 @@ class BF16Experts(torch.nn.Module):
 
     def __init__(self, e: int, h: int, i: int, grouped: bool = True):
         super().__init__()
-        self.gate_up_proj = torch.nn.Parameter(torch.randn(e, 2 * i, h) * h ** -0.5, requires_grad=False)
-        self.down_proj = torch.nn.Parameter(torch.randn(e, h, i) * i ** -0.5, requires_grad=False)
+        # drawn in bf16: an fp32 draw of a Mixtral layer's experts would be 3.7 GB
+        self.gate_up_proj = torch.nn.Parameter(torch.randn(e, 2 * i, h, dtype=torch.bfloat16) * h ** -0.5,
+                                               requires_grad=False)
+        self.down_proj = torch.nn.Parameter(torch.randn(e, h, i, dtype=torch.bfloat16) * i ** -0.5,
+                                            requires_grad=False)
         self.act_fn = torch.nn.SiLU()
         self.grouped = grouped
 
@@ -88,9 +91,8 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
     """Per token count: ms of bwtriton NVFP4 / MXFP4 and of the two bf16 peers, and the relative errors."""
     e, k, h, i = cfg["experts"], cfg["top_k"], cfg["hidden"], cfg["inter"]
     torch.manual_seed(0)
-    ref = BF16Experts(e, h, i).cuda().to(torch.bfloat16)
-    loop = BF16Experts(e, h, i, grouped=False).cuda().to(torch.bfloat16)
-    loop.load_state_dict(ref.state_dict())
+    with torch.device("cuda"):  # random weights made on the GPU: GBs of torch.randn on the host take minutes
+        ref = BF16Experts(e, h, i).to(torch.bfloat16)
     ours = {fmt: MoEExperts.from_dense(ref.gate_up_proj, ref.down_proj, fmt) for fmt in ("nvfp4", "mxfp4")}
     router = torch.randn(e, h, device="cuda", dtype=torch.bfloat16) * h ** -0.5
     rows = []
@@ -99,9 +101,9 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
         wts, idx = route_topk(x @ router.T, k)
         row: dict[str, Any] = {"shape": cfg["name"], "tokens": t, "experts": e, "top_k": k, "hidden": h, "inter": i}
         with torch.no_grad():
-            base = loop(x, idx, wts)
-            _timed(row, "bf16_loop", lambda: loop(x, idx, wts))
-            _timed(row, "bf16_grouped_mm", lambda: ref(x, idx, wts))
+            base = ref._loop(x, idx, wts)
+            _timed(row, "bf16_loop", lambda: ref._loop(x, idx, wts))
+            _timed(row, "bf16_grouped_mm", lambda: ref._grouped(x, idx, wts))
             for fmt, mod in ours.items():
                 if _timed(row, fmt, lambda m=mod: m(x, idx, wts)):
                     row[f"{fmt}_rel_err"] = _rel(mod(x, idx, wts), base)
@@ -201,7 +203,8 @@ class Decoder(torch.nn.Module):
 def model_rows(cfg: dict, prefill_tokens: int = 2048, context: int = 1024) -> list[dict]:
     torch.manual_seed(0)
     block = dict(h=cfg["hidden"], heads=cfg["heads"], kv_heads=cfg["kv_heads"], inter=cfg["inter"], moe=cfg["moe"])
-    model = Decoder(cfg["layers"], **block).to(torch.bfloat16).cuda().eval()
+    with torch.device("cuda"):
+        model = Decoder(cfg["layers"], **block).to(torch.bfloat16).eval()
     for name, p in model.named_parameters():
         if p.dim() == 2:
             torch.nn.init.normal_(p, std=p.shape[1] ** -0.5)
