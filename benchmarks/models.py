@@ -2,7 +2,8 @@
 
     PYTHONPATH=python python benchmarks/models.py --out DIR        # writes DIR/models.md and DIR/models.json
 
-1. MoE layer (router output given): bwtriton `MoEExperts` (NVFP4 and MXFP4 weights) against bf16 experts run
+1. MoE layer (router output given): bwtriton `MoEExperts` (NVFP4 and MXFP4 weights; extra column: NVFP4 through
+   the 'grouped_mm' path) against bf16 experts run
    (a) as a per-expert loop (transformers' eager expert loop: gather, two F.linear, index_add; it syncs with the
    host, so it is timed eagerly) and (b) as torch's grouped GEMM `torch._grouped_mm` on the same expert-sorted
    rows (graph-captured). Decode (T <= 64 tokens) and prefill (T = 4096) rows; relative error vs bf16.
@@ -94,6 +95,8 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
     with torch.device("cuda"):  # random weights made on the GPU: GBs of torch.randn on the host take minutes
         ref = BF16Experts(e, h, i).to(torch.bfloat16)
     ours = {fmt: MoEExperts.from_dense(ref.gate_up_proj, ref.down_proj, fmt) for fmt in ("nvfp4", "mxfp4")}
+    # extra column: the same NVFP4 weights through the 'grouped_mm' path (dequantize all, torch's bf16 grouped GEMM)
+    ours["nvfp4_gmm"] = MoEExperts(ours["nvfp4"].weights, path="grouped_mm")
     router = torch.randn(e, h, device="cuda", dtype=torch.bfloat16) * h ** -0.5
     rows = []
     for t in tokens:
@@ -113,7 +116,8 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
                     row[f"{fmt}_vs_{peer[5:]}"] = row[f"{peer}_ms"] / row[f"{fmt}_ms"]
         rows.append(row)
         print(json.dumps(row), flush=True)
-    weights = {"bf16_MB": _bytes(ref) / 1e6, **{f"{f}_MB": _bytes(m) / 1e6 for f, m in ours.items()}}
+    weights = {"bf16_MB": _bytes(ref) / 1e6, **{f"{f}_MB": _bytes(m) / 1e6 for f, m in ours.items()
+                                                if f != "nvfp4_gmm"}}
     rows[-1]["weights"] = weights
     return rows
 
@@ -265,6 +269,7 @@ def markdown(result: dict) -> str:
                 ("nvfp4 vs grouped_mm", "nvfp4_vs_grouped_mm", ".2f"), ("mxfp4 ms", "mxfp4_ms", ".3f"),
                 ("mxfp4 vs grouped_mm", "mxfp4_vs_grouped_mm", ".2f"), ("nvfp4 rel err", "nvfp4_rel_err", ".3f"),
                 ("mxfp4 rel err", "mxfp4_rel_err", ".3f"), ("nvfp4 vs loop", "nvfp4_vs_loop", ".1f"),
+                ("nvfp4 dequant+grouped_mm ms", "nvfp4_gmm_ms", ".3f"),
                 ("loop timer", "bf16_loop_timer", "")]
     model_cols = [("model", "model", ""), ("variant", "variant", ""), ("prefill tok/s", "prefill_tok_s", ".0f"),
                   ("x", "prefill_speedup", ".2f"), ("decode tok/s", "decode_tok_s", ".0f"),
@@ -275,7 +280,8 @@ def markdown(result: dict) -> str:
     out += "## MoE layer (experts only; ms per layer)\n\n" + _md_table(result["moe"], moe_cols)
     out += "\n## Whole model (batch 1)\n\n" + _md_table(result["models"], model_cols)
     errors = result["errors"] + [f"{r.get('shape', r.get('model'))} T={r.get('tokens', '')}: {k}: {v}"
-                                 for r in result["moe"] + result["models"] for k, v in r.items() if k.endswith("_error")]
+                                 for r in result["moe"] + result["models"] for k, v in r.items()
+                                 if k.endswith("_error")]
     if errors:
         out += "\n## Errors\n\n" + "\n".join(f"* {e}" for e in errors) + "\n"
     return out

@@ -300,3 +300,28 @@ def test_gpu_moe_prefill_ragged_many_tokens():
     ref = reference_experts(x.cpu(), idx.cpu(), wts.cpu(), _on(w, "cpu"))
     err = (out.cpu().float() - ref.float()).abs().max().item()
     assert err <= 2.0 ** -6 * ref.float().abs().max().item()
+
+
+@pytest.mark.parametrize("fmt,routing,bias,activation", [("nvfp4", "ragged", True, "silu"),
+                                                         ("mxfp4", "one_expert", True, "swiglu_oai")])
+def test_grouped_mm_path_matches_float64(fmt, routing, bias, activation):
+    """The 'grouped_mm' path (exact bf16 weights + torch._grouped_mm) runs on the CPU too: against the float64
+    per-pair reference, bf16 GEMM outputs (2^-8) and bf16 h make the bound 2^-6 of the largest output."""
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip(f"torch {torch.__version__} has no _grouped_mm")
+    x, idx, wts, w = _setup(fmt, routing, seed=7, bias=bias, activation=activation)
+    out = moe.moe_experts(x, idx, wts, w, path="grouped_mm")
+    gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, fmt)
+    dn = _dequant(w.down_data, w.down_scales, w.down_global, fmt)
+    ref = torch.zeros(x.shape[0], HIDDEN, dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for j in range(idx.shape[1]):
+            e = int(idx[t, j])
+            pre = gu[e] @ x[t].double() + w.gate_up_bias[e].double()
+            h = _act(pre[:INTER], pre[INTER:], w)
+            ref[t] += (dn[e] @ h + w.down_bias[e].double()) * float(wts[t, j])
+    err = (out.double() - ref).abs().max().item()
+    assert err <= 2.0 ** -6 * ref.abs().max().item(), err
+    wrong = dataclasses.replace(w, gate_up_global=w.gate_up_global.flip(1).contiguous())
+    if fmt == "nvfp4":  # the check sees a swapped gate/up scale
+        assert (moe.moe_experts(x, idx, wts, wrong, path="grouped_mm").double() - ref).abs().max() > 2 * err

@@ -24,6 +24,10 @@ Two paths (`path`):
 * 'dequant' (Hopper and others): A stays bf16, the weight tile is dequantized exactly to bf16 in registers
   (e2m1 * block scale fits bf16; NVFP4's per-tensor scale goes on the fp32 accumulator) and `tl.dot` runs on the
   bf16 tensor cores.
+* 'grouped_mm' (a prefill option where torch has `torch._grouped_mm`): the whole layer's weights dequantized
+  exactly to bf16 once per call (transient memory: the bf16 weight size), then torch's bf16 grouped GEMM on the
+  expert-sorted rows; per-expert scales, biases, activation and routing weights applied in torch. The dequant
+  costs O(weights) against the GEMM's O(T k weights), so it only pays with many rows per expert.
 """
 from __future__ import annotations
 
@@ -40,10 +44,10 @@ from ._common import dequant_nvfp4_bf16, tcgen05_block_scaled
 from ._launcher import CachedLauncher
 
 __all__ = ["MoEWeights", "RoutingPlan", "route_topk", "plan_routing", "moe_gate_up", "moe_down", "unpermute",
-           "moe_experts", "default_path", "ACTIVATIONS", "PATHS"]
+           "moe_experts", "moe_experts_grouped_mm", "default_path", "ACTIVATIONS", "PATHS"]
 
 ACTIVATIONS = ("silu", "swiglu_oai")
-PATHS = ("block_scaled", "dequant")
+PATHS = ("block_scaled", "dequant", "grouped_mm")
 _FMT_VEC = {"nvfp4": 16, "mxfp4": 32}
 #: Feature multiple the kernel tiles without masks: K (hidden / intermediate) by BLOCK_K, N by BLOCK_N.
 FEATURE_MULTIPLE = 128
@@ -449,12 +453,59 @@ def moe_down(h: torch.Tensor, plan: RoutingPlan, w: MoEWeights, path: str) -> to
     return _launch(h, plan, w, False, path)
 
 
+def _bf16_weights(data: torch.Tensor, scales: torch.Tensor, fmt: str) -> torch.Tensor:
+    """e2m1 * block scale of expert weights [E, rows, K] as bf16 (exact: at most 6 significant bits)."""
+    e, rows, kh = data.shape
+    from ..formats import QuantizedTensor  # the container, for its dequantize
+    if data.is_cuda and fmt == "nvfp4" and (e * rows) % 64 == 0:
+        from .nvfp4_dequant import dequantize_nvfp4_bf16  # GPU kernel; CPU tensors take the torch decode below
+        q = QuantizedTensor(data=data.reshape(e * rows, kh), scales=scales.reshape(e * rows, -1),
+                            scale_layout="plain", global_scale=None, format="nvfp4", shape=(e * rows, 2 * kh))
+        return dequantize_nvfp4_bf16(q).view(e, rows, 2 * kh)
+    s = scales if fmt == "nvfp4" else scales.view(torch.float8_e8m0fnu)
+    q = QuantizedTensor(data=data, scales=s, scale_layout="plain", global_scale=None, format=fmt,
+                        shape=(e, rows, 2 * kh))
+    return q.dequantize(torch.float32).to(torch.bfloat16)
+
+
+def _activation_torch(g: torch.Tensor, u: torch.Tensor, w: MoEWeights) -> torch.Tensor:
+    if w.activation == "silu":
+        return torch.nn.functional.silu(g) * u
+    g, u = g.clamp(max=w.swiglu_limit), u.clamp(-w.swiglu_limit, w.swiglu_limit)
+    return g * torch.sigmoid(w.swiglu_alpha * g) * (u + 1)
+
+
+def moe_experts_grouped_mm(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+                           w: MoEWeights) -> torch.Tensor:
+    """The 'grouped_mm' path (see the module doc): bf16 [T, H] -> bf16 [T, H]."""
+    if not hasattr(torch, "_grouped_mm"):
+        raise InputError(f"moe_experts: path='grouped_mm' needs torch._grouped_mm, which torch {torch.__version__} "
+                         f"lacks; use path='dequant'")
+    plan = plan_routing(top_k_index, top_k_weights, w.num_experts, 1)
+    rows = plan.sorted_token.numel()
+    expert = torch.searchsorted(plan.expert_end, torch.arange(rows, device=x.device, dtype=torch.int32), right=True)
+    i = w.intermediate
+    gu = torch._grouped_mm(x[plan.sorted_token.long()], _bf16_weights(w.gate_up_data, w.gate_up_scales, w.fmt)
+                           .transpose(1, 2), offs=plan.expert_end)
+    gu = gu.float().view(rows, 2, i) * w.gate_up_global[expert].view(rows, 2, 1)
+    if w.gate_up_bias is not None:
+        gu = gu + w.gate_up_bias[expert].view(rows, 2, i)
+    h = _activation_torch(gu[:, 0], gu[:, 1], w).to(torch.bfloat16)
+    y = torch._grouped_mm(h, _bf16_weights(w.down_data, w.down_scales, w.fmt).transpose(1, 2), offs=plan.expert_end)
+    y = y.float() * w.down_global[expert].unsqueeze(1)
+    if w.down_bias is not None:
+        y = y + w.down_bias[expert]
+    return unpermute(y * plan.sorted_weight.unsqueeze(1), plan, x.dtype)
+
+
 def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, w: MoEWeights, *,
                 path: str = "auto") -> torch.Tensor:
     """The expert part of an MoE layer: out[t] = sum_j top_k_weights[t, j] * expert_{top_k_index[t, j]}(x[t]),
-    x bf16 [T, H] -> bf16 [T, H]. path: 'block_scaled', 'dequant' or 'auto' (`default_path`)."""
+    x bf16 [T, H] -> bf16 [T, H]. path: 'block_scaled', 'dequant', 'grouped_mm' or 'auto' (`default_path`)."""
     path = default_path(x.device) if path == "auto" else path
     _check(x, w, path)
+    if path == "grouped_mm":
+        return moe_experts_grouped_mm(x, top_k_index, top_k_weights, w)
     block_m = pick_block_m(top_k_index.numel(), w.num_experts, path)
     plan = plan_routing(top_k_index, top_k_weights, w.num_experts, block_m)
     h = moe_gate_up(x, plan, w, path)
