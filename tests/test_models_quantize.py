@@ -178,9 +178,11 @@ def test_quantized_model_compiles_fullgraph():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kind,fmt", [("mixtral", "nvfp4"), ("gpt_oss", "mxfp4")])
 def test_gpu_quantized_model_matches_fake_quant_and_replays_in_cuda_graph(kind, fmt):
+    """Experts converted (the Linear layers' GPU kernels have their own tests; converting both would compare two
+    W4A4 pipelines whose re-quantized activations differ by moved codes, see above)."""
     model = _model(kind)
     original = copy.deepcopy(model)
-    quantize_(model, experts_fmt=fmt)
+    quantize_(model, linear=False, experts_fmt=fmt)
     model = model.cuda()
     ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -195,10 +197,10 @@ def test_gpu_quantized_model_matches_fake_quant_and_replays_in_cuda_graph(kind, 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_out = experts(x, idx, wts)
-        idx.copy_(torch.randint(0, 4, (4, 2), device="cuda"))
+        idx.copy_((idx + 1) % 4)  # every pair routed elsewhere: the replay must follow the new routing
         graph.replay()
         assert torch.equal(static_out, experts(x, idx, wts))
-        assert not torch.equal(idx, torch.zeros_like(idx)) and eager.shape == static_out.shape
+        assert not torch.equal(static_out, eager)
 
 
 def test_moe_experts_state_dict_round_trip():
