@@ -260,9 +260,11 @@ def test_emulated_block_scaled_moe_matches_float64(fmt, routing, bias):
 
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200")
-def test_emulated_dequant_path_matches_float64():
-    """The Hopper path's kernel (bf16 activations, in-register weight dequant, 16-row tiles) run on the emulated
-    B200: the same Triton source as on the H200, so its indexing and epilogue are checked without a GPU."""
+def test_emulated_dequant_path_matches_float64(monkeypatch):
+    """The Hopper path's kernel (bf16 activations, in-register weight dequant, 16-row tiles, and the 32-column
+    blocks decode's down projection gets on a GPU) run on the emulated B200: the same Triton source as on the
+    H200, so its indexing and epilogue are checked without a GPU."""
+    monkeypatch.setattr(moe, "_block_n", lambda *args: 32)
     x, idx, wts, w = _setup("mxfp4", "ragged", seed=4, bias=True, activation="swiglu_oai")
     _assert_moe_matches(x, idx, wts, w, "dequant")
 

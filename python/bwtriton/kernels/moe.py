@@ -384,8 +384,17 @@ def pick_block_m(num_pairs: int, num_experts: int, path: str) -> int:
     return 16 if per_expert <= 16 else (32 if per_expert <= 32 else 64)
 
 
-def _block_n(n: int, block_m: int) -> int:
-    return 128 if n % 128 == 0 and block_m >= 64 else 64
+def _block_n(n: int, block_m: int, n_tiles: int, device: torch.device, path: str) -> int:
+    """Output columns per program. Decode's down projection has few tiles and a small N (the hidden size), so
+    BLOCK_N 64 would leave one program per SM streaming a long K with a handful of warps: halve it on the dequant
+    path when the grid would hold fewer than two programs per SM."""
+    if n % 128 == 0 and block_m >= 64:
+        return 128
+    if path == "dequant" and device.type == "cuda":
+        from ._device import sm_count  # CUDA-only fact; CPU (emulated) launches keep 64
+        if n_tiles * (n // 64) < 2 * sm_count(device):
+            return 32
+    return 64
 
 
 _UNUSED_SCALE: dict[torch.device, torch.Tensor] = {}
@@ -411,7 +420,7 @@ def _launch(a: torch.Tensor, plan: RoutingPlan, w: MoEWeights, gated: bool, path
     out = torch.empty(rows, n, dtype=torch.bfloat16 if gated else torch.float32, device=a.device)
     s_enc = _encode_scale(a, w, path)
     block_m = plan.block_m
-    block_n = _block_n(n, block_m)
+    block_n = _block_n(n, block_m, plan.tile_expert.numel(), a.device, path)
     block_k = 128
     grid = (plan.tile_expert.numel(), n // block_n)
     scale_arg = scales if w.fmt == "nvfp4" else scales.view(torch.uint8)
