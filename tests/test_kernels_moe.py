@@ -33,17 +33,18 @@ ROUTINGS = {
 }
 
 
-def _setup(fmt: str, routing: str, seed: int = 0, bias: bool = False, activation: str = "silu"):
+def _setup(fmt: str, routing: str, seed: int = 0, bias: bool = False, activation: str = "silu",
+           hidden: int = HIDDEN, inter: int = INTER):
     gen = torch.Generator().manual_seed(seed)
-    gu = torch.randn(E, 2 * INTER, HIDDEN, generator=gen) * 0.1
-    dn = torch.randn(E, HIDDEN, INTER, generator=gen) * 0.1
+    gu = torch.randn(E, 2 * inter, hidden, generator=gen) * 0.1
+    dn = torch.randn(E, hidden, inter, generator=gen) * 0.1
     biases = {}
     if bias:
-        biases = dict(gate_up_bias=torch.randn(E, 2 * INTER, generator=gen) * 0.1,
-                      down_bias=torch.randn(E, HIDDEN, generator=gen) * 0.1)
+        biases = dict(gate_up_bias=torch.randn(E, 2 * inter, generator=gen) * 0.1,
+                      down_bias=torch.randn(E, hidden, generator=gen) * 0.1)
     w = quantize_moe_weights(gu, dn, fmt, activation=activation, **biases)
     idx = torch.tensor(ROUTINGS[routing])
-    x = torch.randn(idx.shape[0], HIDDEN, generator=gen).bfloat16()
+    x = torch.randn(idx.shape[0], hidden, generator=gen).bfloat16()
     wts = torch.rand(idx.shape, generator=gen) + 0.1
     return x, idx, wts, w
 
@@ -53,14 +54,15 @@ def _on(w: moe.MoEWeights, device: str) -> moe.MoEWeights:
     return moe.MoEWeights(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()})
 
 
-def _dequant(data, scales, glob, fmt):
-    """float64 expert weights [E, rows, K] including the per-tensor scale (per row half for gate/up)."""
+def _dequant(data, scales, glob, fmt, k=None):
+    """float64 expert weights [E, rows, K] including the per-tensor scale (per row half for gate/up); the
+    kernel's K padding cut at k."""
     e, rows, kh = data.shape
     s = scales if fmt == "nvfp4" else scales.view(torch.float8_e8m0fnu)
     q = QuantizedTensor(data=data, scales=s, scale_layout="plain", global_scale=None, format=fmt,
                         shape=(e, rows, 2 * kh)).dequantize(torch.float64)
     per_row = glob.double().repeat_interleave(rows // glob.shape[1], 1) if glob.dim() == 2 else glob.double()[:, None]
-    return q * per_row.unsqueeze(-1)
+    return (q * per_row.unsqueeze(-1))[..., :k]
 
 
 def _activations(a: torch.Tensor, fmt: str, path: str) -> torch.Tensor:
@@ -92,8 +94,8 @@ def _assert_moe_matches(x, idx, wts, w, path):
     y = moe.moe_down(h, plan, w, path).cpu()
     out = moe.unpermute(y.to(h.device), plan).cpu()
     x, idx, wts, w, h, inverse = x.cpu(), idx.cpu(), wts.cpu(), _on(w, "cpu"), h.cpu(), plan.inverse.cpu()
-    gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, w.fmt)
-    dn = _dequant(w.down_data, w.down_scales, w.down_global, w.fmt)
+    gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, w.fmt, w.hidden)
+    dn = _dequant(w.down_data, w.down_scales, w.down_global, w.fmt, w.intermediate)
     xa = _activations(x, w.fmt, path)
     ha = _activations(h, w.fmt, path)
     tokens, k = idx.shape
@@ -194,27 +196,34 @@ def test_moe_input_errors():
         moe.moe_experts(x, idx, wts, w, path="cutlass")
     with pytest.raises(InputError, match=r"\[tokens, k\]"):
         moe.plan_routing(idx.reshape(-1), wts, E, 16)
-    small = quantize_moe_weights(torch.randn(2, 128, 64), torch.randn(2, 64, 64), "mxfp4")
-    with pytest.raises(InputError, match="hidden size 64 must be a multiple of 128"):
-        moe.moe_experts(torch.zeros(2, 64, dtype=torch.bfloat16), idx[:2], wts[:2], small, path="dequant")
+    odd = quantize_moe_weights(torch.randn(2, 128, 96), torch.randn(2, 96, 64), "mxfp4")
+    with pytest.raises(InputError, match="hidden size 96 must be a multiple of 64"):
+        moe.moe_experts(torch.zeros(2, 96, dtype=torch.bfloat16), idx[:2] % 2, wts[:2], odd, path="dequant")
+    unpadded = quantize_moe_weights(torch.randn(2, 128, 192), torch.randn(2, 192, 64), "mxfp4")
+    unpadded = dataclasses.replace(unpadded, down_data=unpadded.down_data[..., :32])
+    with pytest.raises(InputError, match=r"down_data holds K=64 inputs for 64 features|padded"):
+        moe.moe_experts(torch.zeros(2, 192, dtype=torch.bfloat16), idx[:2] % 2, wts[:2], unpadded, path="dequant")
     with pytest.raises(InputError, match="fmt must be"):
         quantize_moe_weights(torch.randn(2, 256, 128), torch.randn(2, 128, 128), "int4")
 
 
-@pytest.mark.parametrize("fmt,bias,activation", [("nvfp4", False, "silu"), ("mxfp4", True, "swiglu_oai")])
-def test_cpu_reference_op_matches_float64(fmt, bias, activation):
-    """The custom op's CPU path (what CPU-compiled models run) against the float64 per-pair reference."""
+@pytest.mark.parametrize("fmt,bias,activation,hidden,inter", [("nvfp4", False, "silu", HIDDEN, INTER),
+                                                               ("mxfp4", True, "swiglu_oai", 192, 64)])
+def test_cpu_reference_op_matches_float64(fmt, bias, activation, hidden, inter):
+    """The custom op's CPU path (what CPU-compiled models run) against the float64 per-pair reference; 192 / 64
+    features exercise the zero padding of K to the 128-wide tile."""
     from bwtriton.models import _ops
-    x, idx, wts, w = _setup(fmt, "ragged", bias=bias, activation=activation)
+    x, idx, wts, w = _setup(fmt, "ragged", bias=bias, activation=activation, hidden=hidden, inter=inter)
+    assert w.gate_up_data.shape[-1] * 2 == -(-hidden // 128) * 128
     out = _ops.reference_experts(x, idx, wts, w)
-    gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, fmt)
-    dn = _dequant(w.down_data, w.down_scales, w.down_global, fmt)
-    ref = torch.zeros(x.shape[0], HIDDEN, dtype=torch.float64)
+    gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, fmt, w.hidden)
+    dn = _dequant(w.down_data, w.down_scales, w.down_global, fmt, w.intermediate)
+    ref = torch.zeros(x.shape[0], hidden, dtype=torch.float64)
     for t in range(x.shape[0]):
         for j in range(idx.shape[1]):
             e = int(idx[t, j])
             pre = gu[e] @ x[t].double() + (w.gate_up_bias[e].double() if bias else 0)
-            h = _act(pre[:INTER], pre[INTER:], w).float().bfloat16().double()
+            h = _act(pre[:inter], pre[inter:], w).float().bfloat16().double()
             ref[t] += (dn[e] @ h + (w.down_bias[e].double() if bias else 0)) * float(wts[t, j])
     assert (out.double() - ref).abs().max() <= 2.0 ** -7 * ref.abs().max()
 
@@ -226,7 +235,7 @@ def _signature(fmt: str, gated: bool) -> dict[str, str]:
     return {"a_ptr": "*bf16", "stride_a": "i32", "sorted_token": "*i32", "sorted_weight": "*fp32",
             "expert_end": "*i32", "tile_expert": "*i32", "tile_row": "*i32", "w_data": "*u8",
             "w_scales": f"*{scale}", "w_global": "*fp32", "bias_ptr": "*fp32", "s_enc_ptr": "*fp32",
-            "out_ptr": "*bf16" if gated else "*fp32", "N": "i32", "K": "i32", "act_alpha": "fp32",
+            "out_ptr": "*bf16" if gated else "*fp32", "N": "i32", "K": "i32", "K_A": "i32", "act_alpha": "fp32",
             "act_limit": "fp32"}
 
 
@@ -247,12 +256,15 @@ def test_sm100a_block_scaled_mma_and_verifier_clean(fmt, gated, kind):
 
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200")
-@pytest.mark.parametrize("fmt,routing,bias", [("nvfp4", "ragged", False), ("nvfp4", "one_expert", True),
-                                              ("mxfp4", "ragged", True)])
-def test_emulated_block_scaled_moe_matches_float64(fmt, routing, bias):
-    x, idx, wts, w = _setup(fmt, routing, seed=1, bias=bias)
+@pytest.mark.parametrize("fmt,routing,bias,hidden,inter", [("nvfp4", "ragged", False, HIDDEN, INTER),
+                                                            ("nvfp4", "one_expert", True, HIDDEN, INTER),
+                                                            ("mxfp4", "ragged", True, 192, 64)])
+def test_emulated_block_scaled_moe_matches_float64(fmt, routing, bias, hidden, inter):
+    """192 hidden / 64 intermediate features (mxfp4 case): both K dims padded to the 128-wide tile, activation
+    loads masked at the real width (what gpt-oss's 2880 needs)."""
+    x, idx, wts, w = _setup(fmt, routing, seed=1, bias=bias, hidden=hidden, inter=inter)
     out = _assert_moe_matches(x, idx, wts, w, "block_scaled")
-    assert out.shape == (x.shape[0], HIDDEN) and out.dtype == torch.bfloat16
+    assert out.shape == (x.shape[0], hidden) and out.dtype == torch.bfloat16
     kind = "mxf4nvf4.block_scale" if fmt == "nvfp4" else "mxf8f6f4.block_scale"
     ptxs = [entry[0].asm["ptx"] for key, entry in moe._GEMM._entries.items() if key[0][1] == fmt]
     assert len(ptxs) >= 2 and all(kind in ptx for ptx in ptxs)  # both projections on block-scaled tcgen05
@@ -311,16 +323,16 @@ def test_grouped_mm_path_matches_float64(fmt, routing, bias, activation):
     per-pair reference, bf16 GEMM outputs (2^-8) and bf16 h make the bound 2^-6 of the largest output."""
     if not hasattr(torch, "_grouped_mm"):
         pytest.skip(f"torch {torch.__version__} has no _grouped_mm")
-    x, idx, wts, w = _setup(fmt, routing, seed=7, bias=bias, activation=activation)
+    x, idx, wts, w = _setup(fmt, routing, seed=7, bias=bias, activation=activation, hidden=192, inter=64)
     out = moe.moe_experts(x, idx, wts, w, path="grouped_mm")
-    gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, fmt)
-    dn = _dequant(w.down_data, w.down_scales, w.down_global, fmt)
-    ref = torch.zeros(x.shape[0], HIDDEN, dtype=torch.float64)
+    gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, fmt, w.hidden)
+    dn = _dequant(w.down_data, w.down_scales, w.down_global, fmt, w.intermediate)
+    ref = torch.zeros(x.shape[0], 192, dtype=torch.float64)
     for t in range(x.shape[0]):
         for j in range(idx.shape[1]):
             e = int(idx[t, j])
             pre = gu[e] @ x[t].double() + w.gate_up_bias[e].double()
-            h = _act(pre[:INTER], pre[INTER:], w)
+            h = _act(pre[:64], pre[64:], w)
             ref[t] += (dn[e] @ h + w.down_bias[e].double()) * float(wts[t, j])
     err = (out.double() - ref).abs().max().item()
     assert err <= 2.0 ** -6 * ref.abs().max().item(), err

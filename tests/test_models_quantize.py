@@ -24,7 +24,7 @@ COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=128, num_hidden
 
 
 def _model(kind: str) -> torch.nn.Module:
-    if kind == "gpt_oss" and not hasattr(transformers, "GptOssConfig"):
+    if kind.startswith("gpt_oss") and not hasattr(transformers, "GptOssConfig"):
         pytest.skip(f"transformers {transformers.__version__} has no gpt-oss")
     torch.manual_seed(0)
     if kind == "llama":
@@ -33,9 +33,11 @@ def _model(kind: str) -> torch.nn.Module:
     elif kind == "mixtral":
         cfg = transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2)
         model = transformers.MixtralForCausalLM(cfg)
-    else:
-        cfg = transformers.GptOssConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, head_dim=32,
-                                        sliding_window=16, layer_types=["sliding_attention", "full_attention"])
+    else:  # gpt_oss_odd: 192 hidden / 64 intermediate, sizes the kernel pads to its K tile (as gpt-oss's 2880)
+        sizes = {"hidden_size": 192, "intermediate_size": 64} if kind == "gpt_oss_odd" else {}
+        cfg = transformers.GptOssConfig(**{**COMMON, **sizes}, num_local_experts=4, num_experts_per_tok=2,
+                                        head_dim=32, sliding_window=16,
+                                        layer_types=["sliding_attention", "full_attention"])
         model = transformers.GptOssForCausalLM(cfg)
     model = model.to(torch.bfloat16).eval()
     if kind != "llama" and not any(experts_layout(m) for m in model.modules()):
@@ -65,7 +67,7 @@ class _FakeQuantLinear(torch.nn.Module):
 
 #: How each model family stores its experts (transformers' modeling code): transposed to [E, H, 2I] / [E, I, H],
 #: gate/up interleaved (gate = even columns) instead of gate half then up half.
-STORAGE = {"mixtral": (False, False), "gpt_oss": (True, True)}
+STORAGE = {"mixtral": (False, False), "gpt_oss": (True, True), "gpt_oss_odd": (True, True)}
 
 
 def _qdq_rows(w: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -129,7 +131,7 @@ def test_quantize_converts_the_right_modules(kind, fmt, n_linear, n_experts):
 # already differ by bf16 rounding, and a moved NVFP4 code (~10% of an element) would swamp what is checked.
 @pytest.mark.parametrize("kind,fmt,part", [("llama", "nvfp4", "linear"), ("mixtral", "nvfp4", "experts"),
                                            ("mixtral", "nvfp4", "linear"), ("gpt_oss", "mxfp4", "experts"),
-                                           ("gpt_oss", "nvfp4", "experts")])
+                                           ("gpt_oss", "nvfp4", "experts"), ("gpt_oss_odd", "mxfp4", "experts")])
 def test_converted_model_matches_fake_quant(kind, fmt, part):
     model = _model(kind)
     original = copy.deepcopy(model)

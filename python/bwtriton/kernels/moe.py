@@ -43,23 +43,42 @@ from ..language.quant import dequantize_mxfp4_tile, quantize_mxfp8_tile, quantiz
 from ._common import dequant_nvfp4_bf16, tcgen05_block_scaled
 from ._launcher import CachedLauncher
 
-__all__ = ["MoEWeights", "RoutingPlan", "route_topk", "plan_routing", "moe_gate_up", "moe_down", "unpermute",
+__all__ = ["pad_k", "MoEWeights", "RoutingPlan", "route_topk", "plan_routing", "moe_gate_up", "moe_down", "unpermute",
            "moe_experts", "moe_experts_grouped_mm", "default_path", "ACTIVATIONS", "PATHS"]
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 PATHS = ("block_scaled", "dequant", "grouped_mm")
 _FMT_VEC = {"nvfp4": 16, "mxfp4": 32}
-#: Feature multiple the kernel tiles without masks: K (hidden / intermediate) by BLOCK_K, N by BLOCK_N.
-FEATURE_MULTIPLE = 128
+#: The kernel's K tile: expert weights are stored with K (their input features) padded with zero bytes and zero
+#: scales to a multiple of it (`pad_k`), and activation loads are masked at the real width, so sizes like gpt-oss's
+#: 2880 work; padded elements contribute exact zeros.
+K_TILE = 128
+#: Output features (hidden, intermediate) must be multiples of the smallest N block.
+N_MULTIPLE = 64
+
+
+def pad_k(data: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(data [..., K/2], scales [..., K/vec]) with K padded to a multiple of `K_TILE` by zero bytes (E2M1 zeros,
+    scale 0 / 2^-127); returned unchanged when K already is one."""
+    k_half = data.shape[-1]
+    pad_bytes = (-2 * k_half) % K_TILE // 2
+    if pad_bytes == 0:
+        return data, scales
+    vec = 2 * k_half // scales.shape[-1]
+    raw = scales.view(torch.uint8)
+    data = torch.nn.functional.pad(data, (0, pad_bytes))
+    raw = torch.nn.functional.pad(raw, (0, 2 * pad_bytes // vec))
+    return data.contiguous(), raw.contiguous().view(scales.dtype)
 
 
 @dataclass(frozen=True)
 class MoEWeights:
     """The expert weights of one MoE layer, as the kernels read them.
 
-    gate_up_data uint8 [E, 2I, H/2] (gate rows first, then up rows), gate_up_scales [E, 2I, H/vec] (nvfp4:
+    gate_up_data uint8 [E, 2I, Hp/2] (gate rows first, then up rows), gate_up_scales [E, 2I, Hp/vec] (nvfp4:
     float8_e4m3fn, vec 16; mxfp4: uint8 UE8M0, vec 32), gate_up_global fp32 [E, 2] (nvfp4 decode scales of the
-    gate and up halves; ones for mxfp4); down_data [E, H, I/2], down_scales [E, H, I/vec], down_global fp32 [E].
+    gate and up halves; ones for mxfp4); down_data [E, H, Ip/2], down_scales [E, H, Ip/vec], down_global fp32 [E].
+    Hp, Ip: H and I padded to a multiple of `K_TILE` (`pad_k`).
     Biases fp32 [E, 2I] / [E, H] or None. activation: 'silu' (silu(gate) * up) or 'swiglu_oai' (gpt-oss:
     gate clamped above at `limit`, up to [-limit, limit], gate * sigmoid(alpha * gate) * (up + 1))."""
 
@@ -250,9 +269,11 @@ def unpermute(y: torch.Tensor, plan: RoutingPlan, dtype: torch.dtype = torch.bfl
 # ---------------------------------------------------------------------------------------------------- kernel
 
 @triton.jit
-def _a_tile(a_ptr, a_rows, row_ok, stride_a, k0, BLOCK_K: tl.constexpr):
+def _a_tile(a_ptr, a_rows, row_ok, stride_a, k0, K_A, BLOCK_K: tl.constexpr):
+    """A[a_rows, k0:k0+BLOCK_K], zeros past the real width K_A (the weights' K is padded to BLOCK_K)."""
     rk = k0 + tl.arange(0, BLOCK_K)
-    return tl.load(a_ptr + a_rows[:, None].to(tl.int64) * stride_a + rk[None, :], mask=row_ok[:, None], other=0.0)
+    return tl.load(a_ptr + a_rows[:, None].to(tl.int64) * stride_a + rk[None, :],
+                   mask=row_ok[:, None] & (rk[None, :] < K_A), other=0.0)
 
 
 @triton.jit
@@ -304,12 +325,12 @@ def _activation(g, u, ACT: tl.constexpr, alpha, limit):
 
 @triton.jit
 def moe_gemm_kernel(a_ptr, stride_a, sorted_token, sorted_weight, expert_end, tile_expert, tile_row,
-                    w_data, w_scales, w_global, bias_ptr, s_enc_ptr, out_ptr, N, K, act_alpha, act_limit,
+                    w_data, w_scales, w_global, bias_ptr, s_enc_ptr, out_ptr, N, K, K_A, act_alpha, act_limit,
                     FMT: tl.constexpr, PATH_SCALED: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
                     ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One (tile, N block) of a grouped expert GEMM. GATED: gate/up, A = tokens (gathered through sorted_token),
     weight [E, 2N, K], out = bf16 h [rows, N]. Otherwise down: A = rows of h, weight [E, N, K],
-    out = fp32 [rows, N] times the row's routing weight."""
+    out = fp32 [rows, N] times the row's routing weight. K is the weights' padded width, K_A <= K the A width."""
     tile = tl.program_id(0)
     e = tl.load(tile_expert + tile)
     row0 = tl.load(tile_row + tile)
@@ -340,7 +361,7 @@ def moe_gemm_kernel(a_ptr, stride_a, sorted_token, sorted_weight, expert_end, ti
                 s_enc = tl.load(s_enc_ptr)
         acc = tl.zeros((BLOCK_M, W_COLS), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
-            a = _a_tile(a_ptr, a_rows, row_ok, stride_a, k0, BLOCK_K)
+            a = _a_tile(a_ptr, a_rows, row_ok, stride_a, k0, K_A, BLOCK_K)
             a_q, a_s = _quantize_a(a, s_enc, FMT, PATH_SCALED)
             acc = _w_dot(acc, a_q, a_s, a, w_d, w_s, w_rows, k0, K, FMT, PATH_SCALED, BLOCK_K)
         x_dec = 1.0
@@ -413,7 +434,7 @@ def _encode_scale(a: torch.Tensor, w: MoEWeights, path: str) -> torch.Tensor:
 
 def _launch(a: torch.Tensor, plan: RoutingPlan, w: MoEWeights, gated: bool, path: str) -> torch.Tensor:
     n = w.intermediate if gated else w.hidden
-    k = a.shape[1]
+    k_a = a.shape[1]
     data, scales, glob, bias = ((w.gate_up_data, w.gate_up_scales, w.gate_up_global, w.gate_up_bias) if gated
                                 else (w.down_data, w.down_scales, w.down_global, w.down_bias))
     rows = plan.sorted_token.numel()
@@ -421,14 +442,15 @@ def _launch(a: torch.Tensor, plan: RoutingPlan, w: MoEWeights, gated: bool, path
     s_enc = _encode_scale(a, w, path)
     block_m = plan.block_m
     block_n = _block_n(n, block_m, plan.tile_expert.numel(), a.device, path)
+    k = 2 * data.shape[-1]
     block_k = 128
     grid = (plan.tile_expert.numel(), n // block_n)
     scale_arg = scales if w.fmt == "nvfp4" else scales.view(torch.uint8)
     bias_arg = bias if bias is not None else glob
-    key = ("moe", w.fmt, path, gated, bias is not None, w.activation, n, k, a.stride(0), block_m, block_n)
+    key = ("moe", w.fmt, path, gated, bias is not None, w.activation, n, k, k_a, a.stride(0), block_m, block_n)
     _GEMM.launch(key, grid, a.device,
                  (a, a.stride(0), plan.sorted_token, plan.sorted_weight, plan.expert_end, plan.tile_expert,
-                  plan.tile_row, data, scale_arg, glob, bias_arg, s_enc, out, n, k, float(w.swiglu_alpha),
+                  plan.tile_row, data, scale_arg, glob, bias_arg, s_enc, out, n, k, k_a, float(w.swiglu_alpha),
                   float(w.swiglu_limit)),
                  dict(FMT=w.fmt, PATH_SCALED=path == "block_scaled", GATED=gated, HAS_BIAS=bias is not None,
                       ACT=w.activation, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
@@ -447,9 +469,13 @@ def _check(x: torch.Tensor, w: MoEWeights, path: str) -> None:
         raise InputError(f"moe_experts: x must be bf16 [tokens, {w.hidden}], got {x.dtype} {tuple(x.shape)}; "
                          f"flatten the batch and convert with .to(torch.bfloat16)")
     for what, size in (("hidden", w.hidden), ("intermediate", w.intermediate)):
-        if size % FEATURE_MULTIPLE:
-            raise InputError(f"moe_experts: the {what} size {size} must be a multiple of {FEATURE_MULTIPLE} "
-                             f"(the kernel's K tile); pad the expert weights with zeros")
+        if size % N_MULTIPLE:
+            raise InputError(f"moe_experts: the {what} size {size} must be a multiple of {N_MULTIPLE} (the "
+                             f"kernel's smallest N block); pad the expert weights with zero rows")
+    for what, data, k in (("gate_up", w.gate_up_data, w.hidden), ("down", w.down_data, w.intermediate)):
+        if 2 * data.shape[-1] % K_TILE or not k <= 2 * data.shape[-1] < k + K_TILE:
+            raise InputError(f"moe_experts: {what}_data holds K={2 * data.shape[-1]} inputs for {k} features; store "
+                             f"K padded to a multiple of {K_TILE} (kernels.moe.pad_k)")
 
 
 def moe_gate_up(x: torch.Tensor, plan: RoutingPlan, w: MoEWeights, path: str) -> torch.Tensor:
@@ -494,13 +520,14 @@ def moe_experts_grouped_mm(x: torch.Tensor, top_k_index: torch.Tensor, top_k_wei
     rows = plan.sorted_token.numel()
     expert = torch.searchsorted(plan.expert_end, torch.arange(rows, device=x.device, dtype=torch.int32), right=True)
     i = w.intermediate
-    gu = torch._grouped_mm(x[plan.sorted_token.long()], _bf16_weights(w.gate_up_data, w.gate_up_scales, w.fmt)
-                           .transpose(1, 2), offs=plan.expert_end)
+    w_gu = _bf16_weights(w.gate_up_data, w.gate_up_scales, w.fmt)[..., :w.hidden].contiguous()
+    gu = torch._grouped_mm(x[plan.sorted_token.long()], w_gu.transpose(1, 2), offs=plan.expert_end)
     gu = gu.float().view(rows, 2, i) * w.gate_up_global[expert].view(rows, 2, 1)
     if w.gate_up_bias is not None:
         gu = gu + w.gate_up_bias[expert].view(rows, 2, i)
     h = _activation_torch(gu[:, 0], gu[:, 1], w).to(torch.bfloat16)
-    y = torch._grouped_mm(h, _bf16_weights(w.down_data, w.down_scales, w.fmt).transpose(1, 2), offs=plan.expert_end)
+    w_dn = _bf16_weights(w.down_data, w.down_scales, w.fmt)[..., :i].contiguous()
+    y = torch._grouped_mm(h, w_dn.transpose(1, 2), offs=plan.expert_end)
     y = y.float() * w.down_global[expert].unsqueeze(1)
     if w.down_bias is not None:
         y = y + w.down_bias[expert]

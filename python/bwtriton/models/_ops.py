@@ -31,9 +31,9 @@ def reference_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights:
     """What the 'dequant' path computes, in float32 torch: per token and chosen expert, h = act(gate, up) of the
     bf16 x against the exact weights, rounded to bf16, then down, weighted, summed over the k experts."""
     i = w.intermediate
-    gu = dequantize_projection(w.gate_up_data, w.gate_up_scales, w.fmt)
+    gu = dequantize_projection(w.gate_up_data, w.gate_up_scales, w.fmt)[..., :w.hidden]
     gu = gu * torch.repeat_interleave(w.gate_up_global.float(), i, dim=1).unsqueeze(-1)
-    dn = dequantize_projection(w.down_data, w.down_scales, w.fmt) * w.down_global.float().view(-1, 1, 1)
+    dn = dequantize_projection(w.down_data, w.down_scales, w.fmt)[..., :i] * w.down_global.float().view(-1, 1, 1)
     out = torch.zeros(x.shape[0], w.hidden, dtype=torch.float32, device=x.device)
     xf = x.float()
     for e in range(w.num_experts):

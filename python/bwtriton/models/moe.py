@@ -18,7 +18,7 @@ import torch
 
 from ..errors import InputError
 from ..formats import quantize_mxfp4, quantize_nvfp4
-from ..kernels.moe import ACTIVATIONS, MoEWeights
+from ..kernels.moe import ACTIVATIONS, MoEWeights, pad_k
 from . import _ops  # noqa: F401  (registers torch.ops.bwtriton.moe_experts)
 
 __all__ = ["MoEExperts", "quantize_moe_weights"]
@@ -27,13 +27,15 @@ _VEC = {"nvfp4": 16, "mxfp4": 32}
 
 
 def _quantize_rows(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(data, scales, global decode scale) of w [E, rows, K]; nvfp4: one global scale per expert."""
+    """(data, scales, global decode scale) of w [E, rows, K], K padded for the kernel (`pad_k`); nvfp4: one
+    global scale per expert."""
     if fmt == "mxfp4":
         q = quantize_mxfp4(w.float())
-        return q.data, q.scales.view(torch.uint8), torch.ones(w.shape[0], dtype=torch.float32, device=w.device)
+        glob = torch.ones(w.shape[0], dtype=torch.float32, device=w.device)
+        return (*pad_k(q.data, q.scales.view(torch.uint8)), glob)
     qs = [quantize_nvfp4(w[e].float()) for e in range(w.shape[0])]
-    return (torch.stack([q.data for q in qs]), torch.stack([q.scales for q in qs]),
-            torch.stack([q.global_scale.reshape(()) for q in qs]))
+    data, scales = pad_k(torch.stack([q.data for q in qs]), torch.stack([q.scales for q in qs]))
+    return data, scales, torch.stack([q.global_scale.reshape(()) for q in qs])
 
 
 def quantize_moe_weights(gate_up: torch.Tensor, down: torch.Tensor, fmt: str, *,
@@ -69,8 +71,9 @@ def _deinterleave(t: torch.Tensor) -> torch.Tensor:
 class MoEExperts(torch.nn.Module):
     """Experts of an MoE layer in NVFP4 / MXFP4; forward(hidden [T, H], top_k_index [T, k], top_k_weights [T, k]).
 
-    Buffers: gate_up_data uint8 [E, 2I, H/2], gate_up_scales [E, 2I, H/vec], gate_up_global fp32 [E, 2],
-    down_data [E, H, I/2], down_scales [E, H, I/vec], down_global fp32 [E], optional fp32 biases
+    Buffers: gate_up_data uint8 [E, 2I, Hp/2], gate_up_scales [E, 2I, Hp/vec], gate_up_global fp32 [E, 2],
+    down_data [E, H, Ip/2], down_scales [E, H, Ip/vec], down_global fp32 [E] (Hp, Ip: H, I padded with zeros to
+    `kernels.moe.K_TILE`), optional fp32 biases
     gate_up_bias [E, 2I] and down_bias [E, H]. Scales are float8_e4m3fn (nvfp4) or uint8 UE8M0 (mxfp4)."""
 
     def __init__(self, weights: MoEWeights, path: str = "auto"):
@@ -100,9 +103,11 @@ class MoEExperts(torch.nn.Module):
         gu, dn = experts.gate_up, experts.down
         order = _deinterleave if experts.gate_up_order == "interleaved" else (lambda t: t)
         ones = torch.ones(gu.shape[0], dtype=torch.float32, device=gu.data.device)
-        w = MoEWeights(fmt="mxfp4", gate_up_data=order(gu.data), gate_up_scales=order(gu.scales.view(torch.uint8)),
-                       gate_up_global=torch.stack((ones, ones), 1), down_data=dn.data.contiguous(),
-                       down_scales=dn.scales.view(torch.uint8).contiguous(), down_global=ones.clone(),
+        gu_data, gu_scales = pad_k(order(gu.data), order(gu.scales.view(torch.uint8)))
+        dn_data, dn_scales = pad_k(dn.data.contiguous(), dn.scales.view(torch.uint8).contiguous())
+        w = MoEWeights(fmt="mxfp4", gate_up_data=gu_data, gate_up_scales=gu_scales,
+                       gate_up_global=torch.stack((ones, ones), 1), down_data=dn_data,
+                       down_scales=dn_scales, down_global=ones.clone(),
                        gate_up_bias=None if experts.gate_up_bias is None else order(experts.gate_up_bias),
                        down_bias=experts.down_bias, activation=activation, swiglu_alpha=swiglu_alpha,
                        swiglu_limit=swiglu_limit)
@@ -117,11 +122,12 @@ class MoEExperts(torch.nn.Module):
 
         def glob(ws):
             return torch.stack([w.global_scale.reshape(()) for w in ws]).float()
-        w = MoEWeights(fmt="nvfp4", gate_up_data=torch.cat((stack(experts.gate, "data"), stack(experts.up, "data")), 1),
-                       gate_up_scales=torch.cat((stack(experts.gate, "scales"), stack(experts.up, "scales")), 1),
+        gu_data, gu_scales = pad_k(torch.cat((stack(experts.gate, "data"), stack(experts.up, "data")), 1),
+                                   torch.cat((stack(experts.gate, "scales"), stack(experts.up, "scales")), 1))
+        dn_data, dn_scales = pad_k(stack(experts.down, "data"), stack(experts.down, "scales"))
+        w = MoEWeights(fmt="nvfp4", gate_up_data=gu_data, gate_up_scales=gu_scales,
                        gate_up_global=torch.stack((glob(experts.gate), glob(experts.up)), 1).contiguous(),
-                       down_data=stack(experts.down, "data"), down_scales=stack(experts.down, "scales"),
-                       down_global=glob(experts.down))
+                       down_data=dn_data, down_scales=dn_scales, down_global=glob(experts.down))
         return cls(w, path)
 
     @property

@@ -16,7 +16,7 @@ from typing import Iterable, Optional
 import torch
 
 from ..errors import InputError
-from ..kernels.moe import FEATURE_MULTIPLE
+from ..kernels.moe import N_MULTIPLE
 from .moe import MoEExperts
 
 __all__ = ["quantize_", "QuantizeReport", "experts_layout"]
@@ -111,9 +111,9 @@ def quantize_(model: torch.nn.Module, *, linear: bool = True, experts_fmt: Optio
             _, hidden, inter = module.down_proj.shape  # [E, H, I]; transposed: [E, I, H]
             if layout.transposed:
                 hidden, inter = inter, hidden
-            if hidden % FEATURE_MULTIPLE or inter % FEATURE_MULTIPLE:
+            if hidden % N_MULTIPLE or inter % N_MULTIPLE:
                 report.kept[name] = f"expert sizes hidden={hidden}, intermediate={inter} are not multiples of " \
-                                    f"{FEATURE_MULTIPLE}"
+                                    f"{N_MULTIPLE}"
             elif not _is_silu(module):
                 report.kept[name] = f"activation {type(module.act_fn).__name__} is not SiLU"
             else:
