@@ -50,6 +50,7 @@ from ._validate import InputChecker, check_bf16_activations, check_out_dtype, ch
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_as_words
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 from . import _decode_frag as _frag
+from . import mixed_gemm as _mixed
 
 __all__ = ["nvfp4_decode_matmul", "decode_scaled", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -297,6 +298,9 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
     (M <= GEMV_TUNE_MAX_M) and the tensor-core kernel's."""
+    mixed = _mixed.mixed_candidates(m, n, k, num_sms)
+    if m > MAX_DECODE_M:  # the CUDA-core and mma.sync kernels are built for decode shapes only
+        return mixed
     cands = [] if os.environ.get("BWTRITON_DECODE_FRAG") == "0" else _frag.frag_candidates(m, n, k)
     if m <= GEMV_TUNE_MAX_M:
         for rows, groups, two_steps, *warps in _GEMV_SHAPES:
@@ -312,12 +316,14 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
             cfg["SPLIT_K"] = split
             if cfg not in cands:
                 cands.append(cfg)
-    return cands
+    return cands + mixed
 
 
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     """The untuned choice (used under CUDA-graph capture before a shape was tuned, or with
-    BWTRITON_DECODE_TUNE=0): GEMV for M <= GEMV_MAX_M, tensor cores above."""
+    BWTRITON_DECODE_TUNE=0): GEMV for M <= GEMV_MAX_M, mma.sync up to MAX_DECODE_M, the wgmma mixed GEMM above."""
+    if m > MAX_DECODE_M:
+        return _mixed.mixed_candidates(m, n, k, num_sms)[0]
     if m <= GEMV_MAX_M:
         return dict(gemv_config(m, n, k, num_sms), path="gemv", GROUPS_PER_THREAD=2)
     return dict(decode_config(m, n, k, num_sms), path="mma")
@@ -332,11 +338,13 @@ TUNING_FAILURES: dict[tuple, dict[str, str]] = {}
 _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
 _FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
-_PATHS = ("gemv", "mma", "frag")
+_PATHS = ("gemv", "mma", "frag", "wgmma")
 
 
 def config_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gemv R2 G2 split1', 'mma BN32 split2' or 'frag T4 C2 w8 split16'."""
+    if cfg["path"] == "wgmma":
+        return _mixed.mixed_label(cfg)
     if cfg["path"] == "frag":
         return (f"frag T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
                 f"split{cfg['SPLIT_K']}")
@@ -442,12 +450,15 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     same bias-or-not) again for new activations, epilogue scale and bias (one allocation, one launch)."""
     n, k = w_q.shape
     split, path = cfg["SPLIT_K"], cfg["path"]
-    grid = (n // _block_n(cfg), split, 1)
+    grid = _mixed.mixed_grid(cfg, m, n) if path == "wgmma" else (n // _block_n(cfg), split, 1)
     layout, shape = w_q.scale_layout, tuple(w_q.shape)
     # Weak references: the plans that hold this replay are dropped with the weight's tensors (nvfp4_linear keys
     # them on those tensors), which a strong reference here would keep alive forever.
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
+
+    if path == "wgmma":  # entry is a MixedLaunch: one launch, split-K reduced inside the kernel
+        return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, alpha, bias)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         w_data, w_scales = data_ref(), scales_ref()
@@ -485,9 +496,8 @@ def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]
         check_quantized(op, "w_q", w_q, ("nvfp4",))
         _VALIDATED[id(w_q)] = w_q
     m, n, k = check_bf16_activations(op, x, w_q)
-    if not 1 <= m <= MAX_DECODE_M:
-        raise InputError(f"{op}: M={m} is outside the decode range 1..{MAX_DECODE_M}; use nvfp4_linear or "
-                         f"nvfp4_matmul for larger batches")
+    if m < 1:
+        raise InputError(f"{op}: x has no rows (M={m}); pass at least one activation row")
     if n % 64 or k % 256:
         raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 256; pad the weight")
     check_out_dtype(op, out_dtype)
@@ -503,7 +513,12 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
     if path not in _PATHS:
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' (tensor cores) or 'frag' "
                          f"(tensor cores, fragment-ordered weight copy), got {path!r}")
-    if path == "frag":
+    if path == "wgmma":
+        cands = _mixed.mixed_candidates(m, n, k, num_sms)
+        if not cands:
+            raise InputError(f"{op}: the wgmma path needs N % 64 == 0 and K % 64 == 0, got N={n}, K={k}")
+        defaults = {key: v for key, v in cands[0].items() if key != "path"}
+    elif path == "frag":
         cands = _frag.frag_candidates(m, n, k)
         defaults = cands[0] if cands else _frag.frag_candidate(m, n, k, 1, 1, 4, 1)
         if defaults is None:
@@ -528,13 +543,18 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     multiplies the fp32 result before `bias` ([N], added in fp32) and the cast."""
     m, k = x.shape
     n = w_q.shape[0]
+    if alpha is None:
+        alpha = decode_scale_arg(w_q, device)
+    if cfg["path"] == "wgmma":
+        if not _mixed.mixed_tiles(cfg, m, n, k):
+            raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "
+                             f"K of BLOCK_K*SPLIT_K")
+        return _mixed.launch_mixed(x, w_q, alpha, alpha, bias, cfg, out_dtype=out_dtype)
     split = cfg["SPLIT_K"]
     if split > 1:
         out = torch.zeros((m, n), dtype=torch.float32, device=device)
     else:
         out = torch.empty((m, n), dtype=out_dtype, device=device)
-    if alpha is None:
-        alpha = decode_scale_arg(w_q, device)
     blocked = w_q.scale_layout == "blocked_128x4"
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
     kwargs["HAS_BIAS"] = bias is not None
