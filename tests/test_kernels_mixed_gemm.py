@@ -74,7 +74,7 @@ def test_candidates_tile_and_cover_every_m():
 def test_decode_tuner_offers_wgmma_at_every_m():
     assert any(c["path"] == "wgmma" for c in decode.decode_candidates(4, 4096, 4096))
     large = decode.decode_candidates(1024, 4096, 4096)
-    assert large and all(c["path"] == "wgmma" for c in large)
+    assert {c["path"] for c in large} == {"wgmma", "dequant_gemm"}  # past MAX_DECODE_M: the GEMMs for any M
     assert decode.default_config(300, 4096, 4096)["path"] == "wgmma"
 
 
@@ -165,14 +165,15 @@ def test_gpu_one_hot_rows_pick_weights_exactly(split):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 16, 64, 200, 1024])
+@pytest.mark.parametrize("m", [1, 64, 200, 1024])
 def test_gpu_every_wgmma_candidate_is_correct(m):
     torch.manual_seed(11)
     n, k = 512, 4096
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=m == 200)
     ref_w = w_q.dequantize(torch.float64)
-    for cfg in mixed.mixed_candidates(m, n, k, num_sms=torch.cuda.get_device_properties(0).multi_processor_count):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for cfg in [c for c in decode.decode_candidates(m, n, k, sms) if c["path"] in ("wgmma", "dequant_gemm")]:
         out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
         assert_close_to_reference(out, x.double(), ref_w)
         again = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
@@ -180,7 +181,7 @@ def test_gpu_every_wgmma_candidate_is_correct(m):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 16, 64, 300])
+@pytest.mark.parametrize("m", [1, 64, 300])
 @pytest.mark.parametrize("form", ["auto", "mixed", "dequant_decode", "dequant_gemm"])
 def test_gpu_linear_forms(m, form):
     torch.manual_seed(13)

@@ -51,6 +51,8 @@ from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_a
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 from . import _decode_frag as _frag
 from . import mixed_gemm as _mixed
+from .matmul import matmul
+from .nvfp4_dequant import dequantize_nvfp4_bf16
 
 __all__ = ["nvfp4_decode_matmul", "decode_scaled", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -299,6 +301,8 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
     (M <= GEMV_TUNE_MAX_M) and the tensor-core kernel's."""
     mixed = _mixed.mixed_candidates(m, n, k, num_sms)
+    if m >= DEQUANT_GEMM_MIN_M:
+        mixed = mixed + [{"path": "dequant_gemm", "SPLIT_K": 1}]
     if m > MAX_DECODE_M:  # the CUDA-core and mma.sync kernels are built for decode shapes only
         return mixed
     cands = [] if os.environ.get("BWTRITON_DECODE_FRAG") == "0" else _frag.frag_candidates(m, n, k)
@@ -338,13 +342,30 @@ TUNING_FAILURES: dict[tuple, dict[str, str]] = {}
 _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
 _FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
-_PATHS = ("gemv", "mma", "frag", "wgmma")
+_PATHS = ("gemv", "mma", "frag", "wgmma", "dequant_gemm")
+
+#: Smallest M for which the tuner also tries dequantizing the weight to bf16 and running the bf16 GEMM
+#: (`kernels.matmul`): 2 bytes per weight written and read back per call, paid off only where the GEMM is long.
+DEQUANT_GEMM_MIN_M = 64
+
+
+def _dequant_gemm(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, layout: str, shape: tuple,
+                  alpha: torch.Tensor, bias, out_dtype: torch.dtype) -> torch.Tensor:
+    """x @ (e2m1 * e4m3 of the weight)^T * alpha (+ bias) via the exact bf16 dequantization and the bf16 GEMM."""
+    from types import SimpleNamespace  # a stand-in QuantizedTensor for the replay (which holds no weight)
+    w = SimpleNamespace(data=data, scales=scales, scale_layout=layout, shape=shape)
+    out = matmul(x, dequantize_nvfp4_bf16(w).T, a_scale=alpha, out_dtype=out_dtype)
+    if bias is not None:
+        out += bias
+    return out
 
 
 def config_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gemv R2 G2 split1', 'mma BN32 split2' or 'frag T4 C2 w8 split16'."""
     if cfg["path"] == "wgmma":
         return _mixed.mixed_label(cfg)
+    if cfg["path"] == "dequant_gemm":
+        return "dequant_gemm (bf16 weight + kernels.matmul)"
     if cfg["path"] == "frag":
         return (f"frag T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
                 f"split{cfg['SPLIT_K']}")
@@ -459,6 +480,9 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
 
     if path == "wgmma":  # entry is a MixedLaunch: one launch, split-K reduced inside the kernel
         return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, alpha, bias)
+    if path == "dequant_gemm":
+        return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
+                                                    out_dtype)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         w_data, w_scales = data_ref(), scales_ref()
@@ -513,7 +537,9 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
     if path not in _PATHS:
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' (tensor cores) or 'frag' "
                          f"(tensor cores, fragment-ordered weight copy), got {path!r}")
-    if path == "wgmma":
+    if path == "dequant_gemm":
+        defaults = {"SPLIT_K": 1}
+    elif path == "wgmma":
         cands = _mixed.mixed_candidates(m, n, k, num_sms)
         if not cands:
             raise InputError(f"{op}: the wgmma path needs N % 64 == 0 and K % 64 == 0, got N={n}, K={k}")
@@ -545,6 +571,9 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     n = w_q.shape[0]
     if alpha is None:
         alpha = decode_scale_arg(w_q, device)
+    if cfg["path"] == "dequant_gemm":
+        return _dequant_gemm(x, w_q.data, w_q.scales, w_q.scale_layout, tuple(w_q.shape), alpha, bias,
+                             out_dtype), None
     if cfg["path"] == "wgmma":
         if not _mixed.mixed_tiles(cfg, m, n, k):
             raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "

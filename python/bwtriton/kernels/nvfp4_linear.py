@@ -307,7 +307,7 @@ MIXED_MAX_M = 64
 
 #: Smallest M for which 'dequant_gemm' is tried: below it the per-call dequantized weight (2 bytes per weight
 #: written and read back) costs more than the GEMM saves.
-DEQUANT_GEMM_MIN_M = 256
+DEQUANT_GEMM_MIN_M = 64
 
 #: Chosen mixed-GEMM config per tuning key of the 'mixed' form (see `_pick_form`).
 _MIXED_CFG: dict[tuple, dict] = {}
