@@ -29,7 +29,7 @@ _SIG = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "out_ptr": "*bf1
 
 
 def _compile(block_m: int, quant_x: bool = False, k_order: bool = True, split: int = 1):
-    const = dict(SCALE_BLOCKED=False, BLOCK_N=64, BLOCK_M=block_m, BLOCK_K=128, SPLIT_K=split, QUANT_X=quant_x,
+    const = dict(SCALE_BLOCKED=False, BLOCK_N=64, BLOCK_M=block_m, BLOCK_K=128, SPLIT=split > 1, QUANT_X=quant_x,
                  K_ORDER=k_order)
     return bwtriton.compile(mixed.nvfp4_mixed_gemm_kernel, signature=_SIG, constexprs=const, target="sm_90a",
                             num_warps=4, num_stages=3, divisible_by_16=[a for a in _SIG if a != "M"])

@@ -19,8 +19,8 @@ kernel's prologue, one launch per call; alpha = S_dec(x) * S_dec(w) is formed in
 re-quantizes its x tile, which costs BLOCK_M x BLOCK_K quantizations per K step against BLOCK_N x BLOCK_K weight
 decodes, so it is only used where M is small (`nvfp4_linear`).
 
-SPLIT_K > 1 splits K over the grid's third axis (fp32 atomics into a zeroed output; bias from slice 0 only) when
-N / BLOCK_N x M / BLOCK_M alone gives too few CTAs to keep HBM busy.
+A split K (the grid's third axis) gives more CTAs where N / BLOCK_N x M / BLOCK_M alone is too few to keep HBM
+busy; the slices are reduced inside the kernel (the last slice of a tile to finish sums them in slice order).
 """
 from __future__ import annotations
 
@@ -70,15 +70,16 @@ def _store_tile(acc, out_ptr, bias_ptr, rn, rm, m_mask, stride_om, HAS_BIAS: tl.
 @triton.jit
 def nvfp4_mixed_gemm_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, scale_ptr, w_dec_ptr, bias_ptr, work_ptr, count_ptr,
                             M, N, K, stride_xm, stride_om, SCALE_BLOCKED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-                            BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, QUANT_X: tl.constexpr = False,
+                            BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, QUANT_X: tl.constexpr = False,
                             S_ENC_FROM_AMAX: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, K_ORDER: tl.constexpr = True):
     """out[m, n] = alpha * sum_k x'[m, k] * e2m1[n, k] * s[n, k // 16] (+ bias[n]), fp32 accumulation.
 
     Weight-only (QUANT_X False): x' = x and alpha = scale_ptr[0] (the caller's fp32 epilogue scale, e.g. the
     weight's global decode scale; w_dec_ptr unused). QUANT_X: x' = e2m1 * e4m3 of NVFP4(x) with encode scale
     S_enc = scale_ptr[0] (or from amax(x) with S_ENC_FROM_AMAX) and alpha = div_rn(1, S_enc) * w_dec_ptr[0].
-    Grid: (N / BLOCK_N, cdiv(M, BLOCK_M), SPLIT_K); K % (BLOCK_K * SPLIT_K) == 0, N % BLOCK_N == 0.
-    SPLIT_K > 1: each K slice stores its fp32 partial tile to work_ptr ([SPLIT_K, tiles, BLOCK_N * BLOCK_M]) and
+    Grid: (N / BLOCK_N, cdiv(M, BLOCK_M), S) with S K slices (a runtime value: one compile serves every split);
+    K % (BLOCK_K * S) == 0, N % BLOCK_N == 0; SPLIT must be S > 1.
+    SPLIT: each K slice stores its fp32 partial tile to work_ptr ([S, tiles, BLOCK_N * BLOCK_M]) and
     bumps the tile's arrival counter (count_ptr, int32 [tiles], zero between launches); the last slice to arrive
     sums the partials in slice order (a fixed order: the result does not depend on which slice came last),
     writes the output and resets the counter. One launch, no zeroed output, no cast kernel."""
@@ -91,7 +92,7 @@ def nvfp4_mixed_gemm_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, scale_ptr, w_dec_ptr,
     rkh = tl.arange(0, BLOCK_K // 2)
     rk = tl.arange(0, BLOCK_K)
     rks = tl.arange(0, BLOCK_K // 16)
-    k_span = K // SPLIT_K
+    k_span = tl.multiple_of(K // tl.num_programs(2), BLOCK_K)  # the host splits K in whole BLOCK_K steps
     k_lo = pid_k * k_span
     n_kb = K // 16
     if QUANT_X:
@@ -116,7 +117,7 @@ def nvfp4_mixed_gemm_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, scale_ptr, w_dec_ptr,
         alpha = tl.math.div_rn(1.0, s_enc) * tl.load(w_dec_ptr)
     else:
         alpha = tl.load(scale_ptr)
-    if SPLIT_K == 1:
+    if not SPLIT:
         _store_tile(acc * alpha, out_ptr, bias_ptr, rn, rm, m_mask, stride_om, HAS_BIAS)
     else:
         tiles = tl.num_programs(0) * tl.num_programs(1)
@@ -126,9 +127,9 @@ def nvfp4_mixed_gemm_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, scale_ptr, w_dec_ptr,
                  cache_modifier=".cg")
         tl.debug_barrier()  # every thread's partial is written before the (release) arrival below
         arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
+        if arrived == tl.num_programs(2) - 1:
             total = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-            for j in tl.static_range(SPLIT_K):  # .cg: past calls may have left these lines in this SM's L1
+            for j in range(tl.num_programs(2)):  # .cg: past calls may have left these lines in this SM's L1
                 total += tl.load(work_ptr + (j * tiles + tile).to(tl.int64) * (BLOCK_N * BLOCK_M) + local,
                                  cache_modifier=".cg")
             tl.store(count_ptr + tile, 0)
@@ -160,9 +161,10 @@ def block_m_for(m: int) -> int:
 
 
 def mixed_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int, stages: int,
-                 num_sms: int = 132, block_m: "int | None" = None, k_order: bool = True) -> "dict | None":
+                 num_sms: int = 132, block_m: "int | None" = None, k_order: bool = True,
+                 split_div: int = 1) -> "dict | None":
     """A config of that shape that tiles (N, K), with K split (powers of two, at most MAX_SPLIT_K) until the grid
-    has >= 2 CTAs per SM; None if the shape does not tile."""
+    has >= 2 CTAs per SM, then divided by `split_div` (fewer, longer slices); None if the shape does not tile."""
     bm = block_m or block_m_for(m)
     if n % block_n or k % block_k:
         return None
@@ -170,6 +172,7 @@ def mixed_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int,
     split = 1
     while ctas * split < 2 * num_sms and k % (2 * split * block_k) == 0 and split < MAX_SPLIT_K:
         split *= 2
+    split = max(1, split // split_div)
     return {"path": "wgmma", "BLOCK_N": block_n, "BLOCK_M": bm, "BLOCK_K": block_k, "SPLIT_K": split,
             "num_warps": warps, "num_stages": stages, "K_ORDER": k_order}
 
@@ -182,9 +185,11 @@ def mixed_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
         shapes += [(bn, bk, w, s, 128) for bn, bk, w, s in _SHAPES[128][:1]]
     cands = []
     for shape in shapes:
-        cfg = mixed_config(m, n, k, *shape[:4], num_sms=num_sms, block_m=shape[4] if len(shape) > 4 else None)
-        if cfg is not None and cfg not in cands:
-            cands.append(cfg)
+        for split_div in (1, 4) if bm <= 64 else (1,):  # the split's slices against its in-kernel reduction
+            cfg = mixed_config(m, n, k, *shape[:4], num_sms=num_sms, block_m=shape[4] if len(shape) > 4 else None,
+                               split_div=split_div)
+            if cfg is not None and cfg not in cands:
+                cands.append(cfg)
     if not cands:  # N or K not a multiple of 128: the smallest tile (N % 64, K % 64 are the callers' limits)
         cfg = mixed_config(m, n, k, 64, 64, 4, 4, num_sms=num_sms)
         cands += [cfg] if cfg is not None else []
@@ -262,8 +267,8 @@ def launch_mixed(x: torch.Tensor, w_q, scale: torch.Tensor, w_dec: torch.Tensor,
     work, count = scratch.get() if scratch is not None else (out, out)
     b = out if bias is None else bias
     args = (x, w_q.data, w_q.scales, out, scale, w_dec, b, work, count, m, n, k, x.stride(0), out.stride(0))
-    kwargs = {key: v for key, v in cfg.items() if key != "path"}
-    kwargs.update(SCALE_BLOCKED=w_q.scale_layout == "blocked_128x4", QUANT_X=quant_x, S_ENC_FROM_AMAX=from_amax,
+    kwargs = {key: v for key, v in cfg.items() if key not in ("path", "SPLIT_K")}
+    kwargs.update(SPLIT=cfg["SPLIT_K"] > 1, SCALE_BLOCKED=w_q.scale_layout == "blocked_128x4", QUANT_X=quant_x, S_ENC_FROM_AMAX=from_amax,
                   HAS_BIAS=bias is not None)
     key = ("wgmma", m, n, k, x.stride(0), out.dtype, b.dtype, tuple(sorted(kwargs.items())))
     entry = _LAUNCHER.launch(key, mixed_grid(cfg, m, n), device, args, kwargs)
