@@ -79,8 +79,8 @@ def test_decode_tuner_offers_wgmma_at_every_m():
 
 
 def test_linear_default_form_without_native_nvfp4_mma():
-    assert linear.default_form(16, 4096, False) == "mixed"
-    assert linear.default_form(4096, 4096, False) == "dequant_decode"
+    assert linear.default_form(16, 384, False) == "mixed"
+    assert linear.default_form(4096, 4096, False) == "dequant_gemm"
     assert linear.default_form(16, 4096, True) == "fused"
 
 

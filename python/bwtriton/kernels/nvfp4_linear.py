@@ -314,14 +314,14 @@ _MIXED_CFG: dict[tuple, dict] = {}
 
 
 def default_form(m: int, k: int, native_nvfp4_mma: bool) -> str:
-    """The untuned choice: without a native NVFP4 MMA (the NVFP4 MMA would be emulated), the one-launch 'mixed'
-    form up to MIXED_MAX_M and 'dequant_decode' (quantize-dequantize x, then the weight-only mixed GEMM) above;
-    with one, fused up to FUSED_MAX_M, two-kernel above."""
+    """The untuned choice. Without a native NVFP4 MMA (it would be emulated), by the H200's measurements: up to
+    MIXED_MAX_M 'dequant_decode' (the decode kernels, fastest there), or the one-launch 'mixed' form where K does
+    not tile them (K % 256); above, 'dequant_gemm' (the bf16 GEMM at wgmma speed). With one: fused up to
+    FUSED_MAX_M, two-kernel above."""
     if not native_nvfp4_mma:
-        if m <= MIXED_MAX_M and k % 128 == 0:
-            return "mixed"
-        if _dequant_decode_ok(m, k):
-            return "dequant_decode"
+        if m <= MIXED_MAX_M:
+            return "dequant_decode" if _dequant_decode_ok(m, k) else "mixed"
+        return "dequant_gemm"
     return "fused" if m <= FUSED_MAX_M else "two_kernel"
 
 
