@@ -214,3 +214,43 @@ def test_gpu_mixed_form_replays_in_a_cuda_graph():
     graph.replay()  # the split-K counters are back at zero after each replay
     ref_a = quantize_nvfp4(x2.float(), global_scale=gs).dequantize(torch.float64)
     assert_close_to_reference(captured, ref_a, w_q.dequantize(torch.float64))
+
+
+@pytest.mark.emu
+@pytest.mark.emulated
+@pytest.mark.usefixtures("emulated_b200_module")
+def test_emulated_dequant_gemm_path_and_its_replay(monkeypatch):
+    """The weight dequantized to bf16 + kernels.matmul (a decode-tuner path from M = 64): the direct call and the
+    replay a plan keeps (which holds no launch entry), with a bias added before the one rounding to bf16. The
+    GEMM config is pinned: autotuning would time every candidate on the emulator."""
+    import functools
+    from bwtriton.kernels import GemmConfig, matmul
+    monkeypatch.setattr(decode, "matmul", functools.partial(matmul, config=GemmConfig(128, 128, 64, 2, 4)))
+    g = torch.Generator().manual_seed(5)
+    m, n, k = 64, 128, 256
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, generator=g) * 0.05)
+    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    ref_w = w_q.dequantize(torch.float64)
+    out = decode.nvfp4_decode_matmul(x, w_q, config={"path": "dequant_gemm"})
+    assert_close_to_reference(out, x.double(), ref_w)
+    replay = decode.make_replay(w_q, {"path": "dequant_gemm", "SPLIT_K": 1}, None, m, torch.bfloat16, x.device)
+    again = replay(x, w_q.global_scale.float().reshape(1), bias)
+    assert_close_to_reference(again, x.double(), ref_w, bias)
+
+
+@pytest.mark.emu
+@pytest.mark.emulated
+@pytest.mark.usefixtures("emulated_b200_module")
+def test_emulated_linear_dequant_gemm_form_rounds_once(monkeypatch):
+    import functools
+    from bwtriton.kernels import GemmConfig, matmul
+    monkeypatch.setattr(linear, "matmul", functools.partial(matmul, config=GemmConfig(128, 128, 64, 2, 4)))
+    g = torch.Generator().manual_seed(6)
+    m, n, k = 64, 128, 256
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, generator=g) * 0.05)
+    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    out = linear.nvfp4_linear(x, w_q, bias, form="dequant_gemm")
+    ref_a = quantize_nvfp4(x.float()).dequantize(torch.float64)
+    assert_close_to_reference(out, ref_a, w_q.dequantize(torch.float64), bias)

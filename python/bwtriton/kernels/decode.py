@@ -354,10 +354,10 @@ def _dequant_gemm(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, lay
     """x @ (e2m1 * e4m3 of the weight)^T * alpha (+ bias) via the exact bf16 dequantization and the bf16 GEMM."""
     from types import SimpleNamespace  # a stand-in QuantizedTensor for the replay (which holds no weight)
     w = SimpleNamespace(data=data, scales=scales, scale_layout=layout, shape=shape)
-    out = matmul(x, dequantize_nvfp4_bf16(w).T, a_scale=alpha, out_dtype=out_dtype)
-    if bias is not None:
-        out += bias
-    return out
+    if bias is None:
+        return matmul(x, dequantize_nvfp4_bf16(w).T, a_scale=alpha, out_dtype=out_dtype)
+    # the bias is added to the fp32 result: one rounding to the output type, as in the other paths
+    return (matmul(x, dequantize_nvfp4_bf16(w).T, a_scale=alpha, out_dtype=torch.float32) + bias).to(out_dtype)
 
 
 def config_label(cfg: dict) -> str:
@@ -471,18 +471,17 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     same bias-or-not) again for new activations, epilogue scale and bias (one allocation, one launch)."""
     n, k = w_q.shape
     split, path = cfg["SPLIT_K"], cfg["path"]
-    grid = _mixed.mixed_grid(cfg, m, n) if path == "wgmma" else (n // _block_n(cfg), split, 1)
     layout, shape = w_q.scale_layout, tuple(w_q.shape)
     # Weak references: the plans that hold this replay are dropped with the weight's tensors (nvfp4_linear keys
     # them on those tensors), which a strong reference here would keep alive forever.
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
-    alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
-
     if path == "wgmma":  # entry is a MixedLaunch: one launch, split-K reduced inside the kernel
         return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, alpha, bias)
-    if path == "dequant_gemm":
+    if path == "dequant_gemm":  # no entry: the dequantize kernel and kernels.matmul keep their own caches
         return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
                                                     out_dtype)
+    grid = (n // _block_n(cfg), split, 1)
+    alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         w_data, w_scales = data_ref(), scales_ref()

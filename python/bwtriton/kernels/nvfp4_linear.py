@@ -275,12 +275,14 @@ def _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg: dict) -> tuple[torch.Tenso
 def _dequant_gemm(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
     """Large M: x quantize-dequantized to exact bf16 values, the weight dequantized to bf16 (both without their
     global scales), then the bf16 wgmma GEMM (`kernels.matmul`) with alpha = S_dec(x) * S_dec(w) as its fp32
-    epilogue scale; the bias is one more elementwise kernel. Four launches, O((M + N) K) extra bytes."""
+    epilogue scale; with a bias the GEMM writes fp32 and one elementwise kernel adds it before the single rounding
+    to bf16. Three or four launches, O((M + N) K) extra bytes."""
     xd, alpha, _ = quant_dequant_nvfp4(x, s_enc, decode_scale_arg(w_q, device))
-    out = matmul(xd, dequantize_nvfp4_bf16(w_q).T, a_scale=alpha)
-    if bias is not None:
-        out += bias
-    return out, ()
+    if bias is None:
+        return matmul(xd, dequantize_nvfp4_bf16(w_q).T, a_scale=alpha), ()
+    # the bias is added to the fp32 result: one rounding to bf16, as in the other forms
+    out = matmul(xd, dequantize_nvfp4_bf16(w_q).T, a_scale=alpha, out_dtype=torch.float32)
+    return (out + bias).to(torch.bfloat16), ()
 
 
 def _dequant_decode(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
