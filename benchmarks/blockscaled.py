@@ -1,21 +1,20 @@
 """NVFP4 benchmark rows (targets are for the H200), timed under CUDA-graph replay by `_harness`.
 
-Rows:
-* decode: weight-only NVFP4 (M = 1, 4, 16) on the four LLM shapes of issue 16 vs cuBLAS bf16 (torch.matmul) on the
-  same shapes, inputs rotated over copies that exceed L2 (a layer's weight is not in L2 in a real model). The
-  unit is GB/s of *our* bytes (4.5 bits/weight); the ratio column is the speedup (same work on both sides); the
-  "of copy BW" column compares ours to the card's measured device-to-device copy bandwidth. Goals: 3.0x, and
-  85% of copy bandwidth at M = 1. Hand-picked configs at M = 1, N = K = 8192 show what the tuner chose from.
-* GEMM: nvfp4_matmul vs torch dequantize + cuBLAS (the dequantization is part of the peer's time: that is what a
-  torch user pays), and vs upstream Triton's own tl.dot_scaled kernel (fails to compile on sm_90: reported as an
-  error row, which is the point of lower-dot-scaled-portable).
-* GEMM rows also show `method='dot_scaled'` (the in-kernel dequant) next to the auto method, which on Hopper
-  takes the exact dequantize-to-bf16 + `kernels.matmul` path for large shapes.
-* linear: nvfp4_linear (auto: fused, quantize + GEMM with PDL, or at M <= 64 'dequant_decode' = quantize-dequantize
-  x + the weight-only decode kernel; tuned per shape) vs the unfused quantize kernel + GEMM (plain launches) for
-  M = 1..8192; the note gives every form's tuning time, so "never slower than its best alternative" can be read
-  off, and M <= 64 rows show 'dequant_decode' alone against the PDL two-kernel form. Goal: 1.2x the unfused path
-  at M <= 64.
+Rows (each against what a user would run instead, `peers.py`, timed in the same process):
+* linear: the W4A4 `nvfp4_linear` (x quantized to NVFP4 on the fly; auto form, tuned per shape) against bf16
+  `F.linear` (cuBLAS) on the original weight, M = 1 .. 8192 at N = K = 4096 / 8192 and the four LLM shapes.
+  Extra peers at N = K = 4096: gemlite int4 g128 (bf16 x), gemlite's W4A4 NVFP4 path at M = 1, and (M <= 64) our
+  own two-launch 'dequant_decode' form as a self-comparison. Goal: >= 1.0x at every M. The note names the form the
+  tuner kept.
+* decode: weight-only `nvfp4_decode_matmul` (bf16 x) against bf16 `F.linear` at M = 1, 16 on every shape and
+  M = 4 .. 8192 on the square ones, with gemlite int4 g128 (and its NVFP4 weight-only path at M = 1, 8192^2) as
+  extra peers. Unit: GB/s of *our* bytes (4.5 bits/weight) up to M = 128, TFLOP/s above; the ratio column is the
+  speedup either way; "of copy BW" compares ours with the card's copy bandwidth. Goals (issue 26): 3.0x and 85% of
+  copy bandwidth at M <= 16, 1.5x at M = 64 - 128, 1.0x above.
+* GEMM: `nvfp4_matmul` vs torch dequantize + cuBLAS (the dequantization is part of the peer's time: that is what
+  a torch user pays), `method='dot_scaled'` at 4096^3 as a self-comparison, and upstream Triton's own
+  `tl.dot_scaled` kernel (fails to compile on sm_90: an error row, which is the point of
+  lower-dot-scaled-portable).
 
 Run alone: ``python benchmarks/blockscaled.py [--out DIR] [--only decode,linear]``; `run_all.py` includes these
 rows via `register()`.

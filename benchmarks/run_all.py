@@ -4,8 +4,9 @@
 
 In order: the card's device-to-device copy bandwidth (the ceiling the decode rows are compared with), host
 overhead per call (`host.py`), then every kernel row under CUDA-graph replay (`_harness`, `_timing`): decode,
-NVFP4 GEMM, linear (`blockscaled.py`) and the dense bf16/fp8 GEMMs (`gemm.py`), each against its peer (cuBLAS
-bf16 via torch.matmul, torch._scaled_mm, torch dequant + cuBLAS, unfused quantize + GEMM). Progress is printed
+NVFP4 GEMM, linear (`blockscaled.py`) and the dense bf16/fp8 GEMMs (`gemm.py`), each against what a user would
+run instead (bf16 F.linear / cuBLAS, gemlite where installed (`peers.py`), torch._scaled_mm, torch dequant +
+cuBLAS). Progress is printed
 per row. Output: DIR/bench.md, DIR/bench.json (everything, with autotuning logs), DIR/bench.{csv,txt,png}.
 Sized for < 6 minutes on an H200 with a cold Triton cache (most of it is first-use compiles and autotuning);
 `--quick` keeps fewer shapes.

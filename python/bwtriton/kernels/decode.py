@@ -1,4 +1,12 @@
-"""Weight-only NVFP4 GEMM for decode shapes: out[M, N] = x[M, K] (bf16) @ dequant(w_q)[N, K]^T, M <= 64.
+"""Weight-only NVFP4 GEMM: out[M, N] = x[M, K] (bf16) @ dequant(w_q)[N, K]^T, built for decode shapes (small M)
+and running at every M.
+
+Paths the tuner times per shape (`decode_candidates`): for M <= MAX_DECODE_M (64) the CUDA-core GEMV, the
+mma.sync kernel below and the frag kernel (`_decode_frag`); at every M the mixed-input wgmma GEMM
+(`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
+the kernel); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
+(graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8).
+The history below is about the small-M kernels.
 
 With M this small the GEMM is bound by reading the weight, so the kernel is built to move as few bytes as
 possible: 4 bits per weight plus one UE4M3 byte per 16 weights = 4.5 bits, against 16 for a bf16 weight, so the
@@ -410,13 +418,14 @@ def tuned_decode_config(m: int, n: int, k: int, *, device_index: int = 0, scale_
 
 def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.bfloat16,
                         config: dict | None = None) -> torch.Tensor:
-    """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (M <= 64) and an NVFP4 weight w_q [N, K].
+    """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (any M >= 1) and an NVFP4 weight w_q [N, K].
 
     The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. Without
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
     keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
-    for the CUDA-core kernel, or 'mma' for tensor cores; default as `default_config`) plus any keys of that
-    path's defaults (`gemv_config` / `decode_config`, and GROUPS_PER_THREAD for the GEMV).
+    for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
+    GEMM, 'dequant_gemm' for dequantize + bf16 GEMM; default as `default_config`) plus any keys of that path's
+    defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates`, GROUPS_PER_THREAD for the GEMV).
 
     Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
     earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
@@ -440,9 +449,9 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
 def decode_scaled(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None",
                   device: torch.device) -> tuple[torch.Tensor, Callable]:
     """(out bf16 [M, N], replay) with out = (x @ (e2m1 * scale of w_q)^T) * alpha[0] + bias, for inputs the caller
-    validated (x bf16 [M, K] with M <= MAX_DECODE_M, N % 64 == 0, K % 256 == 0). The config is the auto path's
+    validated (x bf16 [M, K], N % 64 == 0, K % 256 == 0). The config is the auto path's
     (tuned once per shape); `replay(x, alpha, bias)` launches it again for a new call of the same signature.
-    `nvfp4_linear`'s small-M form uses it with alpha = S_dec(x) * S_dec(w)."""
+    `nvfp4_linear`'s 'dequant_decode' form uses it with alpha = S_dec(x) * S_dec(w)."""
     m, k = x.shape
     n = w_q.shape[0]
     cfg = _tuned("nvfp4_linear", x, w_q, m, n, k, torch.bfloat16, device, sm_count(device))

@@ -19,6 +19,16 @@ kernel's prologue, one launch per call; alpha = S_dec(x) * S_dec(w) is formed in
 re-quantizes its x tile, which costs BLOCK_M x BLOCK_K quantizations per K step against BLOCK_N x BLOCK_K weight
 decodes, so it is only used where M is small (`nvfp4_linear`).
 
+Measured on the H200 (graph replay, inputs rotated past L2; the decode tuner's log): it is the fastest of our
+paths at M = 64 - 128 but behind cuBLAS bf16 there (N = K = 8192: 52 us at M = 64 against 36.7 us; 85.7 against
+37.3 us at M = 128), and it loses to
+the frag / GEMV kernels at M <= 16 (31.8 against 15.2 us at M = 1) and to dequantize + `kernels.matmul` at large M
+(3.06 ms, 359 TFLOP/s, at M = N = K = 8192). What limits it (sm_90a PTX / SASS of the 128x128x64 config): Triton
+3.6 waits for each wgmma before the next K step (`wgmma.wait_group 0`: a register A operand, like a shared operand
+written inside the loop, is never left in flight), so the decode of step k + 1 overlaps the MMAs of step k only
+across CTAs; ~310 SASS instructions per thread per K step (~10 per weight with the x reordering) and 4 CTA
+barriers per step (the reordered x tile and the scales go through shared memory).
+
 A split K (the grid's third axis) gives more CTAs where N / BLOCK_N x M / BLOCK_M alone is too few to keep HBM
 busy; the slices are reduced inside the kernel (the last slice of a tile to finish sums them in slice order).
 """

@@ -1,11 +1,21 @@
 """NVFP4 linear layer: y = x @ dequant(w_q)^T (+ bias) with the activations quantized to NVFP4 on the fly.
 
-Three forms. The third, 'dequant_decode' (M <= 64, for targets without a native NVFP4 MMA such as Hopper),
-quantizes x and dequantizes it straight back to exact bf16 values in one small kernel (`nvfp4_dequant`), then
-runs the weight-only decode kernel (`decode.decode_scaled`) with alpha = S_dec(x) * S_dec(w) and the bias in its
-epilogue: at small M the linear is a weight read, and the decode kernels read the weight at close to the
-bandwidth limit, where the forms below run an emulated NVFP4 MMA (~100 us at M = 16, N = K = 4096 on the H200).
-The first two, same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
+Five forms, same products (each e2m1 * e4m3 value is exact in bf16, bf16 products exact in fp32; only the fp32
+summation order differs). Without a native NVFP4 MMA (Hopper) three of them run bf16 tensor cores on exactly
+dequantized values, where the block-scaled MMA would be emulated (~100-830 us at N = K = 4096 on the H200):
+
+* 'dequant_decode' (K % 256 == 0): one small kernel quantizes x and dequantizes it straight back to exact bf16
+  values (`nvfp4_dequant`), then the weight-only decode kernels (`decode.decode_scaled`, tuned per shape, any M)
+  apply alpha = S_dec(x) * S_dec(w) and the bias in their epilogue. Two launches; the fastest form on the H200
+  for M <= 64 (a weight read, at up to 2x cuBLAS bf16).
+* 'mixed': one launch, the mixed-input wgmma GEMM (`mixed_gemm`) with x's quantize-dequantize in its prologue
+  (each program re-quantizes its x tile, hence tried for M <= MIXED_MAX_M only). On the H200 it loses to
+  'dequant_decode' (e.g. 28 against 9.4 us at M = 1, N = K = 4096): the wgmma kernel's per-weight cost is
+  higher than the frag / GEMV decode kernels' (docs/kernels.md).
+* 'dequant_gemm' (large M): x quantize-dequantized and the weight dequantized to bf16, then `kernels.matmul`
+  (~700 TFLOP/s on the H200) with alpha as its fp32 epilogue scale.
+
+The other two feed `tl.dot_scaled` (native block-scaled MMA on sm_100a), same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
 `bwtriton.formats.quantize_nvfp4` given the same global encode scale):
 
 * `nvfp4_linear` (fused): the GEMM's prologue loads a bf16 x tile, quantizes it in registers and feeds
@@ -22,7 +32,8 @@ and at M = 4096 clearly (2.1-2.3 ms vs 1.0-1.1 ms): the fused kernel re-quantize
 output tiles (N / BLOCK_N = 32 times here) and its quantizer's integer work sits in the MMA loop, while the
 two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So `nvfp4_linear` (form='auto')
 times both forms once per (M rounded up to a power of two, N, K, bias, scale layout) under CUDA-graph replay and
-keeps the faster; `FUSED_MAX_M` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
+keeps the faster (without a native NVFP4 MMA it times 'dequant_decode', 'mixed', 'dequant_gemm' and, at small
+M, 'fused'); `default_form` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
 PDL vs plain launches measured within noise (0.98-1.08x). Repeated calls with one signature replay a plan.
 """
 from __future__ import annotations
