@@ -12,6 +12,7 @@ gemlite is optional (`GEMLITE_ERROR` says why it is missing). On an H200 its pac
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import torch
@@ -33,7 +34,6 @@ def _gemlite() -> object:
     if gemlite is None:
         raise RuntimeError(f"gemlite unavailable ({GEMLITE_ERROR})")
     if not _CONFIG_LOADED:
-        import os
         name = torch.cuda.get_device_properties(0).name.lower()
         if "h200" in name:
             path = os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json")

@@ -48,6 +48,7 @@ import triton.language as tl
 from ..errors import InputError
 from ..formats import QuantizedTensor
 from ..language.quant import quantize_nvfp4_tile
+from ._device import sm_count
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
 from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
@@ -338,9 +339,9 @@ def default_form(m: int, k: int, native_nvfp4_mma: bool) -> str:
     return "fused" if m <= FUSED_MAX_M else "two_kernel"
 
 
-def _mixed_cfg(key: tuple, m: int, n: int, k: int) -> dict:
+def _mixed_cfg(key: tuple, m: int, n: int, k: int, device: torch.device) -> dict:
     cfg = _MIXED_CFG.get(key)
-    return cfg if cfg is not None else _mg.mixed_candidates(m, n, k)[0]
+    return cfg if cfg is not None else _mg.mixed_candidates(m, n, k, sm_count(device))[0]
 
 
 def _m_bucket(m: int) -> int:
@@ -367,8 +368,9 @@ def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
         runs["two_kernel"] = lambda: _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
     if _dequant_decode_ok(m, k):
         runs["dequant_decode"] = lambda: _dequant_decode(x, w_q, bias, m, n, k, device, s_enc)
+    mixed_cands = _mg.mixed_candidates(m, n, k, sm_count(device)) if m <= MIXED_MAX_M else []
     if m <= MIXED_MAX_M:
-        for cfg in _mg.mixed_candidates(m, n, k):
+        for cfg in mixed_cands:
             runs[f"mixed {_mg.mixed_label(cfg)}"] = (
                 lambda cfg=cfg: _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg))
     if m >= DEQUANT_GEMM_MIN_M and not native:
@@ -380,7 +382,7 @@ def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
     TUNING_LOG[key] = times
     best = min(times, key=times.get)
     if best.startswith("mixed "):
-        _MIXED_CFG[key] = next(c for c in _mg.mixed_candidates(m, n, k) if best == f"mixed {_mg.mixed_label(c)}")
+        _MIXED_CFG[key] = next(c for c in mixed_cands if best == f"mixed {_mg.mixed_label(c)}")
         best = "mixed"
     form = _FORM[key] = best
     return form
@@ -418,7 +420,7 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     if chosen == "fused":
         out, entries = _fused(x, w_q, bias, m, n, k, device, s_enc)
     elif chosen == "mixed":
-        cfg = _mixed_cfg(_form_key(device, m, n, k, bias, w_q), m, n, k)
+        cfg = _mixed_cfg(_form_key(device, m, n, k, bias, w_q), m, n, k, device)
         out, entries = _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg)
     elif chosen == "dequant_gemm":
         out, entries = _dequant_gemm(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device))
