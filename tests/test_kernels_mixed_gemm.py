@@ -254,3 +254,13 @@ def test_emulated_linear_dequant_gemm_form_rounds_once(monkeypatch):
     out = linear.nvfp4_linear(x, w_q, bias, form="dequant_gemm")
     ref_a = quantize_nvfp4(x.float()).dequantize(torch.float64)
     assert_close_to_reference(out, ref_a, w_q.dequantize(torch.float64), bias)
+
+
+@pytest.mark.emu
+@pytest.mark.emulated
+@pytest.mark.usefixtures("emulated_b200_module")
+def test_decode_small_m_paths_refuse_large_m_naming_the_alternatives():
+    from bwtriton.errors import InputError
+    w_q = quantize_nvfp4(torch.randn(128, 256) * 0.05)
+    with pytest.raises(InputError, match="takes M <= 64.*'wgmma'"):
+        decode.nvfp4_decode_matmul(torch.randn(65, 256).to(torch.bfloat16), w_q, config={"path": "mma"})

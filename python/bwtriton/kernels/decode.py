@@ -307,7 +307,8 @@ def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int
 def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
-    (M <= GEMV_TUNE_MAX_M) and the tensor-core kernel's."""
+    (M <= GEMV_TUNE_MAX_M) and the mma.sync kernel's (M <= MAX_DECODE_M), then at every M the mixed-input wgmma
+    GEMM's and from DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM."""
     mixed = _mixed.mixed_candidates(m, n, k, num_sms)
     if m >= DEQUANT_GEMM_MIN_M:
         mixed = mixed + [{"path": "dequant_gemm", "SPLIT_K": 1}]
@@ -541,10 +542,14 @@ def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]
 
 def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) -> dict:
     user = dict(config)
-    path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma")
+    path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma" if m <= MAX_DECODE_M else "wgmma")
+    if path in ("gemv", "mma") and m > MAX_DECODE_M:
+        raise InputError(f"{op}: the {path} path takes M <= {MAX_DECODE_M}, got M={m}; use path 'wgmma' or "
+                         f"'dequant_gemm' (or no config)")
     if path not in _PATHS:
-        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' (tensor cores) or 'frag' "
-                         f"(tensor cores, fragment-ordered weight copy), got {path!r}")
+        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' (mma.sync; 'frag' with "
+                         f"a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM) or 'dequant_gemm' (bf16 "
+                         f"weight + matmul), got {path!r}")
     if path == "dequant_gemm":
         defaults = {"SPLIT_K": 1}
     elif path == "wgmma":
