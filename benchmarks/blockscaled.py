@@ -42,7 +42,8 @@ DECODE_SHAPES = SQUARE_SHAPES + LLM_SHAPES
 #: Batch sizes of the weight-only rows: decode sizes on every shape, more on the square ones (any M runs: the
 #: mixed-input wgmma GEMM covers M > 64).
 DECODE_MS_ALL = (1, 16)
-DECODE_MS_SQUARE = (4, 64, 128, 1024, 8192)
+DECODE_MS_SQUARE = (4, 64, 128, 1024)
+DECODE_MS_LARGEST = ((8192, 8192, 8192),)
 DECODE_QUICK = ((8192, 8192, 1), (8192, 8192, 16), (8192, 8192, 128), (4096, 4096, 1024))
 
 #: Batch sizes of the W4A4 linear rows per shape.
@@ -119,7 +120,7 @@ def _decode_rows(quick: bool) -> list[tuple[int, int, int]]:
         return list(DECODE_QUICK)
     rows = [(n, k, m) for n, k in DECODE_SHAPES for m in DECODE_MS_ALL]
     rows += [(n, k, m) for n, k in SQUARE_SHAPES for m in DECODE_MS_SQUARE]
-    return rows
+    return rows + list(DECODE_MS_LARGEST)
 
 
 def _register_decode(quick: bool) -> None:
