@@ -71,8 +71,9 @@ def test_candidates_tile_and_cover_every_m():
                 assert cfg["BLOCK_M"] <= max(16, 2 * m)
 
 
-def test_decode_tuner_offers_wgmma_at_every_m():
-    assert any(c["path"] == "wgmma" for c in decode.decode_candidates(4, 4096, 4096))
+def test_decode_tuner_offers_wgmma_past_the_frag_range():
+    assert not any(c["path"] == "wgmma" for c in decode.decode_candidates(16, 4096, 4096))
+    assert any(c["path"] == "wgmma" for c in decode.decode_candidates(17, 4096, 4096))
     large = decode.decode_candidates(1024, 4096, 4096)
     assert {c["path"] for c in large} == {"wgmma", "dequant_gemm"}  # past MAX_DECODE_M: the GEMMs for any M
     assert decode.default_config(300, 4096, 4096)["path"] == "wgmma"

@@ -2,9 +2,9 @@
 and running at every M.
 
 Paths the tuner times per shape (`decode_candidates`): for M <= MAX_DECODE_M (64) the CUDA-core GEMV, the
-mma.sync kernel below and the frag kernel (`_decode_frag`); at every M the mixed-input wgmma GEMM
+mma.sync kernel below and the frag kernel (`_decode_frag`); above M = 16 the mixed-input wgmma GEMM
 (`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
-the kernel); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
+the kernel; any M with an explicit config); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
 (graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8).
 The history below is about the small-M kernels.
 
@@ -308,8 +308,10 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
     (M <= GEMV_TUNE_MAX_M) and the mma.sync kernel's (M <= MAX_DECODE_M), then at every M the mixed-input wgmma
-    GEMM's and from DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM."""
-    mixed = _mixed.mixed_candidates(m, n, k, num_sms)
+    GEMM's (above the frag path's M <= 16) and from DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM."""
+    # wgmma only past the frag path's range: at M <= 16 the frag / GEMV kernels measured 2x faster on the H200
+    # (N = K = 8192: 15.2 against 31.8 us at M = 1, 23.0 against 33.8 us at M = 16)
+    mixed = _mixed.mixed_candidates(m, n, k, num_sms) if m > _frag.FRAG_MAX_M else []
     if m >= DEQUANT_GEMM_MIN_M:
         mixed = mixed + [{"path": "dequant_gemm", "SPLIT_K": 1}]
     if m > MAX_DECODE_M:  # the CUDA-core and mma.sync kernels are built for decode shapes only
