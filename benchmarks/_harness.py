@@ -49,6 +49,7 @@ class Case:
     note: Callable[[Any], str] | None = None           # state -> text (e.g. the autotuned config)
     target_ratio: float | None = None                   # ours/peer goal, shown as pass/miss
     bw_target: float | None = None                      # goal for ours / measured copy bandwidth (GB/s rows)
+    extra_peers: list = field(default_factory=list)     # (name, fn) more alternatives, timed like the peer
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Result:
     check: float = math.nan
     note: str = ""
     extra: dict = field(default_factory=dict)
+    extra_peers: dict = field(default_factory=dict)     # name -> {"ms": .., "check": ..} or {"error": ..}
 
     @property
     def ratio(self) -> float:
@@ -99,7 +101,9 @@ def run_case(case: Case, rounds: int = 3, rep_ms: int = 20) -> Result:
         out_peer = peer[0]() if peer else None
         if case.check and peer is not None:
             res.check = float(case.check(out_ours, out_peer))
-        del out_ours, out_peer
+        del out_peer
+        res.extra_peers = _time_extra_peers(case, bind, out_ours, rep_ms)
+        del out_ours
         t_ours, t_peer, timers = [], [], set()
         for _ in range(rounds):
             ms, timer = graph_ms(ours, target_ms=rep_ms)
@@ -133,6 +137,36 @@ def run_case(case: Case, rounds: int = 3, rep_ms: int = 20) -> Result:
     return res
 
 
+def _time_extra_peers(case: Case, bind: Callable, out_ours, rep_ms: int) -> dict:
+    """Time each of the case's extra peers (one graph-replay round each); a peer that raises (not installed, or
+    its kernel does not run on this GPU) is recorded with its error and the others go on."""
+    from _timing import graph_ms
+    found = {}
+    for name, fn in case.extra_peers:
+        try:
+            calls = bind(fn)
+            out = calls[0]()
+            entry = {"check": float(case.check(out_ours, out)) if case.check else math.nan}
+            del out
+            entry["ms"] = graph_ms(calls, target_ms=rep_ms)[0]
+        except Exception as exc:  # noqa: BLE001 - an unavailable peer is reported, not fatal
+            entry = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:100]}
+        found[name] = entry
+    return found
+
+
+def _extra_peer_text(r: Result) -> str:
+    """'name 12.3 us (ours 1.85x, check 1e-3)' per extra peer, '; '-joined."""
+    parts = []
+    for name, e in r.extra_peers.items():
+        if "error" in e:
+            parts.append(f"{name}: n/a ({e['error']})")
+        else:
+            chk = "" if e["check"] != e["check"] else f", check {e['check']:.1e}"
+            parts.append(f"{name} {e['ms'] * 1e3:.1f} us (ours {e['ms'] / r.ms_ours:.2f}x{chk})")
+    return "; ".join(parts)
+
+
 def _fmt(x: float, digits: int = 1) -> str:
     return "-" if x != x else f"{x:.{digits}f}"
 
@@ -141,12 +175,12 @@ def table_rows(results: list[Result], copy_gbs: float | None = None) -> tuple[li
     """(header, rows) of the results table. With `copy_gbs` (the card's measured copy bandwidth), rows in GB/s
     also show ours as a fraction of it, against the case's `bw_target`."""
     head = ["case", "unit", "ours", "peer", "ratio", "target", "us ours", "us peer", "of copy BW", "peer name",
-            "check", "timer", "note"]
+            "check", "other peers (same run)", "timer", "note"]
     rows = []
     for r in results:
         c = r.case
         if r.error:
-            rows.append([c.name, c.unit, "ERROR", "", "", "", "", "", "", c.peer_name, "", "", r.error])
+            rows.append([c.name, c.unit, "ERROR", "", "", "", "", "", "", c.peer_name, "", "", "", r.error])
             continue
         target = "-"
         if c.target_ratio is not None and r.ratio == r.ratio:
@@ -159,7 +193,8 @@ def table_rows(results: list[Result], copy_gbs: float | None = None) -> tuple[li
                 frac += f" (>={100 * c.bw_target:.0f}% {'ok' if f >= c.bw_target else 'MISS'})"
         rows.append([c.name, c.unit, _fmt(r.rate_ours), _fmt(r.rate_peer), _fmt(r.ratio, 3), target,
                      _fmt(r.ms_ours * 1e3, 1), _fmt(r.ms_peer * 1e3, 1), frac, c.peer_name,
-                     "-" if r.check != r.check else f"{r.check:.2e}", ",".join(r.extra.get("timer", [])), r.note])
+                     "-" if r.check != r.check else f"{r.check:.2e}", _extra_peer_text(r) or "-",
+                     ",".join(r.extra.get("timer", [])), r.note])
     return head, rows
 
 
@@ -193,7 +228,8 @@ def results_json(results: list[Result]) -> list[dict]:
              "bw_target": r.case.bw_target, "ms_ours": num(r.ms_ours), "ms_peer": num(r.ms_peer),
              "peer_name": r.case.peer_name, "check": num(r.check), "note": r.note, "error": r.error,
              "rounds_ms": {"ours": r.extra.get("ours_rounds_ms"), "peer": r.extra.get("peer_rounds_ms")},
-             "timer": r.extra.get("timer"), "copies": r.extra.get("copies")} for r in results]
+             "timer": r.extra.get("timer"), "copies": r.extra.get("copies"),
+             "extra_peers": r.extra_peers} for r in results]
 
 
 def write_csv(results: list[Result], path: Path) -> None:

@@ -1,21 +1,20 @@
 """NVFP4 benchmark rows (targets are for the H200), timed under CUDA-graph replay by `_harness`.
 
-Rows:
-* decode: weight-only NVFP4 (M = 1, 4, 16) on the four LLM shapes of issue 16 vs cuBLAS bf16 (torch.matmul) on the
-  same shapes, inputs rotated over copies that exceed L2 (a layer's weight is not in L2 in a real model). The
-  unit is GB/s of *our* bytes (4.5 bits/weight); the ratio column is the speedup (same work on both sides); the
-  "of copy BW" column compares ours to the card's measured device-to-device copy bandwidth. Goals: 3.0x, and
-  85% of copy bandwidth at M = 1. Hand-picked configs at M = 1, N = K = 8192 show what the tuner chose from.
-* GEMM: nvfp4_matmul vs torch dequantize + cuBLAS (the dequantization is part of the peer's time: that is what a
-  torch user pays), and vs upstream Triton's own tl.dot_scaled kernel (fails to compile on sm_90: reported as an
-  error row, which is the point of lower-dot-scaled-portable).
-* GEMM rows also show `method='dot_scaled'` (the in-kernel dequant) next to the auto method, which on Hopper
-  takes the exact dequantize-to-bf16 + `kernels.matmul` path for large shapes.
-* linear: nvfp4_linear (auto: fused, quantize + GEMM with PDL, or at M <= 64 'dequant_decode' = quantize-dequantize
-  x + the weight-only decode kernel; tuned per shape) vs the unfused quantize kernel + GEMM (plain launches) for
-  M = 1..8192; the note gives every form's tuning time, so "never slower than its best alternative" can be read
-  off, and M <= 64 rows show 'dequant_decode' alone against the PDL two-kernel form. Goal: 1.2x the unfused path
-  at M <= 64.
+Rows (each against what a user would run instead, `peers.py`, timed in the same process):
+* linear: the W4A4 `nvfp4_linear` (x quantized to NVFP4 on the fly; auto form, tuned per shape) against bf16
+  `F.linear` (cuBLAS) on the original weight, M = 1 .. 8192 at N = K = 4096 / 8192 and the four LLM shapes.
+  Extra peers at N = K = 4096: gemlite int4 g128 (bf16 x), gemlite's W4A4 NVFP4 path at M = 1, and (M <= 64) our
+  own two-launch 'dequant_decode' form as a self-comparison. Goal: >= 1.0x at every M. The note names the form the
+  tuner kept.
+* decode: weight-only `nvfp4_decode_matmul` (bf16 x) against bf16 `F.linear` at M = 1, 16 on every shape and
+  M = 4 .. 8192 on the square ones, with gemlite int4 g128 (and its NVFP4 weight-only path at M = 1, 8192^2) as
+  extra peers. Unit: GB/s of *our* bytes (4.5 bits/weight) up to M = 128, TFLOP/s above; the ratio column is the
+  speedup either way; "of copy BW" compares ours with the card's copy bandwidth. Goals (issue 26): 3.0x and 85% of
+  copy bandwidth at M <= 16, 1.5x at M = 64 - 128, 1.0x above.
+* GEMM: `nvfp4_matmul` vs torch dequantize + cuBLAS (the dequantization is part of the peer's time: that is what
+  a torch user pays), `method='dot_scaled'` at 4096^3 as a self-comparison, and upstream Triton's own
+  `tl.dot_scaled` kernel (fails to compile on sm_90: an error row, which is the point of
+  lower-dot-scaled-portable).
 
 Run alone: ``python benchmarks/blockscaled.py [--out DIR] [--only decode,linear]``; `run_all.py` includes these
 rows via `register()`.
@@ -35,8 +34,22 @@ import torch  # noqa: E402
 from _harness import register_case, run_all  # noqa: E402
 from _timing import l2_copies  # noqa: E402
 
-#: (N, K) of the decode rows: a square 8192 projection and three DeepSeek/Llama-style shapes (issue 16).
-DECODE_SHAPES = ((8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048))
+#: (N, K) of the decode and linear rows: square 4096 / 8192 projections and the four DeepSeek/Llama-style shapes.
+SQUARE_SHAPES = ((8192, 8192), (4096, 4096))
+LLM_SHAPES = ((7168, 16384), (4096, 7168), (7168, 2048), (28672, 4096))
+DECODE_SHAPES = SQUARE_SHAPES + LLM_SHAPES
+
+#: Batch sizes of the weight-only rows: decode sizes on every shape, more on the square ones (any M runs: the
+#: mixed-input wgmma GEMM covers M > 64).
+DECODE_MS_ALL = (1, 16)
+DECODE_MS_SQUARE = (4, 64, 128, 1024)
+DECODE_MS_LARGEST = ((8192, 8192, 8192),)
+DECODE_QUICK = ((8192, 8192, 1), (8192, 8192, 16), (8192, 8192, 128), (4096, 4096, 1024))
+
+#: Batch sizes of the W4A4 linear rows per shape.
+LINEAR_MS = {(4096, 4096): (1, 16, 64, 256, 1024, 4096, 8192), (8192, 8192): (1, 64, 8192)}
+LINEAR_MS_LLM = (1, 16, 1024)
+LINEAR_QUICK = ((4096, 4096, 1), (4096, 4096, 64), (4096, 4096, 1024), (8192, 8192, 8192))
 
 
 def _mods():
@@ -48,16 +61,29 @@ def _rel_err(a, b) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
 
 
-def _decode_states(m: int, n: int, k: int) -> list[dict]:
-    """Copies of (x, NVFP4 weight, bf16 weight) so the round-robin working set exceeds L2 on both sides."""
+def _lazy(state: dict, key: str, build):
+    """state[key], built on first use (gemlite layers: built per input copy, outside the timed graph)."""
+    if key not in state:
+        state[key] = build()
+    return state[key]
+
+
+def _weights(n: int, k: int, extra: int) -> list[dict]:
+    """Copies of (original weight as bf16, its NVFP4 quantization, fp32 weight for peers that quantize it
+    themselves) so the round-robin working set exceeds L2 on every side; `extra` bytes per copy beside them."""
     from bwtriton.formats import quantize_nvfp4
     torch.manual_seed(0)
     states = []
-    for _ in range(l2_copies(n * k * 9 // 16)):
+    for _ in range(l2_copies(n * k * 9 // 16 + extra)):
         w = torch.randn(n, k, device="cuda") * 0.02
-        states.append({"x": torch.randn(m, k, device="cuda").to(torch.bfloat16), "w_q": quantize_nvfp4(w),
-                       "w_bf16": w.to(torch.bfloat16)})
-        del w
+        states.append({"w_q": quantize_nvfp4(w), "w_bf16": w.to(torch.bfloat16), "w": w})
+    return states
+
+
+def _decode_states(m: int, n: int, k: int) -> list[dict]:
+    states = _weights(n, k, m * k * 2)
+    for s in states:
+        s["x"] = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     return states
 
 
@@ -69,31 +95,48 @@ def _decode_note(m: int, n: int, k: int):
     return note
 
 
-#: Hand-picked decode configs shown next to the auto path at M = 1, N = K = 8192.
-_DECODE_PICKS = (("gemv R1", {"path": "gemv", "ROWS_PER_THREAD": 1}),
-                 ("gemv R2", {"path": "gemv", "ROWS_PER_THREAD": 2}),
-                 ("gemv R4", {"path": "gemv", "ROWS_PER_THREAD": 4}),
-                 ("gemv R1 wide G4", {"path": "gemv", "ROWS_PER_THREAD": 1, "GROUPS_PER_THREAD": 4}),
-                 ("gemv R2 two-step", {"path": "gemv", "ROWS_PER_THREAD": 2, "TWO_STEPS": True}),
-                 ("gemv R1 wide G4 two-step", {"path": "gemv", "ROWS_PER_THREAD": 1, "GROUPS_PER_THREAD": 4,
-                                               "TWO_STEPS": True}),
-                 ("mma BN32", {"path": "mma"}))
+def _gemlite_int4(s: dict):
+    import peers
+    return _lazy(s, "gl_int4", lambda: peers.gemlite_int4(s["w"]))(s["x"])
+
+
+def _gemlite_nvfp4(s: dict):
+    import peers
+    return _lazy(s, "gl_nvfp4", lambda: peers.gemlite_nvfp4(s["w_q"]))(s["x"])
+
+
+def _gemlite_w4a4(s: dict):
+    import peers
+    return _lazy(s, "gl_w4a4", lambda: peers.gemlite_nvfp4_w4a4(s["w_q"]))(s["x"])
+
+
+def _decode_target(m: int) -> float:
+    """Issue 26's weight-only goals against cuBLAS bf16."""
+    return 3.0 if m <= 16 else 1.5 if m <= 128 else 1.0
+
+
+def _decode_rows(quick: bool) -> list[tuple[int, int, int]]:
+    if quick:
+        return list(DECODE_QUICK)
+    rows = [(n, k, m) for n, k in DECODE_SHAPES for m in DECODE_MS_ALL]
+    rows += [(n, k, m) for n, k in SQUARE_SHAPES for m in DECODE_MS_SQUARE]
+    return rows + list(DECODE_MS_LARGEST)
 
 
 def _register_decode(quick: bool) -> None:
-    shapes = DECODE_SHAPES[:2] if quick else DECODE_SHAPES
-    for n, k in shapes:
-        for m in (1, 4, 16):
-            picks = [("auto", None)] + (list(_DECODE_PICKS) if (n, k, m) == (8192, 8192, 1) and not quick else [])
-            for tag, cfg in picks:
-                register_case(f"nvfp4 decode M={m} N={n} K={k} ({tag})",
-                              lambda s, cfg=cfg: _mods()[1].nvfp4_decode_matmul(s["x"], s["w_q"], config=cfg),
-                              lambda s: torch.matmul(s["x"], s["w_bf16"].T),
-                              work=n * k * 9 / 16 + m * k * 2 + m * n * 2, unit="GB/s", peer_name="cuBLAS bf16",
-                              group="decode", setup=functools.partial(_decode_states, m, n, k), check=_rel_err,
-                              target_ratio=3.0 if cfg is None else None,
-                              bw_target=0.85 if cfg is None and m == 1 else None,
-                              note=_decode_note(m, n, k) if cfg is None else None)
+    for n, k, m in _decode_rows(quick):
+        extra = [("gemlite int4 g128", _gemlite_int4)]
+        if (n, k, m) == (8192, 8192, 1):
+            extra.append(("gemlite nvfp4 weight-only", _gemlite_nvfp4))
+        bytes_unit = m <= 128
+        register_case(f"nvfp4 decode M={m} N={n} K={k}",
+                      lambda s: _mods()[1].nvfp4_decode_matmul(s["x"], s["w_q"]),
+                      lambda s: torch.nn.functional.linear(s["x"], s["w_bf16"]),
+                      work=(n * k * 9 / 16 + m * k * 2 + m * n * 2) if bytes_unit else 2.0 * m * n * k,
+                      unit="GB/s" if bytes_unit else "TFLOP/s", peer_name="bf16 F.linear (cuBLAS)",
+                      group="decode (weight-only NVFP4, bf16 x)", setup=functools.partial(_decode_states, m, n, k),
+                      check=_rel_err, target_ratio=_decode_target(m), bw_target=0.85 if m <= 16 else None,
+                      note=_decode_note(m, n, k), extra_peers=extra)
 
 
 def _gemm_operands(m: int, n: int, k: int) -> dict:
@@ -121,7 +164,7 @@ def _register_gemm() -> None:
         return torch.matmul(s["a_q"].dequantize(torch.bfloat16), s["b_q"].dequantize(torch.bfloat16).T)
     for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192)):
         target = 1.3 if m == 8192 else None
-        for method in ("auto", "dot_scaled"):
+        for method in ("auto", "dot_scaled") if m == 4096 else ("auto",):
             register_case(f"nvfp4 gemm {m}x{n}x{k}" + ("" if method == "auto" else f" ({method})"),
                           lambda s, method=method: _mods()[0].nvfp4_matmul(s["a_q"], s["b_q"], method=method),
                           peer, work=2.0 * m * n * k, peer_name="torch dequant + cuBLAS", group="gemm",
@@ -150,13 +193,10 @@ def _register_gemm() -> None:
 
 
 def _linear_states(m: int, n: int, k: int) -> list[dict]:
-    from bwtriton.formats import quantize_nvfp4
-    torch.manual_seed(0)
-    states = []
-    for _ in range(l2_copies(n * k * 9 // 16 + m * k * 2)):
+    states = _weights(n, k, m * k * 2)
+    for s in states:
         x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        states.append({"x": x, "w_q": quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.02),
-                       "gs": float(x.float().abs().max()) / 2688})  # a calibrated activation scale
+        s.update(x=x, gs=float(x.float().abs().max()) / 2688)  # a calibrated activation scale
     return states
 
 
@@ -165,43 +205,44 @@ def _linear_note(m: int, n: int, k: int):
         lin = _mods()[2]
         for key, times in lin.TUNING_LOG.items():
             if key[1:4] == (lin._m_bucket(m), n, k):
-                return "auto tuned: " + ", ".join(f"{form} {us:.1f} us" for form, us in times.items())
+                best = min(times, key=times.get)
+                return f"auto: {best} ({times[best]:.1f} us of {len(times)} tried)"
         return ""
     return note
 
 
+def _linear_rows(quick: bool) -> list[tuple[int, int, int]]:
+    if quick:
+        return list(LINEAR_QUICK)
+    rows = [(n, k, m) for (n, k), ms in LINEAR_MS.items() for m in ms]
+    return rows + [(n, k, m) for n, k in LLM_SHAPES for m in LINEAR_MS_LLM]
+
+
 def _register_linear(quick: bool) -> None:
-    n = k = 4096
-    ms = (1, 16, 256, 4096) if quick else (1, 16, 64, 256, 1024, 4096, 8192)
-    for m in ms:
-        lin = lambda: _mods()[2]  # noqa: E731
-        register_case(f"nvfp4 linear M={m} N=K={n}: auto vs unfused quantize + GEMM",
+    lin = lambda: _mods()[2]  # noqa: E731
+    for n, k, m in _linear_rows(quick):
+        extra = []
+        if (n, k) == (4096, 4096):
+            if m == 1:
+                extra.append(("gemlite nvfp4 W4A4 dynamic", _gemlite_w4a4))
+            extra.append(("gemlite int4 g128 (bf16 x)", _gemlite_int4))
+            if m <= 64:  # self-comparison: the same GEMM with x's quantize-dequantize as its own launch
+                extra.append(("ours, dequant_decode (2 launches)",
+                              lambda s: lin().nvfp4_linear(s["x"], s["w_q"], x_global_scale=s["gs"],
+                                                           form="dequant_decode")))
+        register_case(f"nvfp4 linear W4A4 M={m} N={n} K={k}",
                       lambda s: lin().nvfp4_linear(s["x"], s["w_q"], x_global_scale=s["gs"]),
-                      lambda s: lin().nvfp4_linear_two_kernel(s["x"], s["w_q"], x_global_scale=s["gs"],
-                                                              use_pdl=False),
-                      work=2.0 * m * n * k, peer_name="quantize kernel + GEMM, plain launches", group="linear",
-                      setup=functools.partial(_linear_states, m, n, k), check=_rel_err,
-                      target_ratio=1.2 if m <= 64 else 1.0, note=_linear_note(m, n, k))
-        if m <= 64:
-            register_case(f"nvfp4 linear M={m} N=K={n}: dequant_decode vs quantize + GEMM (PDL)",
-                          lambda s: lin().nvfp4_linear(s["x"], s["w_q"], x_global_scale=s["gs"],
-                                                       form="dequant_decode"),
-                          lambda s: lin().nvfp4_linear_two_kernel(s["x"], s["w_q"], x_global_scale=s["gs"]),
-                          work=2.0 * m * n * k, peer_name="quantize kernel + GEMM, PDL", group="linear",
-                          setup=functools.partial(_linear_states, m, n, k), check=_rel_err)
-        if m in (16, 4096) and not quick:
-            register_case(f"nvfp4 linear M={m} N=K={n}: fused vs quantize + GEMM (PDL)",
-                          lambda s: lin().nvfp4_linear(s["x"], s["w_q"], x_global_scale=s["gs"], form="fused"),
-                          lambda s: lin().nvfp4_linear_two_kernel(s["x"], s["w_q"], x_global_scale=s["gs"]),
-                          work=2.0 * m * n * k, peer_name="quantize kernel + GEMM, PDL", group="linear",
-                          setup=functools.partial(_linear_states, m, n, k), check=_rel_err)
+                      lambda s: torch.nn.functional.linear(s["x"], s["w_bf16"]),
+                      work=2.0 * m * n * k, peer_name="bf16 F.linear (cuBLAS)", group="linear (W4A4 NVFP4)",
+                      setup=functools.partial(_linear_states, m, n, k), check=_rel_err, target_ratio=1.0,
+                      note=_linear_note(m, n, k), extra_peers=extra)
 
 
 def register(quick: bool = False) -> None:
     """Register the decode, GEMM and linear rows (`quick`: fewer shapes)."""
+    _register_linear(quick)  # first: the rows a run cut short by a time limit should keep
     _register_decode(quick)
     _register_gemm()
-    _register_linear(quick)
 
 
 def main() -> None:

@@ -4,11 +4,13 @@
 
 In order: the card's device-to-device copy bandwidth (the ceiling the decode rows are compared with), host
 overhead per call (`host.py`), then every kernel row under CUDA-graph replay (`_harness`, `_timing`): decode,
-NVFP4 GEMM, linear (`blockscaled.py`) and the dense bf16/fp8 GEMMs (`gemm.py`), each against its peer (cuBLAS
-bf16 via torch.matmul, torch._scaled_mm, torch dequant + cuBLAS, unfused quantize + GEMM). Progress is printed
+NVFP4 GEMM, linear (`blockscaled.py`) and the dense bf16/fp8 GEMMs (`gemm.py`), each against what a user would
+run instead (bf16 F.linear / cuBLAS, gemlite where installed (`peers.py`), torch._scaled_mm, torch dequant +
+cuBLAS). Progress is printed
 per row. Output: DIR/bench.md, DIR/bench.json (everything, with autotuning logs), DIR/bench.{csv,txt,png}.
-Sized for < 6 minutes on an H200 with a cold Triton cache (most of it is first-use compiles and autotuning);
-`--quick` keeps fewer shapes.
+Sized for ~5 minutes on an H200 with a cold Triton cache (most of it is first-use compiles and autotuning; the
+table is rewritten after every row, so a run stopped by a time limit keeps what it measured); `--quick` keeps
+fewer shapes.
 """
 from __future__ import annotations
 
@@ -43,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated substrings of row groups/names to run "
                                               "(decode, gemm, linear, bf16, fp8); host rows always run")
     p.add_argument("--quick", action="store_true", help="fewer shapes")
-    p.add_argument("--rounds", type=int, default=3, help="alternating ours/peer timing rounds per row")
-    p.add_argument("--rep-ms", type=int, default=20, help="length of each timed CUDA graph (ms)")
+    p.add_argument("--rounds", type=int, default=2, help="alternating ours/peer timing rounds per row")
+    p.add_argument("--rep-ms", type=int, default=15, help="length of each timed CUDA graph (ms)")
     args = p.parse_args(argv)
 
     import torch

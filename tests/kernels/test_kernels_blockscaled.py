@@ -79,10 +79,10 @@ def test_rejects_tampered_scales():
         blockscaled.nvfp4_matmul(bad, _nv())
 
 
-def test_decode_rejects_large_m_and_wrong_dtype():
+def test_decode_rejects_empty_x_and_wrong_dtype():
     w = _nv(128, 256)
-    with pytest.raises(InputError, match="decode range"):
-        decode.nvfp4_decode_matmul(torch.randn(65, 256, dtype=torch.bfloat16), w)
+    with pytest.raises(InputError, match="no rows"):
+        decode.nvfp4_decode_matmul(torch.randn(0, 256, dtype=torch.bfloat16), w)
     with pytest.raises(InputError, match="bfloat16"):
         decode.nvfp4_decode_matmul(torch.randn(4, 256), w)
 

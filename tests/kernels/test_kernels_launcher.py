@@ -125,7 +125,7 @@ def test_decode_candidates_tile_the_shape_and_fit_registers(m, n, k):
             block_k = 512 * groups // cfg["THREADS_N"] * (2 if cfg["TWO_STEPS"] else 1)
             assert n % block_n == 0 and k % (block_k * cfg["SPLIT_K"]) == 0 and cfg["BLOCK_M"] >= m
             assert decode._gemv_fits(m, cfg["ROWS_PER_THREAD"], groups, cfg["TWO_STEPS"])
-        else:
+        elif cfg["path"] != "dequant_gemm":  # mma.sync and the wgmma mixed GEMM
             assert n % cfg["BLOCK_N"] == 0 and k % (cfg["BLOCK_K"] * cfg["SPLIT_K"]) == 0
     labels = [decode.config_label(c) for c in cands]
     assert len(set(labels)) == len(labels)
@@ -152,7 +152,7 @@ def test_decode_candidates_take_the_frag_path_up_to_m16_unless_disabled(monkeypa
 def test_decode_user_config_errors_name_the_keys():
     with pytest.raises(InputError, match=r"unknown config keys \['BOGUS'\]"):
         decode._user_config("nvfp4_decode_matmul", {"BOGUS": 1}, 1, 8192, 8192, 132)
-    with pytest.raises(InputError, match="'gemv' .*, 'mma' .* or 'frag'"):
+    with pytest.raises(InputError, match="'gemv' .*, 'mma' / 'frag' .*'wgmma' .* or 'dequant_gemm'"):
         decode._user_config("nvfp4_decode_matmul", {"path": "simt"}, 1, 8192, 8192, 132)
 
 
@@ -212,8 +212,9 @@ def _kernel_imports(module: str) -> set[str]:
 
 
 def test_kernel_modules_import_each_other_without_cycles():
-    """One allowed direction between the torch-facing kernel modules (nvfp4_linear's small-M form launches the
-    decode kernels; blockscaled's dequant path runs matmul), never a cycle; the rest is shared via _common."""
+    """One allowed direction between the torch-facing kernel modules (nvfp4_linear launches the decode kernels;
+    decode tunes over the mixed GEMM and dequantize + matmul; blockscaled's dequant path runs matmul), never a
+    cycle; the rest is shared via _common."""
     modules = {p.stem for p in KERNELS_DIR.glob("*.py") if not p.stem.startswith("_")}
     graph = {m: _kernel_imports(m) & modules for m in modules}
     assert graph["nvfp4_linear"] & {"decode", "nvfp4_dequant"} == {"decode", "nvfp4_dequant"}
@@ -222,7 +223,8 @@ def test_kernel_modules_import_each_other_without_cycles():
         return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph[start])
     for module in modules:
         assert not reaches(module, module, set()), f"import cycle through {module}"
-    assert not graph["nvfp4_dequant"] and not graph["decode"]  # the leaves the others build on
+    assert graph["decode"] <= {"mixed_gemm", "matmul", "nvfp4_dequant"}
+    assert not graph["nvfp4_dequant"] and not graph["matmul"]  # the leaves the others build on
 
 
 def test_package_exports_every_entry_point_without_fallback_imports():

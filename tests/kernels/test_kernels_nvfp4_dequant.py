@@ -109,8 +109,8 @@ def test_linear_default_form_without_native_mma_is_dequant_decode_for_small_m():
     lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
     assert lin.default_form(16, 4096, native_nvfp4_mma=False) == "dequant_decode"
     assert lin.default_form(64, 4096, native_nvfp4_mma=False) == "dequant_decode"
-    assert lin.default_form(65, 4096, native_nvfp4_mma=False) == "two_kernel"
-    assert lin.default_form(16, 384, native_nvfp4_mma=False) == "fused"  # K % 256 != 0: decode cannot tile it
+    assert lin.default_form(65, 4096, native_nvfp4_mma=False) == "dequant_gemm"
+    assert lin.default_form(16, 384, native_nvfp4_mma=False) == "mixed"  # K % 256 != 0: decode cannot tile it
     assert lin.default_form(16, 4096, native_nvfp4_mma=True) == "fused"
 
 

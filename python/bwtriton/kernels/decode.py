@@ -1,4 +1,12 @@
-"""Weight-only NVFP4 GEMM for decode shapes: out[M, N] = x[M, K] (bf16) @ dequant(w_q)[N, K]^T, M <= 64.
+"""Weight-only NVFP4 GEMM: out[M, N] = x[M, K] (bf16) @ dequant(w_q)[N, K]^T, built for decode shapes (small M)
+and running at every M.
+
+Paths the tuner times per shape (`decode_candidates`): for M <= MAX_DECODE_M (64) the CUDA-core GEMV, the
+mma.sync kernel below and the frag kernel (`_decode_frag`); above M = 16 the mixed-input wgmma GEMM
+(`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
+the kernel; any M with an explicit config); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
+(graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8).
+The history below is about the small-M kernels.
 
 With M this small the GEMM is bound by reading the weight, so the kernel is built to move as few bytes as
 possible: 4 bits per weight plus one UE4M3 byte per 16 weights = 4.5 bits, against 16 for a bf16 weight, so the
@@ -50,6 +58,9 @@ from ._validate import InputChecker, check_bf16_activations, check_out_dtype, ch
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_as_words
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 from . import _decode_frag as _frag
+from . import mixed_gemm as _mixed
+from .matmul import matmul
+from .nvfp4_dequant import dequantize_nvfp4_bf16
 
 __all__ = ["nvfp4_decode_matmul", "decode_scaled", "MAX_DECODE_M", "GEMV_MAX_M"]
 
@@ -296,7 +307,15 @@ def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int
 def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
-    (M <= GEMV_TUNE_MAX_M) and the tensor-core kernel's."""
+    (M <= GEMV_TUNE_MAX_M) and the mma.sync kernel's (M <= MAX_DECODE_M), then at every M the mixed-input wgmma
+    GEMM's (above the frag path's M <= 16) and from DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM."""
+    # wgmma only past the frag path's range: at M <= 16 the frag / GEMV kernels measured 2x faster on the H200
+    # (N = K = 8192: 15.2 against 31.8 us at M = 1, 23.0 against 33.8 us at M = 16)
+    mixed = _mixed.mixed_candidates(m, n, k, num_sms) if m > _frag.FRAG_MAX_M else []
+    if m >= DEQUANT_GEMM_MIN_M:
+        mixed = mixed + [{"path": "dequant_gemm", "SPLIT_K": 1}]
+    if m > MAX_DECODE_M:  # the CUDA-core and mma.sync kernels are built for decode shapes only
+        return mixed
     cands = [] if os.environ.get("BWTRITON_DECODE_FRAG") == "0" else _frag.frag_candidates(m, n, k)
     if m <= GEMV_TUNE_MAX_M:
         for rows, groups, two_steps, *warps in _GEMV_SHAPES:
@@ -312,12 +331,14 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
             cfg["SPLIT_K"] = split
             if cfg not in cands:
                 cands.append(cfg)
-    return cands
+    return cands + mixed
 
 
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     """The untuned choice (used under CUDA-graph capture before a shape was tuned, or with
-    BWTRITON_DECODE_TUNE=0): GEMV for M <= GEMV_MAX_M, tensor cores above."""
+    BWTRITON_DECODE_TUNE=0): GEMV for M <= GEMV_MAX_M, mma.sync up to MAX_DECODE_M, the wgmma mixed GEMM above."""
+    if m > MAX_DECODE_M:
+        return _mixed.mixed_candidates(m, n, k, num_sms)[0]
     if m <= GEMV_MAX_M:
         return dict(gemv_config(m, n, k, num_sms), path="gemv", GROUPS_PER_THREAD=2)
     return dict(decode_config(m, n, k, num_sms), path="mma")
@@ -332,11 +353,30 @@ TUNING_FAILURES: dict[tuple, dict[str, str]] = {}
 _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
 _FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
-_PATHS = ("gemv", "mma", "frag")
+_PATHS = ("gemv", "mma", "frag", "wgmma", "dequant_gemm")
+
+#: Smallest M for which the tuner also tries dequantizing the weight to bf16 and running the bf16 GEMM
+#: (`kernels.matmul`): 2 bytes per weight written and read back per call, paid off only where the GEMM is long.
+DEQUANT_GEMM_MIN_M = 64
+
+
+def _dequant_gemm(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, layout: str, shape: tuple,
+                  alpha: torch.Tensor, bias, out_dtype: torch.dtype) -> torch.Tensor:
+    """x @ (e2m1 * e4m3 of the weight)^T * alpha (+ bias) via the exact bf16 dequantization and the bf16 GEMM."""
+    from types import SimpleNamespace  # a stand-in QuantizedTensor for the replay (which holds no weight)
+    w = SimpleNamespace(data=data, scales=scales, scale_layout=layout, shape=shape)
+    if bias is None:
+        return matmul(x, dequantize_nvfp4_bf16(w).T, a_scale=alpha, out_dtype=out_dtype)
+    # the bias is added to the fp32 result: one rounding to the output type, as in the other paths
+    return (matmul(x, dequantize_nvfp4_bf16(w).T, a_scale=alpha, out_dtype=torch.float32) + bias).to(out_dtype)
 
 
 def config_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gemv R2 G2 split1', 'mma BN32 split2' or 'frag T4 C2 w8 split16'."""
+    if cfg["path"] == "wgmma":
+        return _mixed.mixed_label(cfg)
+    if cfg["path"] == "dequant_gemm":
+        return "dequant_gemm (bf16 weight + kernels.matmul)"
     if cfg["path"] == "frag":
         return (f"frag T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
                 f"split{cfg['SPLIT_K']}")
@@ -381,13 +421,14 @@ def tuned_decode_config(m: int, n: int, k: int, *, device_index: int = 0, scale_
 
 def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.bfloat16,
                         config: dict | None = None) -> torch.Tensor:
-    """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (M <= 64) and an NVFP4 weight w_q [N, K].
+    """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (any M >= 1) and an NVFP4 weight w_q [N, K].
 
     The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. Without
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
     keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
-    for the CUDA-core kernel, or 'mma' for tensor cores; default as `default_config`) plus any keys of that
-    path's defaults (`gemv_config` / `decode_config`, and GROUPS_PER_THREAD for the GEMV).
+    for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
+    GEMM, 'dequant_gemm' for dequantize + bf16 GEMM; default as `default_config`) plus any keys of that path's
+    defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates`, GROUPS_PER_THREAD for the GEMV).
 
     Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
     earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
@@ -411,9 +452,9 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
 def decode_scaled(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None",
                   device: torch.device) -> tuple[torch.Tensor, Callable]:
     """(out bf16 [M, N], replay) with out = (x @ (e2m1 * scale of w_q)^T) * alpha[0] + bias, for inputs the caller
-    validated (x bf16 [M, K] with M <= MAX_DECODE_M, N % 64 == 0, K % 256 == 0). The config is the auto path's
+    validated (x bf16 [M, K], N % 64 == 0, K % 256 == 0). The config is the auto path's
     (tuned once per shape); `replay(x, alpha, bias)` launches it again for a new call of the same signature.
-    `nvfp4_linear`'s small-M form uses it with alpha = S_dec(x) * S_dec(w)."""
+    `nvfp4_linear`'s 'dequant_decode' form uses it with alpha = S_dec(x) * S_dec(w)."""
     m, k = x.shape
     n = w_q.shape[0]
     cfg = _tuned("nvfp4_linear", x, w_q, m, n, k, torch.bfloat16, device, sm_count(device))
@@ -442,11 +483,16 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     same bias-or-not) again for new activations, epilogue scale and bias (one allocation, one launch)."""
     n, k = w_q.shape
     split, path = cfg["SPLIT_K"], cfg["path"]
-    grid = (n // _block_n(cfg), split, 1)
     layout, shape = w_q.scale_layout, tuple(w_q.shape)
     # Weak references: the plans that hold this replay are dropped with the weight's tensors (nvfp4_linear keys
     # them on those tensors), which a strong reference here would keep alive forever.
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
+    if path == "wgmma":  # entry is a MixedLaunch: one launch, split-K reduced inside the kernel
+        return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, alpha, bias)
+    if path == "dequant_gemm":  # no entry: the dequantize kernel and kernels.matmul keep their own caches
+        return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
+                                                    out_dtype)
+    grid = (n // _block_n(cfg), split, 1)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
@@ -485,9 +531,8 @@ def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]
         check_quantized(op, "w_q", w_q, ("nvfp4",))
         _VALIDATED[id(w_q)] = w_q
     m, n, k = check_bf16_activations(op, x, w_q)
-    if not 1 <= m <= MAX_DECODE_M:
-        raise InputError(f"{op}: M={m} is outside the decode range 1..{MAX_DECODE_M}; use nvfp4_linear or "
-                         f"nvfp4_matmul for larger batches")
+    if m < 1:
+        raise InputError(f"{op}: x has no rows (M={m}); pass at least one activation row")
     if n % 64 or k % 256:
         raise InputError(f"{op}: N={n} must be a multiple of 64 and K={k} of 256; pad the weight")
     check_out_dtype(op, out_dtype)
@@ -499,11 +544,22 @@ def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]
 
 def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) -> dict:
     user = dict(config)
-    path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma")
+    path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma" if m <= MAX_DECODE_M else "wgmma")
+    if path in ("gemv", "mma") and m > MAX_DECODE_M:
+        raise InputError(f"{op}: the {path} path takes M <= {MAX_DECODE_M}, got M={m}; use path 'wgmma' or "
+                         f"'dequant_gemm' (or no config)")
     if path not in _PATHS:
-        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' (tensor cores) or 'frag' "
-                         f"(tensor cores, fragment-ordered weight copy), got {path!r}")
-    if path == "frag":
+        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' (mma.sync; 'frag' with "
+                         f"a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM) or 'dequant_gemm' (bf16 "
+                         f"weight + matmul), got {path!r}")
+    if path == "dequant_gemm":
+        defaults = {"SPLIT_K": 1}
+    elif path == "wgmma":
+        cands = _mixed.mixed_candidates(m, n, k, num_sms)
+        if not cands:
+            raise InputError(f"{op}: the wgmma path needs N % 64 == 0 and K % 64 == 0, got N={n}, K={k}")
+        defaults = {key: v for key, v in cands[0].items() if key != "path"}
+    elif path == "frag":
         cands = _frag.frag_candidates(m, n, k)
         defaults = cands[0] if cands else _frag.frag_candidate(m, n, k, 1, 1, 4, 1)
         if defaults is None:
@@ -528,13 +584,21 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     multiplies the fp32 result before `bias` ([N], added in fp32) and the cast."""
     m, k = x.shape
     n = w_q.shape[0]
+    if alpha is None:
+        alpha = decode_scale_arg(w_q, device)
+    if cfg["path"] == "dequant_gemm":
+        return _dequant_gemm(x, w_q.data, w_q.scales, w_q.scale_layout, tuple(w_q.shape), alpha, bias,
+                             out_dtype), None
+    if cfg["path"] == "wgmma":
+        if not _mixed.mixed_tiles(cfg, m, n, k):
+            raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "
+                             f"K of BLOCK_K*SPLIT_K")
+        return _mixed.launch_mixed(x, w_q, alpha, alpha, bias, cfg, out_dtype=out_dtype)
     split = cfg["SPLIT_K"]
     if split > 1:
         out = torch.zeros((m, n), dtype=torch.float32, device=device)
     else:
         out = torch.empty((m, n), dtype=out_dtype, device=device)
-    if alpha is None:
-        alpha = decode_scale_arg(w_q, device)
     blocked = w_q.scale_layout == "blocked_128x4"
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
     kwargs["HAS_BIAS"] = bias is not None

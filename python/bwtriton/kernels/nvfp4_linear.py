@@ -1,11 +1,21 @@
 """NVFP4 linear layer: y = x @ dequant(w_q)^T (+ bias) with the activations quantized to NVFP4 on the fly.
 
-Three forms. The third, 'dequant_decode' (M <= 64, for targets without a native NVFP4 MMA such as Hopper),
-quantizes x and dequantizes it straight back to exact bf16 values in one small kernel (`nvfp4_dequant`), then
-runs the weight-only decode kernel (`decode.decode_scaled`) with alpha = S_dec(x) * S_dec(w) and the bias in its
-epilogue: at small M the linear is a weight read, and the decode kernels read the weight at close to the
-bandwidth limit, where the forms below run an emulated NVFP4 MMA (~100 us at M = 16, N = K = 4096 on the H200).
-The first two, same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
+Five forms, same products (each e2m1 * e4m3 value is exact in bf16, bf16 products exact in fp32; only the fp32
+summation order differs). Without a native NVFP4 MMA (Hopper) three of them run bf16 tensor cores on exactly
+dequantized values, where the block-scaled MMA would be emulated (~100-830 us at N = K = 4096 on the H200):
+
+* 'dequant_decode' (K % 256 == 0): one small kernel quantizes x and dequantizes it straight back to exact bf16
+  values (`nvfp4_dequant`), then the weight-only decode kernels (`decode.decode_scaled`, tuned per shape, any M)
+  apply alpha = S_dec(x) * S_dec(w) and the bias in their epilogue. Two launches; the fastest form on the H200
+  for M <= 64 (a weight read, at up to 2x cuBLAS bf16).
+* 'mixed': one launch, the mixed-input wgmma GEMM (`mixed_gemm`) with x's quantize-dequantize in its prologue
+  (each program re-quantizes its x tile, hence tried for M <= MIXED_MAX_M only). On the H200 it loses to
+  'dequant_decode' (e.g. 28 against 9.4 us at M = 1, N = K = 4096): the wgmma kernel's per-weight cost is
+  higher than the frag / GEMV decode kernels' (docs/kernels.md).
+* 'dequant_gemm' (large M): x quantize-dequantized and the weight dequantized to bf16, then `kernels.matmul`
+  (~700 TFLOP/s on the H200) with alpha as its fp32 epilogue scale.
+
+The other two feed `tl.dot_scaled` (native block-scaled MMA on sm_100a), same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
 `bwtriton.formats.quantize_nvfp4` given the same global encode scale):
 
 * `nvfp4_linear` (fused): the GEMM's prologue loads a bf16 x tile, quantizes it in registers and feeds
@@ -22,7 +32,8 @@ and at M = 4096 clearly (2.1-2.3 ms vs 1.0-1.1 ms): the fused kernel re-quantize
 output tiles (N / BLOCK_N = 32 times here) and its quantizer's integer work sits in the MMA loop, while the
 two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So `nvfp4_linear` (form='auto')
 times both forms once per (M rounded up to a power of two, N, K, bias, scale layout) under CUDA-graph replay and
-keeps the faster; `FUSED_MAX_M` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
+keeps the faster (without a native NVFP4 MMA it times 'dequant_decode', 'mixed', 'dequant_gemm' and, at small
+M, 'fused'); `default_form` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
 PDL vs plain launches measured within noise (0.98-1.08x). Repeated calls with one signature replay a plan.
 """
 from __future__ import annotations
@@ -37,12 +48,16 @@ import triton.language as tl
 from ..errors import InputError
 from ..formats import QuantizedTensor
 from ..language.quant import quantize_nvfp4_tile
+from ._device import sm_count
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
 from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
-from .decode import MAX_DECODE_M, decode_scaled
+from .decode import decode_scaled
+from .matmul import matmul
+from . import mixed_gemm as _mg
 from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, amax_in_kernel,
-                            device_encode_scale, encode_scale_from_amax, quant_dequant_nvfp4)
+                            dequantize_nvfp4_bf16, device_encode_scale, encode_scale_from_amax,
+                            quant_dequant_nvfp4)
 from ._launcher import CachedLauncher, StreamScratch, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
@@ -256,7 +271,30 @@ def _two_kernel(x, w_q, bias, m, n, k, device, s_enc, use_pdl: bool) -> tuple[to
 
 def _dequant_decode_ok(m: int, k: int) -> bool:
     """Whether the 'dequant_decode' form tiles this shape (the decode kernels' limits)."""
-    return m <= MAX_DECODE_M and k % 256 == 0
+    return k % 256 == 0
+
+
+def _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg: dict) -> tuple[torch.Tensor, tuple]:
+    """One launch: the mixed-input wgmma GEMM with x's NVFP4 quantize-dequantize in its prologue
+    (`mixed_gemm.nvfp4_mixed_gemm_kernel`, QUANT_X) and alpha = S_dec(x) * S_dec(w) + bias in its epilogue."""
+    w_dec = decode_scale_arg(w_q, device)
+    from_amax = s_enc is None  # each program computes S_enc from amax(x); w_dec stands in for the unread pointer
+    out, launch = _mg.launch_mixed(x, w_q, w_dec if from_amax else s_enc, w_dec, bias, cfg, quant_x=True,
+                                      from_amax=from_amax)
+    return out, (launch,)
+
+
+def _dequant_gemm(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
+    """Large M: x quantize-dequantized to exact bf16 values, the weight dequantized to bf16 (both without their
+    global scales), then the bf16 wgmma GEMM (`kernels.matmul`) with alpha = S_dec(x) * S_dec(w) as its fp32
+    epilogue scale; with a bias the GEMM writes fp32 and one elementwise kernel adds it before the single rounding
+    to bf16. Three or four launches, O((M + N) K) extra bytes."""
+    xd, alpha, _ = quant_dequant_nvfp4(x, s_enc, decode_scale_arg(w_q, device))
+    if bias is None:
+        return matmul(xd, dequantize_nvfp4_bf16(w_q).T, a_scale=alpha), ()
+    # the bias is added to the fp32 result: one rounding to bf16, as in the other forms
+    out = matmul(xd, dequantize_nvfp4_bf16(w_q).T, a_scale=alpha, out_dtype=torch.float32)
+    return (out + bias).to(torch.bfloat16), ()
 
 
 def _dequant_decode(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor, tuple]:
@@ -277,37 +315,76 @@ TUNING_LOG: dict[tuple, dict[str, float]] = {}
 #: (module docstring): fused 1.12-1.16x faster at M = 16, slower from M = 256 on.
 FUSED_MAX_M = 64
 
+#: Largest M for which the one-launch 'mixed' form (x re-quantized by every program) is tried: each program
+#: quantizes BLOCK_M x BLOCK_K activations per K step next to its BLOCK_N x BLOCK_K weight decodes.
+MIXED_MAX_M = 64
+
+#: Smallest M for which 'dequant_gemm' is tried: below it the per-call dequantized weight (2 bytes per weight
+#: written and read back) costs more than the GEMM saves.
+DEQUANT_GEMM_MIN_M = 64
+
+#: Chosen mixed-GEMM config per tuning key of the 'mixed' form (see `_pick_form`).
+_MIXED_CFG: dict[tuple, dict] = {}
+
 
 def default_form(m: int, k: int, native_nvfp4_mma: bool) -> str:
-    """The untuned choice: without a native NVFP4 MMA, small M takes 'dequant_decode' (the NVFP4 MMA is emulated
-    there, and at small M the weight read dominates); otherwise fused up to FUSED_MAX_M, two-kernel above."""
-    if not native_nvfp4_mma and _dequant_decode_ok(m, k):
-        return "dequant_decode"
+    """The untuned choice. Without a native NVFP4 MMA (it would be emulated), by the H200's measurements: up to
+    MIXED_MAX_M 'dequant_decode' (the decode kernels, fastest there), or the one-launch 'mixed' form where K does
+    not tile them (K % 256); above, 'dequant_gemm' (the bf16 GEMM at wgmma speed). With one: fused up to
+    FUSED_MAX_M, two-kernel above."""
+    if not native_nvfp4_mma:
+        if m <= MIXED_MAX_M:
+            return "dequant_decode" if _dequant_decode_ok(m, k) else "mixed"
+        return "dequant_gemm"
     return "fused" if m <= FUSED_MAX_M else "two_kernel"
+
+
+def _mixed_cfg(key: tuple, m: int, n: int, k: int, device: torch.device) -> dict:
+    cfg = _MIXED_CFG.get(key)
+    return cfg if cfg is not None else _mg.mixed_candidates(m, n, k, sm_count(device))[0]
 
 
 def _m_bucket(m: int) -> int:
     return triton.next_power_of_2(m)
 
 
+def _form_key(device, m: int, n: int, k: int, bias, w_q) -> tuple:
+    return (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout)
+
+
 def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
     import os
-    key = (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout)
+    key = _form_key(device, m, n, k, bias, w_q)
     form = _FORM.get(key)
     if form is not None:
         return form
+    native = tcgen05_block_scaled(device)
     if os.environ.get("BWTRITON_LINEAR_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
-        return default_form(m, k, tcgen05_block_scaled(device))
-    runs = {"fused": lambda: _fused(x, w_q, bias, m, n, k, device, s_enc),
-            "two_kernel": lambda: _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)}
+        return default_form(m, k, native)
+    runs = {}
+    if native or m <= FUSED_MAX_M:  # without a native NVFP4 MMA these emulate it: tried only where M is small
+        runs["fused"] = lambda: _fused(x, w_q, bias, m, n, k, device, s_enc)
+    if native:
+        runs["two_kernel"] = lambda: _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
     if _dequant_decode_ok(m, k):
         runs["dequant_decode"] = lambda: _dequant_decode(x, w_q, bias, m, n, k, device, s_enc)
+    mixed_cands = _mg.mixed_candidates(m, n, k, sm_count(device)) if m <= MIXED_MAX_M else []
+    if m <= MIXED_MAX_M:
+        for cfg in mixed_cands:
+            runs[f"mixed {_mg.mixed_label(cfg)}"] = (
+                lambda cfg=cfg: _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg))
+    if m >= DEQUANT_GEMM_MIN_M and not native:
+        runs["dequant_gemm"] = lambda: _dequant_gemm(x, w_q, bias, m, n, k, device, s_enc)
     times = {}
     for name, fn in runs.items():
         fn()  # compile + warm up
         times[name] = kernel_time_us(fn)
     TUNING_LOG[key] = times
-    form = _FORM[key] = min(times, key=times.get)
+    best = min(times, key=times.get)
+    if best.startswith("mixed "):
+        _MIXED_CFG[key] = next(c for c in mixed_cands if best == f"mixed {_mg.mixed_label(c)}")
+        best = "mixed"
+    form = _FORM[key] = best
     return form
 
 
@@ -319,11 +396,12 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     x_global_scale: the activations' global decode scale (amax / 2688, e.g. calibrated); None computes it from
     amax(x), as `bwtriton.formats.quantize_nvfp4(x)` does, so the result matches quantizing x with it.
     form: 'fused' (one kernel quantizes x tiles in the GEMM's prologue), 'two_kernel' (quantize kernel + GEMM
-    chained with PDL), 'dequant_decode' (M <= 64, K % 256 == 0: x quantized and dequantized to exact bf16
-    values in one small kernel, then the weight-only decode kernel with the global scales and bias in its
-    epilogue) or 'auto': the first call per (M rounded up to a power of two, N, K) times every form that tiles
-    the shape under CUDA-graph replay and keeps the fastest (same products either way; only the fp32 summation
-    order differs)."""
+    chained with PDL), 'dequant_decode' (K % 256 == 0: x quantized and dequantized to exact bf16 values in one
+    small kernel, then the weight-only decode kernels, tuned per shape, with the global scales and bias in their
+    epilogue), 'mixed' (one launch: the mixed-input wgmma GEMM, x's quantize-dequantize in its prologue),
+    'dequant_gemm' (x and the weight dequantized to bf16, then the bf16 GEMM) or 'auto': the first call per
+    (M rounded up to a power of two, N, K) times the forms that suit the shape and target under CUDA-graph replay
+    and keeps the fastest (same products either way; only the fp32 summation order differs)."""
     if isinstance(x, torch.Tensor) and isinstance(w_q, QuantizedTensor):
         key = _plan_key(x, w_q, bias, x_global_scale, form)
         plan = _PLANS.get(key)
@@ -334,25 +412,29 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
         raise InputError(f"{op}: form must be one of {', '.join(map(repr, _FORMS))}, got {form!r}")
     m, n, k, device = _validate(op, x, w_q, bias, x_global_scale)
     if form == "dequant_decode" and not _dequant_decode_ok(m, k):
-        raise InputError(f"{op}: form='dequant_decode' needs M <= {MAX_DECODE_M} and K % 256 == 0, got M={m}, "
-                         f"K={k}; use form='auto'")
+        raise InputError(f"{op}: form='dequant_decode' needs K % 256 == 0, got K={k}; use form='auto'")
     chosen = form
     if form == "auto":
         chosen = _pick_form(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device))
     s_enc = _encode_scale(x, x_global_scale, device, in_kernel=True)
     if chosen == "fused":
         out, entries = _fused(x, w_q, bias, m, n, k, device, s_enc)
+    elif chosen == "mixed":
+        cfg = _mixed_cfg(_form_key(device, m, n, k, bias, w_q), m, n, k, device)
+        out, entries = _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg)
+    elif chosen == "dequant_gemm":
+        out, entries = _dequant_gemm(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device))
     elif chosen == "dequant_decode":
         out, entries = _dequant_decode(x, w_q, bias, m, n, k, device, s_enc)
     else:
         out, entries = _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
-    if form != "auto" or (device.index, _m_bucket(m), n, k, bias is not None, w_q.scale_layout) in _FORM:
+    if chosen != "dequant_gemm" and (form != "auto" or _form_key(device, m, n, k, bias, w_q) in _FORM):
         _remember_plan(_plan_key(x, w_q, bias, x_global_scale, form), w_q, chosen, entries, m, n, k, device,
                        x_global_scale, s_enc)
     return out
 
 
-_FORMS = ("auto", "fused", "two_kernel", "dequant_decode")
+_FORMS = ("auto", "fused", "two_kernel", "dequant_decode", "mixed", "dequant_gemm")
 
 #: Replayable launches per call signature: a call whose weight tensors, x (shape, strides, dtype, device,
 #: alignment), bias signature, kind of x scale and form match an earlier one skips validation and dispatch.
@@ -405,7 +487,13 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
     s_enc_of = _scale_source(x_global_scale, s_enc, device)
     block_m, block_n, _ = _blocks(m, n)
     bf16 = torch.bfloat16
-    if form == "fused":
+    if form == "mixed":
+        (launch,) = entries
+
+        def plan(x, w_q, bias, g):
+            s = s_enc_of(x, g)
+            return launch.run(x, w_q.data, w_q.scales, w_dec if s is None else s, w_dec, bias)
+    elif form == "fused":
         (entry,) = entries
         grid = (triton.cdiv(m, block_m) * (n // block_n), 1, 1)
 
