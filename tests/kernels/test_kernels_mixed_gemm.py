@@ -102,7 +102,7 @@ def _cfg(block_m: int, split: int, block_k: int = 64) -> dict:
             "num_warps": 4, "num_stages": 2, "K_ORDER": True}
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200_module")
 @pytest.mark.parametrize("split", [1, 4])
@@ -116,7 +116,7 @@ def test_emulated_one_hot_rows_pick_weights_exactly(split):
     assert torch.equal(out.double(), w_q.dequantize(torch.float64)[:, cols].T)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200_module")
 def test_emulated_split_k_is_deterministic_and_close():
@@ -130,7 +130,7 @@ def test_emulated_split_k_is_deterministic_and_close():
     assert_close_to_reference(first, x.double(), w_q.dequantize(torch.float64), out_bits=20)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200_module")
 @pytest.mark.parametrize("calibrated", [True, False])
@@ -217,7 +217,7 @@ def test_gpu_mixed_form_replays_in_a_cuda_graph():
     assert_close_to_reference(captured, ref_a, w_q.dequantize(torch.float64))
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200_module")
 def test_emulated_dequant_gemm_path_and_its_replay(monkeypatch):
@@ -240,7 +240,7 @@ def test_emulated_dequant_gemm_path_and_its_replay(monkeypatch):
     assert_close_to_reference(again, x.double(), ref_w, bias)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200_module")
 def test_emulated_linear_dequant_gemm_form_rounds_once(monkeypatch):
@@ -257,7 +257,7 @@ def test_emulated_linear_dequant_gemm_form_rounds_once(monkeypatch):
     assert_close_to_reference(out, ref_a, w_q.dequantize(torch.float64), bias)
 
 
-@pytest.mark.emu
+@pytest.mark.emulated
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200_module")
 def test_decode_small_m_paths_refuse_large_m_naming_the_alternatives():
