@@ -12,7 +12,7 @@ from bwtriton.errors import UnknownPassError, suggest
 from .base import REGISTRY, Pass, PassContext, PassOption, Stage, register_pass
 from .insert_ld_wait import InsertTcgen05WaitLd
 from .lower_dot_scaled_portable import LowerDotScaledPortable
-from .pair_ctas import PairCtas
+from .pair_ctas import PairCtas, PairCtasHandoff, PairCtasScaled
 from .plan_tmem import PlanTmem, TmemTtirSnapshot
 from .verify_tcgen05 import VerifyTcgen05
 
@@ -27,6 +27,8 @@ PIPELINE: dict[Stage, tuple[type[Pass], ...]] = {
     ),
     Stage.LLIR: (),
     Stage.PTX: (
+        PairCtasScaled,       # first: pairs a 1-CTA block-scaled kernel (then it is a 2-CTA kernel for the rest)
+        PairCtasHandoff,      # rewrites the 2-CTA mainloop's synchronisation; later passes see the result
         InsertTcgen05WaitLd,  # a repair of Triton's PTX
         VerifyTcgen05,        # last: checks the final PTX, after every rewrite
     ),

@@ -38,9 +38,10 @@ def eligibility_problems(target_name: str, num_ctas: int, mmas: list[MmaSummary]
     for mma in mmas:
         where = f"the {mma.m}x{mma.n} tcgen05 MMA"
         if mma.scaled:
-            problems.append(f"{where}: block-scaled tl.dot_scaled cannot be paired with Triton 3.6: its lowering "
-                            f"has no 2-CTA scaled MMA (LLVM 'Failed to find a valid layout' even with SFB replicated "
-                            f"into both CTAs); compile it with num_ctas=1 (two_cta=False)")
+            problems.append(f"{where}: block-scaled tl.dot_scaled cannot be paired with Triton 3.6's num_ctas=2 "
+                            f"lowering (LLVM 'Failed to find a valid layout' even with SFB replicated into both "
+                            f"CTAs); compile the 128-row tile with num_ctas=1 and passes=['+pair-ctas-scaled'], "
+                            f"which pairs its PTX into cta_group::2 M=256 MMAs (docs/two_cta.md)")
             continue
         if mma.m != PAIR_BLOCK_M:
             problems.append(f"{where}: BLOCK_M is {mma.m}, the pair tile needs BLOCK_M = {PAIR_BLOCK_M} (128 rows "

@@ -24,7 +24,7 @@ PAIR_TARGETS = ("sm_100a", "sm_103a")
 # The `auto` heuristic
 # ----------------------------------------------------------------------------------------------------------------
 
-#: Below this K the per-K-step cluster barrier and the pipeline prologue are a large share of a tile's time.
+#: Below this K the pipeline prologue and the pair's setup/exit cluster barriers are a large share of a tile's time.
 AUTO_MIN_K = 1024
 #: Smallest problem: at least this many pair tiles along M and N (small/decode-like shapes stay 1-CTA).
 AUTO_MIN_TILES_M = 2
@@ -48,7 +48,7 @@ def should_pair(M: int, N: int, K: int, block_m: int = PAIR_BLOCK_M, block_n: in
 
     All of these must hold (docs/two_cta.md gives the reasons):
     1. the tile is pairable: block_m == 256 and 64 <= block_n <= 256;
-    2. large K (K >= 1024): enough K steps to amortise the per-step cluster barrier and pipeline fill;
+    2. large K (K >= 1024): enough K steps to amortise the pipeline fill and the pair's cluster barriers;
     3. large M and N: at least 2 pair tiles along M and enough clusters to occupy every SM once
        (clusters * 2 >= num_sms); small-M / decode shapes stay 1-CTA;
     4. light tails: at most 12.5% of the last tile along M and along N is padding;

@@ -2,7 +2,7 @@
 
 Kernels compile for sm_100a on the CPU (no GPU). Each compile happens once per module (fixtures). What is checked is
 the PTX protocol of issue 7 (every tcgen05 op cta_group::2, cluster launch directive, leader issue after a cluster
-barrier, multicast commit, idesc M = 256 decoded from the PTX constant, alloc in both CTAs, exit handshake before the
+barrier for pointer loads, multicast commit, idesc M = 256 decoded from the PTX constant, alloc in both CTAs, exit handshake before the
 dealloc) and SASS (UTC*MMA.2CTA).
 """
 from __future__ import annotations
@@ -118,11 +118,12 @@ def test_idesc_m_is_the_pairs_256(name, request):
         assert k == kind and d.m == 256 and d.n == 128, d.summary()
 
 
-@pytest.mark.parametrize("name", PAIRED)
-def test_leader_issues_after_cluster_barrier(name, request):
-    """Between the previous commit (or the kernel start) and each MMA group there is a cluster barrier wait: the
-    peer CTA's operand tiles have landed before the leader reads them."""
-    lines = code_lines(request.getfixturevalue(name).asm["ptx"])
+def test_pointer_load_leader_issues_after_cluster_barrier(paired_bf16_native):
+    """Pointer loads (st.shared operands): between the previous commit (or the kernel start) and each MMA group
+    there is a cluster barrier wait, the only way the peer's tiles are handed to the leader. (TMA-fed kernels hand
+    off through the leader's mbarrier instead: tests/test_passes_pair_ctas_handoff.py.)"""
+    assert paired_bf16_native.reports["pair-ctas-handoff"]["applied"] is False
+    lines = code_lines(paired_bf16_native.asm["ptx"])
     waited = False
     for ln in lines:
         if "barrier.cluster.wait" in ln:

@@ -527,29 +527,36 @@ def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, id
         b_parts.append(_operand_values(cta, b, False, nb, k, b_fmt, idesc.b_major, packed, reads))
     A = np.concatenate(a_parts, axis=0)
     B = np.concatenate(b_parts, axis=0)
+    b_of_cta = [B]  # the B each CTA's half of D is computed with (one entry: the same B for all rows)
     if kind in BLOCK_SCALED:
         nsf = _SCALE_NSF.get((kind, svec))
         if nsf is None:
             raise DescriptorError(f"scale_vec::{svec} is not legal for kind::{kind}", line=line)
-        if cta_group != 1:
-            raise UnsupportedInstructionError("block-scaled MMA with cta_group::2 (scale layout of §6b 2x2 case)",
-                                              line=line)
+        if cta_group != 1 and m != 256:
+            raise UnsupportedInstructionError(f"block-scaled MMA with cta_group::2 and M={m} (scale layout of the "
+                                              f"§6b 2x2 case)", line=line)
         st = idesc.scale_type
-        sfa = _scales(ctas[0], sa, m, nsf, idesc.fields.get("sfa_id") or 0, st)
-        sfb = _scales(ctas[0], sb, n, nsf, idesc.fields.get("sfb_id") or 0, st)
         vec = k // nsf
+        # cta_group::2, M = 256: CTA v's TMEM holds the scales of its own 128 A rows (SFA as for M = 128) and SFB
+        # for all N columns, replicated in both CTAs (Gluon's 2-CTA block-scaled tutorial: TensorMemoryScalesLayout
+        # cga_layout [[1, 0]] for A, [[0, 0]] for B); each CTA's half of D uses its own copies.
+        sfa = np.concatenate([_scales(c, sa, m // nc, nsf, idesc.fields.get("sfa_id") or 0, st) for c in ctas])
         A = A * np.repeat(sfa, vec, axis=1)
-        B = B * np.repeat(sfb, vec, axis=1)
+        b_of_cta = [B * np.repeat(_scales(c, sb, n, nsf, idesc.fields.get("sfb_id") or 0, st), vec, axis=1)
+                    for c in ctas]
     if idesc.fields.get("negate_a"):
         A = -A
     if idesc.fields.get("negate_b"):
-        B = -B
+        b_of_cta = [-x for x in b_of_cta]
     if kind == "i8":
-        prod = A.astype(np.int64) @ B.astype(np.int64).T
+        prod = A.astype(np.int64) @ b_of_cta[0].astype(np.int64).T
     else:
         # einsum, not `@`: for these skinny shapes (K = 16..64) BLAS's thread start-up costs ~10x the product on
         # a shared 2-core machine; float64 sums of the exact products are order-insensitive at f32 output
-        prod = np.einsum("mk,nk->mn", A, B)
+        rows = len(A) // len(b_of_cta)
+        prod = np.concatenate([np.einsum("mk,nk->mn", A[v * rows:(v + 1) * rows], bv)
+                               for v, bv in enumerate(b_of_cta)]) if len(b_of_cta) > 1 else \
+            np.einsum("mk,nk->mn", A, b_of_cta[0])
     d_type = idesc.d_type
     for cta, (rows, _, _), cells in zip(ctas, layout, _d_cells(layout, taddr_d & 0xFFFF)):
         part = prod[rows[0]:rows[1]]
