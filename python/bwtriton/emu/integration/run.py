@@ -172,12 +172,15 @@ def _timing_recorder(timing: Any, total_ctas: int):
         return None
     from ..timing.costs import B200, B200Costs  # the timing model is loaded only for timed runs
     from ..timing.recorder import TimingRecorder  # the timing model is loaded only for timed runs
+    if isinstance(timing, TimingRecorder):  # a caller's own recorder (e.g. a representative wave: all SMs busy)
+        return timing
     if timing is True:
         costs = B200
     elif isinstance(timing, B200Costs):
         costs = timing
     else:
-        raise InputError(f"timing must be True, False or a bwtriton.emu.timing.B200Costs table, got {timing!r}")
+        raise InputError(f"timing must be True, False, a bwtriton.emu.timing.B200Costs table or a TimingRecorder, "
+                         f"got {timing!r}")
     return TimingRecorder(costs, active_sms=min(total_ctas, int(costs.v("sm_count"))))
 
 
