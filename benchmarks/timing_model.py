@@ -157,7 +157,7 @@ def calibration_table() -> list[str]:
     return rows
 
 
-SENSITIVE = ("sm_clock_hz", "mma_f16_flop_per_cycle", "tma_latency_cycles", "tma_bytes_per_cycle_per_sm",
+SENSITIVE = ("sm_clock_hz", "mma_f16_flop_per_cycle", "mma_f4_flop_per_cycle", "tcgen05_cp_bytes_per_cycle", "tma_latency_cycles", "tma_bytes_per_cycle_per_sm",
              "l2_bytes_per_s", "mma_latency_cycles", "mbarrier_latency_cycles", "cluster_barrier_latency_cycles",
              "tcgen05_ld_bytes_per_cycle", "alu_cycles", "cta_launch_cycles")
 
@@ -171,7 +171,7 @@ def sensitivity_table(g: Gemm, size: int = 8192) -> list[str]:
         hi = predict_gemm(g, size, size, size, B200.scaled(name, 1.2)).seconds / base - 1
         out.append((max(abs(lo), abs(hi)), name, lo, hi))
     for big, name, lo, hi in sorted(out, reverse=True):
-        src = "assumption" if getattr(B200, name).is_assumption else "sourced"
+        src = getattr(B200, name).source.split(":")[0] if ":" in getattr(B200, name).source else "published"
         rows.append(f"| `{name}` ({src}) | {lo:+.1%} | {hi:+.1%} | {big:.1%} |")
     return rows
 
@@ -186,13 +186,49 @@ SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 8192, 1024)]
 
 
 def comparison_table(shapes=SHAPES) -> list[str]:
-    rows = ["| bf16 GEMM | variant | static grid | persistent (analytic) |", "|---|---|---|---|"]
+    rows = ["| bf16 GEMM | variant | static grid | CLC persistent (analytic) |", "|---|---|---|---|"]
     for m, n, k in shapes:
         for g in COMPARISON:
             st = predict_gemm(g, m, n, k)
             pe = predict_gemm(g, m, n, k, persistent=True)
             rows.append(f"| {m}x{n}x{k} | {g.name} | {st.seconds * 1e6:.0f} us, {st.flops_per_s / 1e12:.0f} "
                         f"TFLOP/s | {pe.seconds * 1e6:.0f} us, {pe.flops_per_s / 1e12:.0f} TFLOP/s |")
+    return rows
+
+
+def _tmem_kernels():
+    path = ROOT / "tests" / "fixtures" / "tmem_kernels.py"
+    spec = importlib.util.spec_from_file_location("tmem_kernels_fixture", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _multi_acc(block_n: int, steps: int):
+    """One 128-row program of the 3-accumulator kernel (pointer loads) timed at `steps` K steps."""
+    ex = _tmem_kernels()
+    res = bwtriton.compile(ex.multi_acc_kernel, signature=ex.MULTI_ACC_SIGNATURE,
+                           constexprs=dict(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=64, NUM_ACC=3), num_warps=8,
+                           num_stages=2)
+    k, n = 64 * steps, 3 * block_n
+    a, b, c = torch.randn(128, k).half(), torch.randn(k, n).half(), torch.zeros(128, n).half()
+    rec = TimingRecorder(B200, active_sms=int(B200.v("sm_count")))
+    stats = emu.run(res, (1,), a, b, c, k, k, n, n, timing=rec)
+    return stats.timing, res.reports["plan-tmem"].get("fallbacks") or []
+
+
+def tmem_table(m: int = 8192, n: int = 4608, k: int = 4096) -> list[str]:
+    """3 accumulators per program: 128x256 tiles need 768 TMEM columns (plan-tmem serialises the loop) vs
+    128x128 tiles that fit (384 columns) with twice the programs."""
+    rows = [f"| {m}x{n}x{k}, fp16, 3 accumulators per program | TMEM columns | plan-tmem | predicted |",
+            "|---|---|---|---|"]
+    for bn in (256, 128):
+        (short, fb), (long, _) = _multi_acc(bn, 2), _multi_acc(bn, 4)
+        programs = (m // 128) * (n // (3 * bn))
+        p = scale_to_grid(short, long, 2, 4, k // 64, programs, 1, (m * k + k * n + m * n) * 2, B200)
+        what = ", ".join(f["rewrite"] for f in fb) or "fits, no fallback"
+        rows.append(f"| 128x{bn} tiles, {programs} programs | {3 * bn} | {what} | {p.seconds * 1e6:.0f} us, "
+                    f"{p.flops_per_s / 1e12:.0f} TFLOP/s |")
     return rows
 
 
@@ -203,11 +239,15 @@ def main(argv=None) -> int:
     print(f"All times below are {LABEL}.\n")
     print("## Calibration\n")
     print("\n".join(calibration_table()))
-    print("\n## 1-CTA vs 2-CTA (static grid, and a persistent grid without per-wave CTA launches)\n")
+    print("\n## 1-CTA vs 2-CTA; static grid vs CLC persistent (analytic: no CTA launch per wave, one try_cancel "
+          "round trip per tile)\n")
     print("\n".join(comparison_table(SHAPES[:1] if args.quick else SHAPES)))
     if not args.quick:
-        print("\n## Sensitivity (bf16 8192^3, " + CALIBRATION["bf16"].name + ")\n")
-        print("\n".join(sensitivity_table(CALIBRATION["bf16"])))
+        print("\n## TMEM fallback (pointer-load kernel, cp.async)\n")
+        print("\n".join(tmem_table()))
+        for fmt in ("bf16", "nvfp4"):
+            print(f"\n## Sensitivity ({fmt} 8192^3, " + CALIBRATION[fmt].name + ")\n")
+            print("\n".join(sensitivity_table(CALIBRATION[fmt])))
     return 0
 
 

@@ -149,7 +149,10 @@ def scale_to_grid(short: Prediction, long: Prediction, steps_short: int, steps_l
     tile_cycles = fixed + per_step * steps_full
     per_wave = max(1, int(costs.v("sm_count")) // cluster_size)
     waves = math.ceil(clusters / per_wave)
-    cycles = waves * tile_cycles + (0 if persistent else (waves - 1) * costs.v("cta_launch_cycles"))
+    if persistent:  # one try_cancel round trip per tile, not overlapped (the kernels modelled are not warp-specialised)
+        cycles = waves * (tile_cycles + costs.v("clc_latency_cycles"))
+    else:
+        cycles = waves * tile_cycles + (waves - 1) * costs.v("cta_launch_cycles")
     t = cycles / costs.v("sm_clock_hz") + costs.v("launch_overhead_s")
     flops_tile = (long.flops - short.flops) / (steps_long - steps_short)
     bytes_tile = (long.l2_bytes - short.l2_bytes) / (steps_long - steps_short)

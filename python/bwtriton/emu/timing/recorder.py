@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..machine.async_engine import _bounds
+from ..machine.cells import Chunks
 from ..machine.program import YIELD, address_reader
 from ..machine.memory import split_cluster_address
 from .costs import B200, MMA_KINDS, B200Costs
@@ -355,9 +355,13 @@ def _op_bytes(op) -> int:
     n = sum(nb for _, nb in op.tx)
     if n:
         return n
-    for _, idx in op.writes:
-        lo, hi = _bounds(idx)
-        n += hi - lo
+    for _, idx in op.writes:  # the cells written (a swizzled write spans more offsets than it writes)
+        if isinstance(idx, slice):
+            n += idx.stop - idx.start
+        elif isinstance(idx, Chunks):
+            n += idx.first.size * idx.size
+        else:
+            n += int(np.size(idx))
     for _, lo, hi in op.reads:
         n += hi - lo
     return n
