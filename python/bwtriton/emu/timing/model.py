@@ -114,8 +114,8 @@ def predict(rec: TimingRecorder, hbm_bytes: float, cluster_size: int) -> Predict
     waves = max(1, math.ceil(len(per_cluster) / per_wave))
     cycles = sum(max(per_cluster[i:i + per_wave]) for i in range(0, len(per_cluster), per_wave))
     cycles += (waves - 1) * c.v("cta_launch_cycles")
-    flops = sum(o.flops for o in rec.ops.values())
-    l2 = sum(o.nbytes for o in rec.ops.values() if not o.kind.startswith("tcgen05"))
+    flops = sum(o.flops for o in rec.ops)
+    l2 = sum(o.nbytes for o in rec.ops if not o.kind.startswith("tcgen05"))
     t = cycles / c.v("sm_clock_hz") + c.v("launch_overhead_s")
     bound = "trace"
     t_hbm = hbm_bytes / c.v("hbm_bytes_per_s") + c.v("launch_overhead_s")

@@ -77,7 +77,6 @@ class WarpClock:
     t: float = 0.0
     counts: dict = field(default_factory=dict)
     segments: list = field(default_factory=list)
-    blocked: str = ""          # the stall reason while the current wait yields
     awaited: object = None     # bar.sync / cluster generation this warp waits for
     ld_done: float = 0.0       # when its outstanding tcgen05.ld data arrives
 
@@ -118,7 +117,8 @@ class TimingRecorder:
         self.active_sms = active_sms or int(costs.v("sm_count"))
         self.warps: dict = {}          # Warp -> WarpClock
         self.free: dict = {}           # (CTA id, resource) -> cycle the unit is free
-        self.ops: dict = {}            # (engine id, seq) -> OpTiming
+        self.ops: list = []            # OpTiming of every asynchronous operation, in issue order
+        self.pending: dict = {}        # id(AsyncOp) -> (OpTiming, its cluster) until it completes
         self.bar_acc: dict = {}        # id(mbarrier) -> (latest arrival time of its current phase, by what)
         self.bar_state: dict = {}      # id(mbarrier) -> (phase, pending, tx) last seen
         self.bar_done: dict = {}       # (id(mbarrier), phase) -> (completion time, reason)
@@ -127,7 +127,6 @@ class TimingRecorder:
         self.current = None            # the warp whose instruction is executing
         self.clusters: list = []       # every cluster seen (per-cluster time = its warps' latest clock)
         self._wrapped: dict = {}       # id(prog.code) -> instrumented code
-        self.engine_of_op: dict = {}   # id(AsyncOp) -> id of the engine that issued it
         self.completed_by: dict = {}   # Warp -> op timings its current instruction completed
 
     # -- the machine's view -----------------------------------------------------------------------------------
@@ -161,8 +160,6 @@ class TimingRecorder:
             pre = sync[0](w, wc) if sync else None
             r = handler(w)
             if r == YIELD:
-                if not wc.blocked:
-                    wc.blocked = rec._reason(cls)
                 if sync:
                     sync[1](w, wc, pre, True)
                 return r
@@ -171,7 +168,6 @@ class TimingRecorder:
                 sync[1](w, wc, pre, False)
             elif cls in (MBAR_ARRIVE, TMA, MMA):
                 rec._note_barriers(w.cta.cluster, wc.t)
-            wc.blocked = ""
             rec.completed_by.pop(w, None)
             wc.busy(cost)
             return r
@@ -188,11 +184,6 @@ class TimingRecorder:
         if cls == MMA and ins.opcode.startswith("tcgen05.mma"):
             return c.v("mma_issue_cycles")
         return c.v("alu_cycles")
-
-    @staticmethod
-    def _reason(cls: str) -> str:
-        return {MBAR_WAIT: WAIT_BARRIER, BAR: WAIT_BARRIER, CLUSTER_WAIT: WAIT_CLUSTER, CLUSTER_SYNC: WAIT_CLUSTER,
-                TMEM_WAIT: WAIT_TMEM, BULK_WAIT: WAIT_TMA, CP_WAIT: WAIT_TMA}.get(cls, WAIT_BARRIER)
 
     # -- synchronisation objects ------------------------------------------------------------------------------
     def _sync_reader(self, cls: str, ins, prog):
@@ -305,7 +296,7 @@ class TimingRecorder:
         cta = id(w.cta)
         kind = op.kind
         if kind == "tcgen05.commit":
-            covered = [self.ops.get((id(w.cta.cluster.engine), p.seq)) for p in op.covers]
+            covered = [self.pending.get(id(p), (None,))[0] for p in op.covers]
             end = max([o.end for o in covered if o is not None] + [t]) + c.v("mma_latency_cycles")
             timing = OpTiming(kind, t, t, end)
         elif kind.startswith("tcgen05"):
@@ -331,24 +322,27 @@ class TimingRecorder:
             busy = nbytes / per_sm
             self.free[cta, "tma"] = start + busy
             timing = OpTiming(kind, t, start, start + busy + c.v("tma_latency_cycles"), nbytes)
-        self.ops[id(w.cta.cluster.engine), op.seq] = timing
-        self.engine_of_op[id(op)] = id(w.cta.cluster.engine)
+        self.ops.append(timing)
+        self.pending[id(op)] = (timing, w.cta.cluster)
 
     def before_complete(self, op) -> None:
+        """Before `op` delivers its arrivals: what the running instruction changed so far is the warp's doing."""
         w = self.current
-        if w is not None and w in self.warps:
-            self._note_barriers(w.cta.cluster, self.warps[w].t)
+        entry = self.pending.get(id(op))
+        if w is not None and entry is not None and w.cta.cluster is entry[1]:
+            self._note_barriers(entry[1], self.warps[w].t)
 
     def after_complete(self, op) -> None:
-        eng = self.engine_of_op.get(id(op))
-        timing = self.ops.get((eng, op.seq))
-        w = self.current
-        if timing is None or w is None:
+        """`op` delivered its arrivals: they happened at its completion time; the running wait consumed it."""
+        timing, cluster = self.pending.pop(id(op), (None, None))
+        if timing is None:
             return
-        timing.consumed_by = self.warps[w].name if w in self.warps else ""
         reason = WAIT_MMA if op.kind.startswith("tcgen05") else WAIT_TMA
-        self._note_barriers(w.cta.cluster, timing.end, reason)
-        self.completed_by.setdefault(w, []).append(timing)
+        self._note_barriers(cluster, timing.end, reason)
+        w = self.current
+        if w is not None and w.cta.cluster is cluster:
+            timing.consumed_by = self.warps[w].name
+            self.completed_by.setdefault(w, []).append(timing)
 
 
 def _op_bytes(op) -> int:
