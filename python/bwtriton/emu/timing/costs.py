@@ -53,16 +53,16 @@ class B200Costs:
                                     "compute to its tcgen05.commit arrival")
     # TMEM data movement
     tcgen05_ld_bytes_per_cycle: Cost = Cost(512, "B/cycle/SM", "assumption: per SM, all four sub-partitions "
-                                            "together; " + JARMUSCH + " reports TMEM read bandwidth in TB/s "
-                                            "without a per-cycle figure")
-    tcgen05_st_bytes_per_cycle: Cost = Cost(256, "B/cycle/SM", "assumption: half the read rate (" + JARMUSCH +
-                                            " reports write bandwidth at half the read bandwidth)")
+                                            "together (" + JARMUSCH + " measures TMEM bandwidth; its summaries give "
+                                            "no per-cycle figure to take)")
+    tcgen05_st_bytes_per_cycle: Cost = Cost(256, "B/cycle/SM", "assumption: half the read rate (summaries of "
+                                            + JARMUSCH + " give TMEM writes half the read bandwidth)")
     tcgen05_cp_bytes_per_cycle: Cost = Cost(128, "B/cycle/SM", "assumption: shared memory read port width")
     tcgen05_ld_latency_cycles: Cost = Cost(64, "cycles", "assumption: tcgen05.ld issue to tcgen05.wait::ld")
     # TMA and the memory system
-    tma_latency_cycles: Cost = Cost(700, "cycles", "assumption: TMA load issue to mbarrier complete_tx for an "
-                                    "L2 hit; " + JARMUSCH + " reports ~420-cycle global-access latency on B200 "
-                                    "(cache miss path), TMA adds descriptor and swizzle stages")
+    tma_latency_cycles: Cost = Cost(700, "cycles", "assumption: TMA load issue to mbarrier complete_tx; summaries "
+                                    "of " + JARMUSCH + " put B200's cache-miss access latency near 420 cycles, "
+                                    "and TMA adds descriptor and swizzle stages")
     tma_bytes_per_cycle_per_sm: Cost = Cost(128, "B/cycle/SM", "assumption: one 128-byte L2 line per cycle into "
                                             "each SM's shared memory")
     l2_bytes_per_s: Cost = Cost(22e12, "B/s", "assumption: L2 -> SM bandwidth summed over the grid, shared by "
