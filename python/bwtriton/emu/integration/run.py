@@ -95,9 +95,9 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     `gang_lanes`: without a `grid_schedule`, clusters run in gangs (`bwtriton.emu.machine.gang`: the same warp of many
     CTAs executes each instruction together, over up to this many lanes); 0 runs them warp by warp. Default:
     $BWTRITON_EMU_GANG_LANES, else gang.DEFAULT_GANG_LANES. Results and errors are the same either way.
-    `timing`: True (or a `bwtriton.emu.timing.B200Costs` table) also predicts the launch's B200 time with the
-    timing model (docs/timing_model.md), returned as `.timing` of the result; clusters then run warp by warp
-    (no gangs). The kernel's results are the same."""
+    `timing`: True (or a `bwtriton.emu.timing.B200Costs` table, or a `TimingRecorder` of one's own) also
+    predicts the launch's B200 time with the timing model (docs/timing_model.md), returned as `.timing` of the
+    result; clusters then run warp by warp (no gangs). The kernel's results are the same."""
     t0 = time.perf_counter()
     ptx, md, md_name = _unpack_compiled(compiled)
     if tensordesc_meta is not None:
@@ -167,7 +167,7 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
 
 
 def _timing_recorder(timing: Any, total_ctas: int):
-    """The recorder of a timed run (None when timing is off); `timing` is True or a cost table."""
+    """The recorder of a timed run (None when timing is off); `timing` is True, a cost table or a recorder."""
     if timing is False or timing is None:
         return None
     from ..timing.costs import B200, B200Costs  # the timing model is loaded only for timed runs

@@ -142,9 +142,6 @@ class TimingRecorder:
                 w.code = code
                 self.warps[w] = WarpClock(f"cluster {cluster.cluster_id} CTA rank {cta.rank} warp {w.wid}")
 
-    def clock(self, w) -> WarpClock:
-        return self.warps[w]
-
     def _wrap(self, handler: Callable, ins, prog) -> Callable:
         cls = classify(ins)
         cost = self._issue_cost(cls, ins)
