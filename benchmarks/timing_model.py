@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +152,8 @@ def fitted_clock() -> float:
     size, pub, _ = PUBLISHED["bf16"]
     clock = B200.v("sm_clock_hz")
     for _ in range(3):  # the prediction is nearly proportional to 1 / clock; 3 fixed-point steps converge
-        p = predict_gemm(CALIBRATION["bf16"], size, size, size, B200.scaled("sm_clock_hz", clock / B200.v("sm_clock_hz")))
+        costs = B200.scaled("sm_clock_hz", clock / B200.v("sm_clock_hz"))
+        p = predict_gemm(CALIBRATION["bf16"], size, size, size, costs)
         clock *= pub / p.flops_per_s
     return clock
 
@@ -175,14 +175,15 @@ def calibration_table() -> list[str]:
     return rows
 
 
-SENSITIVE = ("sm_clock_hz", "mma_f16_flop_per_cycle", "mma_f4_flop_per_cycle", "tcgen05_cp_bytes_per_cycle", "tma_latency_cycles", "tma_bytes_per_cycle_per_sm",
+SENSITIVE = ("sm_clock_hz", "mma_f16_flop_per_cycle", "mma_f4_flop_per_cycle", "tcgen05_cp_bytes_per_cycle",
+             "tma_latency_cycles", "tma_bytes_per_cycle_per_sm",
              "l2_bytes_per_s", "mma_latency_cycles", "mbarrier_latency_cycles", "cluster_barrier_latency_cycles",
              "tcgen05_ld_bytes_per_cycle", "alu_cycles", "cta_launch_cycles")
 
 
 def sensitivity_table(g: Gemm, size: int = 8192) -> list[str]:
     base = predict_gemm(g, size, size, size).seconds
-    rows = [f"| figure (x0.8 / x1.2) | time x0.8 | time x1.2 | largest change |", "|---|---|---|---|"]
+    rows = ["| figure (x0.8 / x1.2) | time x0.8 | time x1.2 | largest change |", "|---|---|---|---|"]
     out = []
     for name in SENSITIVE:
         lo = predict_gemm(g, size, size, size, B200.scaled(name, 0.8)).seconds / base - 1

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
-
 from .costs import B200, B200Costs
 from .recorder import BUSY, TimingRecorder
 

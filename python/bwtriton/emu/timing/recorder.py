@@ -362,8 +362,8 @@ _KIND = re.compile(r"kind::(\w+)")
 
 
 def _mma_flops(op, c: B200Costs) -> tuple[int, float]:
-    """FLOPs of one SM's part of a tcgen05.mma (2 x 128 x N x K: a cta_group::2 MMA is timed on the leader's half) and the
-    tensor-core rate of its kind. N comes from the TMEM columns it writes (an fp32 accumulator: one per column)."""
+    """FLOPs of one SM's part of a tcgen05.mma (2 x 128 x N x K: a cta_group::2 MMA is timed on the leader's
+    half) and the tensor-core rate of its kind. N comes from the TMEM columns it writes (an fp32 accumulator: one per column)."""
     m = _KIND.search(op.text)
     entry, k = MMA_KINDS.get(m.group(1) if m else "f16", MMA_KINDS["f16"])
     n = 0
