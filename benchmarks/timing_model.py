@@ -255,7 +255,15 @@ def tmem_table(m: int = 8192, n: int = 4608, k: int = 4096) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="only the 8192^3 comparison rows and no sensitivity")
+    ap.add_argument("--plot", metavar="DIR", help="also save the per-warp timelines of the comparison kernels "
+                    "(one cluster, 4 K steps) as DIR/timeline_*.png (needs matplotlib)")
     args = ap.parse_args(argv)
+    if args.plot:
+        if not Path(args.plot).is_dir():
+            ap.error(f"--plot {args.plot}: not a folder; create it first")
+        for i, g in enumerate(COMPARISON):
+            path = Path(args.plot) / f"timeline_{i}_{g.name.split(',')[0].replace(' ', '_')}.png"
+            print(f"{g.name}: {time_cluster(g, 4).plot(str(path))}")
     print(f"All times below are {LABEL}.\n")
     print("## Calibration\n")
     print("\n".join(calibration_table()))

@@ -36,7 +36,8 @@ class B200Costs:
     sm_clock_hz: Cost = Cost(1.855e9, "Hz", "derived: datasheet dense BF16 2.25 PFLOP/s / (148 SMs x 8192 "
                              "FLOP/cycle/SM, the mma_f16 rate below); " + DATASHEET)
     # tcgen05.mma dense throughput of one SM's tensor core, FLOP per cycle (a cta_group::2 MMA of M = 256 keeps
-    # both SMs of the pair busy for the cycles of its 128-row half)
+    # both SMs of the pair busy for the cycles of its 128-row half; an M = 64 MMA is timed as M = 128, its
+    # instruction descriptor not being visible to the recorder: an upper bound on its cost)
     mma_f16_flop_per_cycle: Cost = Cost(8192, "FLOP/cycle/SM", "derived: " + DATASHEET + " / 148 SMs / clock; "
                                         "kind::f16 (fp16/bf16)")
     mma_tf32_flop_per_cycle: Cost = Cost(4096, "FLOP/cycle/SM", "derived: datasheet dense TF32 1.1 PFLOP/s "
@@ -45,8 +46,6 @@ class B200Costs:
                                            "(twice the f16 rate); kind::f8f6f4 and mxf8f6f4")
     mma_f4_flop_per_cycle: Cost = Cost(32768, "FLOP/cycle/SM", "derived: datasheet dense FP4 9 PFLOP/s (four "
                                        "times the f16 rate); kind::mxf4nvf4, kind::mxf4")
-    mma_m64_efficiency: Cost = Cost(0.5, "fraction", "assumption: an M = 64 MMA uses half of the 128-lane "
-                                    "datapath for the same cycles")
     mma_issue_cycles: Cost = Cost(8, "cycles", "assumption: tcgen05.mma issue from one thread, before the "
                                   "tensor core takes it")
     mma_latency_cycles: Cost = Cost(128, "cycles", "assumption: pipeline depth from the last MMA's end of "

@@ -96,7 +96,7 @@ class Prediction:
         ax.set_xlabel("cycles")
         ax.set_title(LABEL, fontsize=9)
         ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
-                  labels=list(colours), fontsize=7, loc="lower right")
+                  labels=list(colours), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
