@@ -216,6 +216,10 @@ def _save_targets(items: list[str], kernel_args: list[Any]) -> list[tuple[Any, s
 def cmd_emulate(args: argparse.Namespace) -> int:
     from .integration.arguments import dtype_mismatches  # heavy: the emulator (numpy), loaded when a command runs a kernel
     from .integration.run import run  # heavy: the emulator (numpy), loaded when a command runs a kernel
+    if args.timing_plot and not args.timing:
+        raise InputError("--timing-plot needs --timing (the plot is the timing model's per-warp timeline)")
+    if args.timing_plot:
+        check_output_file(args.timing_plot, "--timing-plot")  # before the emulation, not after it
     kernel_args: list[Any] = []
     for i, spec in enumerate(args.arg):
         kernel_args.append(parse_arg(spec, kernel_args, args.seed + i))
@@ -224,13 +228,17 @@ def cmd_emulate(args: argparse.Namespace) -> int:
         _check(args.check, kernel_args)  # bad indices or shapes fail now, not after a long emulation
     compiled = _compiled_from_input(args, kernel_args)
     stats = run(compiled, args.grid, *kernel_args, num_warps=args.num_warps, num_ctas=args.num_ctas,
-                shared=args.shared, name=args.kernel)
+                shared=args.shared, name=args.kernel, timing=bool(args.timing))
     for mismatch in dtype_mismatches(compiled, kernel_args):  # it ran, but may have read the bytes wrongly
         print(f"bwtriton emulate: note: {mismatch}", file=sys.stderr)
     result: dict[str, Any] = {"stats": {"instructions": stats.instructions, "seconds": round(stats.seconds, 3),
                                         "instructions_per_second": round(stats.instructions_per_second),
                                         "ctas": stats.ctas},
                               "args": [_summary(a) for a in kernel_args]}
+    if stats.timing is not None:
+        result["timing"] = _timing_summary(stats.timing)
+        if args.timing_plot:
+            result["timing"]["plot"] = stats.timing.plot(args.timing_plot)
     rc = 0
     if args.check:
         result["check"] = _check(args.check, kernel_args)
@@ -249,7 +257,21 @@ def cmd_emulate(args: argparse.Namespace) -> int:
             c = result["check"]
             print(f"check {c['check']}: max abs err {c['max_abs_err']:.4g} (rel {c['rel_err']:.3g}, "
                   f"{'OK' if rc == 0 else 'FAILED'} at rtol {args.rtol})")
+        if stats.timing is not None:
+            print(stats.timing.summary())
     return rc
+
+
+def _timing_summary(pred) -> dict:
+    """The timing model's prediction as JSON fields, labelled as a model."""
+    return {"label": _model_label(), "seconds": pred.seconds, "cycles": pred.cycles, "flops_per_s": pred.flops_per_s,
+            "l2_bytes_per_s": pred.bytes_per_s, "bound": pred.bound, "waves": pred.waves,
+            "stalls": {name: {k: round(v) for k, v in st.items()} for name, st in pred.stall_table()}}
+
+
+def _model_label() -> str:
+    from .timing.model import LABEL  # the timing model is loaded only for timed runs
+    return LABEL
 
 
 def register(subparsers) -> None:
@@ -269,6 +291,10 @@ def register(subparsers) -> None:
     p.add_argument("--rtol", type=float, default=1e-2, help="relative tolerance for --check (default 1e-2)")
     p.add_argument("--save", action="append", default=[], metavar="I=FILE.npy", help="save argument I after the run")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--timing", action="store_true", help="also print the B200 timing model's prediction (a model, "
+                   "not a measurement: docs/timing_model.md)")
+    p.add_argument("--timing-plot", metavar="FILE.png", help="with --timing: save the per-warp timeline plot "
+                   "(needs matplotlib)")
     p.set_defaults(func=cmd_emulate)
 
 

@@ -26,6 +26,8 @@ class EmulationStats:
     instructions: int
     seconds: float
     ctas: int
+    #: the timing model's prediction (`bwtriton.emu.timing.Prediction`) when run with timing=True
+    timing: Any = None
 
     @property
     def instructions_per_second(self) -> float:
@@ -73,7 +75,8 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         global_scratch: Any = None, profile_scratch: Any = None,
         triton_abi: Optional[bool] = None, schedule: str = "latest",
         progress: Optional[bool] = None, read_slack: int = 0,
-        grid_schedule: Optional[GridSchedule] = None, gang_lanes: Optional[int] = None) -> EmulationStats:
+        grid_schedule: Optional[GridSchedule] = None, gang_lanes: Optional[int] = None,
+        timing: Any = False) -> EmulationStats:
     """Emulate `compiled` (a bwtriton/triton compile result, or PTX text) on `grid` programs with `args`
     (CPU torch tensors, ints, floats, None, TensorDescriptors) in the kernel's non-constexpr argument order.
     Outputs are written into the tensors. Raises `EmulationError` subclasses on protocol violations.
@@ -92,7 +95,10 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     (default: one after the other); it records which worker ran which cluster (CLC work stealing).
     `gang_lanes`: without a `grid_schedule`, clusters run in gangs (`bwtriton.emu.machine.gang`: the same warp of many
     CTAs executes each instruction together, over up to this many lanes); 0 runs them warp by warp. Default:
-    $BWTRITON_EMU_GANG_LANES, else gang.DEFAULT_GANG_LANES. Results and errors are the same either way."""
+    $BWTRITON_EMU_GANG_LANES, else gang.DEFAULT_GANG_LANES. Results and errors are the same either way.
+    `timing`: True (or a `bwtriton.emu.timing.B200Costs` table, or a `TimingRecorder` of one's own) also
+    predicts the launch's B200 time with the timing model (docs/timing_model.md), returned as `.timing` of the
+    result; clusters then run warp by warp (no gangs). The kernel's results are the same."""
     t0 = time.perf_counter()
     ptx, md, md_name = _unpack_compiled(compiled)
     if tensordesc_meta is not None:
@@ -133,16 +139,20 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
     meter = ProgressMeter(grid3[0] * grid3[1] * grid3[2], enabled=progress)
     smem_bytes = max(int(smem_bytes), 16) + static_shared_layout(fn)[1]
 
+    recorder = _timing_recorder(timing, total_ctas)
+
     def make_cluster(coord, registers: bool = True):
         cx, cy, cz = coord
         cluster = Cluster(launch, coord, nctas)
         for r in range(nctas):
             cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes, registers))
         cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
+        if recorder is not None:
+            recorder.instrument(cluster)
         return cluster
     coords = [(cx, cy, cz) for cz in range(grid3[2]) for cy in range(grid3[1]) for cx in range(grid3[0])]
     try:
-        lanes = _gang_lanes(gang_lanes)
+        lanes = _gang_lanes(gang_lanes) if recorder is None else 0
         if grid_schedule is None and lanes and gang_eligible(image.prog):
             run_gangs(launch, coords, make_cluster, max_instructions, lanes,
                       on_cluster_done=lambda: meter.tick(launch), on_round=lambda: meter.refresh(launch))
@@ -156,4 +166,37 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
         raise
     finally:
         packer.write_back()
-    return EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)
+    stats = EmulationStats(launch.instructions, time.perf_counter() - t0, total_ctas)
+    if recorder is not None:
+        from ..timing.model import predict  # the timing model is loaded only for timed runs
+        stats.timing = predict(recorder, _tensor_bytes(args), nctas)
+    return stats
+
+
+def _timing_recorder(timing: Any, total_ctas: int):
+    """The recorder of a timed run (None when timing is off); `timing` is True, a cost table or a recorder."""
+    if timing is False or timing is None:
+        return None
+    from ..timing.costs import B200, B200Costs  # the timing model is loaded only for timed runs
+    from ..timing.recorder import TimingRecorder  # the timing model is loaded only for timed runs
+    if isinstance(timing, TimingRecorder):  # a caller's own recorder (e.g. a representative wave: all SMs busy)
+        return timing
+    if timing is True:
+        costs = B200
+    elif isinstance(timing, B200Costs):
+        costs = timing
+    else:
+        raise InputError(f"timing must be True, False, a bwtriton.emu.timing.B200Costs table or a TimingRecorder, "
+                         f"got {timing!r}")
+    return TimingRecorder(costs, active_sms=min(total_ctas, int(costs.v("sm_count"))))
+
+
+def _tensor_bytes(args: Sequence[Any]) -> int:
+    """Bytes of the launch's tensors (a TensorDescriptor counts its base): what crosses HBM at least once."""
+    total, seen = 0, set()
+    for a in args:
+        t = getattr(a, "base", a)
+        if hasattr(t, "untyped_storage") and id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total

@@ -53,6 +53,9 @@ class AsyncOp:
 class AsyncEngine:
     """Pending asynchronous operations of one cluster, in issue order."""
 
+    #: the timing model's recorder (bwtriton.emu.timing) when a launch runs with timing=True; None otherwise
+    recorder = None
+
     def __init__(self, schedule: str = "latest") -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -87,6 +90,8 @@ class AsyncEngine:
         if op.tx or op.arrive:
             self.delivering[op.seq] = op
         w.launch.progress += 1
+        if self.recorder is not None:
+            self.recorder.on_issue(w, op)
         if self.eager:
             self.complete(op)
         return op
@@ -96,6 +101,8 @@ class AsyncEngine:
         if op.done:
             return
         op.done = True
+        if self.recorder is not None:
+            self.recorder.before_complete(op)
         for c in op.covers:
             self.complete(c)
         if op.finish is not None:
@@ -118,6 +125,8 @@ class AsyncEngine:
             bar.arrive(1, seq)
         del self.pending[op.seq]
         self.delivering.pop(op.seq, None)
+        if self.recorder is not None:
+            self.recorder.after_complete(op)
 
     def settle(self, bar) -> bool:
         """A thread waits on mbarrier `bar` whose current phase is incomplete. Complete the pending operations
