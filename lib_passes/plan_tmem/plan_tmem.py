@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bwtriton.tmem.render import render_table
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
 from . import fallback as fb
 from .analyze import plan_from_ttgir
@@ -64,7 +65,6 @@ class PlanTmem(Pass):
 
     @classmethod
     def render_report(cls, report: dict) -> str:
-        from bwtriton.tmem.render import render_table
         return render_table(report)
 
 

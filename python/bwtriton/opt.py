@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import BwTritonError, InputError, UnknownPassError, suggest
-from .targets import Target, get_target
+from .mlir import load_module, module_attr_int
+from .pipeline import (PassSelection, all_passes, parse_pass_options, parse_pass_spec, run_stage_passes,
+                       split_top_level_commas)
+from .regress.diagnostics import captured_stderr, parse_diagnostics, parse_expectations, verify
+from .regress.local_scope import inline_aliases
+from .regress.triton_options import adder_args, check_applied, context_for, split_option_text
+from .targets import Target, get_target, target_for_capability
+from .triton_passes import triton_pass_table
 
 _MLIR_SUFFIXES = {".ttir": "ttir", ".ttgir": "ttgir", ".mlir": "ttgir"}
 _TEXT_SUFFIXES = {".ptx": "ptx", ".ll": "llir", ".llir": "llir"}
@@ -53,8 +60,6 @@ class OptResult:
 def parse_pass_list(spec: str) -> list[PassStep]:
     """'a,b{x=1 y=2}' or a --pass-pipeline text 'builtin.module(a{x=1},tt.func(b))' -> ordered PassSteps.
     Nested op anchors are flattened: Triton's adders add every pass at the top level."""
-    from .pipeline import parse_pass_spec
-    from .regress.triton_options import split_option_text
     steps = []
     for entry in _split_top(spec.strip()):
         anchor = re.match(r"^(?P<anchor>[A-Za-z0-9_.\-]+)\s*\((?P<body>.*)\)$", entry, re.S)
@@ -71,13 +76,11 @@ def parse_pass_list(spec: str) -> list[PassStep]:
 
 def _split_top(text: str) -> list[str]:
     """Split at commas outside (...) and {...} (MLIR pipeline text nests both)."""
-    from .pipeline import split_top_level_commas
     return [p for p in (s.strip() for s in split_top_level_commas(text, "({", ")}")) if p]
 
 
 def pass_flag_step(flag: str) -> PassStep:
     """'--tritongpu-pipeline=num-stages=2 dump-intermediate-steps=true' -> PassStep (triton-opt's pass flags)."""
-    from .regress.triton_options import split_option_text
     name, _, opts = flag.lstrip("-").partition("=")
     return PassStep(name, split_option_text(opts))
 
@@ -169,9 +172,6 @@ class _Resolved:
 
 def resolve_steps(steps: list[PassStep], mlir: bool, suffix: str) -> list[_Resolved]:
     """Check every step names a pass we can run on this input (ours, or Triton's via its Python adder)."""
-    from .pipeline import all_passes
-    from .pipeline import parse_pass_options
-    from .triton_passes import triton_pass_table
     ours, theirs = all_passes(), triton_pass_table()
     out = []
     for step in steps:
@@ -200,7 +200,6 @@ def _module_capability(text: str) -> int | None:
 
 def _bw_target(explicit: str | None, capability: int | None) -> Target:
     """bwtriton Target for our passes: --target, else the module's, else sm_100a."""
-    from .targets import target_for_capability
     if explicit:
         return get_target(explicit)
     if capability is None:
@@ -212,7 +211,6 @@ def _bw_target(explicit: str | None, capability: int | None) -> Target:
 
 
 def _run_ours(res: _Resolved, ir_obj: Any, tgt: Target, metadata: dict, reports: dict) -> Any:
-    from .pipeline import PassSelection, run_stage_passes
     cls = res.cls
     selection = PassSelection(((cls.name, tuple(sorted({**cls.option_defaults(), **res.options}.items()))),))
     if not cls().applies_to(tgt):
@@ -223,8 +221,6 @@ def _run_ours(res: _Resolved, ir_obj: Any, tgt: Target, metadata: dict, reports:
 
 def _run_triton(res: _Resolved, module: Any, cctx) -> None:
     from triton._C.libtriton import ir
-    from .regress.triton_options import adder_args, check_applied
-    from .triton_passes import triton_pass_table
     pm = ir.pass_manager(module.context)
     triton_pass_table()[res.name][1](pm, *adder_args(res.name, res.options, cctx))
     check_applied(res.name, res.options, pm.get_pipeline_str())
@@ -239,7 +235,6 @@ class PassFailure(BwTritonError):
 
 
 def _parse_mlir(path: str, allow_unregistered: bool) -> Any:
-    from .mlir import load_module
     try:
         return load_module(path)
     except RuntimeError as exc:
@@ -255,8 +250,6 @@ UNREGISTERED_REASON = (
 
 def run_mlir_text(path: str, resolved: list[_Resolved], inv: OptInvocation, reports: dict) -> str:
     """Parse one MLIR file, run the steps in order, return the printed module."""
-    from .mlir import module_attr_int
-    from .regress.triton_options import context_for
     text = Path(path).read_text()
     module = _parse_mlir(path, inv.allow_unregistered)
     cap = _module_capability(text)
@@ -327,7 +320,6 @@ def _run_chunk(first_line: int, chunk: str, suffix: str, inv: OptInvocation,
     """Run one chunk: the input file itself when it is not split, else a temp file padded so diagnostics keep the
     original line numbers. Returns (printed IR or None on failure, captured stderr, rendered --report text), both
     texts naming the input, never the temp file."""
-    from .regress.diagnostics import captured_stderr
     shown = "<stdin>" if inv.input == "-" else inv.input
     tmp = None
     if inv.split or inv.input == "-":
@@ -379,8 +371,6 @@ def _opt_main(argv: list[str]) -> int:
     if any(a in ("-h", "--help", "-help") for a in argv):
         print(__doc__)
         return 0
-    from .regress.diagnostics import parse_diagnostics, parse_expectations, verify
-    from .regress.local_scope import inline_aliases
     inv = parse_command_line(argv)
     if inv.verify:  # Triton's pass manager prints only errors unless told to show these severities too
         os.environ.setdefault("MLIR_ENABLE_DIAGNOSTICS", "warnings,remarks")
@@ -414,7 +404,6 @@ def _opt_main(argv: list[str]) -> int:
 def _render_reports(inv: OptInvocation, reports: dict) -> str:
     if not (inv.report and reports):
         return ""
-    from .pipeline import all_passes
     registry = all_passes()
     return "".join(f"// ----- bwtriton report: {n} -----\n{registry[n].render_report(r)}\n" for n, r in reports.items())
 

@@ -36,14 +36,16 @@ import triton.language as tl
 
 from ..errors import InputError
 from ..formats import QuantizedTensor
+from ..formats.e2m1 import E2M1_MAX
+from ..formats.nvfp4 import E4M3_MAX, FP32_MAX
 from ..language.quant import quantize_nvfp4_tile
+from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
+from ._launcher import CachedLauncher, StreamScratch, kernel_time_us, run_entry
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
-from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
 from .decode import MAX_DECODE_M, decode_scaled
 from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, amax_in_kernel,
                             device_encode_scale, encode_scale_from_amax, quant_dequant_nvfp4)
-from ._launcher import CachedLauncher, StreamScratch, kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -168,8 +170,6 @@ def amax_encode_scale(x: torch.Tensor) -> torch.Tensor:
     `bwtriton.formats.nvfp4_global_encode_scale` but with no host->device copy (that one builds its 2688 with
     torch.tensor on the device), so it can be captured in a CUDA graph. full_like / div is a true fp32
     division; `2688 / tensor` in torch is reciprocal-then-multiply, which can differ in the last bit."""
-    from ..formats.nvfp4 import E4M3_MAX, FP32_MAX
-    from ..formats.e2m1 import E2M1_MAX
     amax = x.abs().amax().float().reshape(1)
     s_enc = torch.div(torch.full_like(amax, E4M3_MAX * E2M1_MAX), amax).clamp(max=FP32_MAX)
     return torch.where(amax == 0, torch.ones_like(s_enc), s_enc)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..opt import opt_main
+from .snapshot_cli import add_diff_parser, add_snapshot_parser
+
 
 def _replace_subcommand(subparsers: argparse._SubParsersAction, name: str) -> None:
     """Drop an already registered subcommand so a richer one can take its name."""
@@ -12,7 +15,6 @@ def _replace_subcommand(subparsers: argparse._SubParsersAction, name: str) -> No
 
 
 def _cmd_opt(args: argparse.Namespace) -> int:
-    from ..opt import opt_main
     return opt_main(args.argv, prog="bwtriton")
 
 
@@ -25,6 +27,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               help="run passes over IR; takes bwtriton's --passes or triton-opt's command line")
     o.add_argument("argv", nargs="*")
     o.set_defaults(func=_cmd_opt)
-    from .snapshot_cli import add_diff_parser, add_snapshot_parser
     add_snapshot_parser(subparsers)
     add_diff_parser(subparsers)

@@ -24,7 +24,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from bwtriton.ptx import parse_ptx
+from .. import __version__
+from ..driver import build_source
 from ..errors import BwTritonError, InputError
+from ..targets import get_target
+from . import census
+from .diagnostics import captured_stderr
 
 FORMAT_VERSION = 1
 
@@ -135,8 +141,6 @@ def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str) -> lis
 def _compile_plain(fn: Any, spec: dict, target: str) -> Any:
     """Triton alone, no bwtriton hook (works with Triton versions our pipeline hook was not written for)."""
     import triton
-    from ..driver import build_source
-    from ..targets import get_target
     src = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), None)
     opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas") if k in spec}
     kernel = triton.compile(src, target=get_target(target).gpu_target(), options=opts)
@@ -155,7 +159,7 @@ def compile_job(job: Job) -> tuple[dict[str, Any], float]:
     if job.passes == "none":
         asm = dict(_compile_plain(fn, spec, job.target))
     else:
-        from ..driver import compile as bw_compile
+        from ..driver import compile as bw_compile  # heavy: Triton's compiler, only for this job kind
         opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas", "two_cta") if k in spec}
         res = bw_compile(fn, signature=spec.get("signature", {}), constexprs=spec.get("constexprs", {}),
                          target=job.target, passes=None if job.passes == "default" else job.passes, **opts)
@@ -173,9 +177,6 @@ def _metadata(asm: dict) -> dict:
 
 def analyse(job: Job, asm: dict[str, Any]) -> dict[str, Any]:
     """Everything a record holds except timing, from the compiled stages."""
-    from bwtriton.ptx import parse_ptx
-    from ..targets import get_target
-    from . import census
     tgt = get_target(job.target)
     ptx = asm["ptx"]
     module = parse_ptx(ptx)
@@ -215,7 +216,6 @@ def analysis_digest() -> str:
 
 def _versions() -> dict[str, str]:
     import triton
-    from .. import __version__
     return {"triton": triton.__version__, "bwtriton": __version__, "analysis": analysis_digest()}
 
 
@@ -233,7 +233,6 @@ def _validity_hashes(asm: dict[str, Any]) -> dict[str, str]:
 
 def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     """Compile and record one job (the worker function); errors become a record with 'error'."""
-    from .diagnostics import captured_stderr
     native: list[str] = []
     try:
         with captured_stderr() as native:  # Triton's C++ diagnostics and reproducers: quoted on failure only

@@ -4,6 +4,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import InputError
+from ..targets import get_target
+from .diff import diff_snapshots, parse_fail_on, render
+from .snapshot import (_progress, default_cache_dir, discover_jobs, load_snapshot, take_snapshot, without_timing,
+                       write_snapshot)
+
 
 def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser("snapshot", help="compile a kernel corpus and record what was emitted (JSON)")
@@ -23,11 +29,8 @@ def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from ..targets import get_target
-    from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, without_timing, write_snapshot
     targets = [get_target(t.strip()).name for t in args.targets.split(",") if t.strip()]
     if args.jobs < 1:
-        from ..errors import InputError
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")
     jobs = discover_jobs(args.kernels, targets, args.passes)
     doc = take_snapshot(jobs, jobs_n=args.jobs, cache_dir=None if args.no_cache else (args.cache or
@@ -55,8 +58,6 @@ def add_diff_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .diff import diff_snapshots, parse_fail_on, render
-    from .snapshot import load_snapshot
     rules = parse_fail_on(args.fail_on)
     result = diff_snapshots(load_snapshot(args.old), load_snapshot(args.new), rules)
     text = render(result, args.format)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 
+from bwtriton.errors import InputError
 from ..targets import TMEM_COLUMNS as COLUMNS, TMEM_LANES as LANES
 
 _PALETTE = {"acc": ["#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948"],
@@ -149,7 +150,6 @@ def _label(a: dict) -> str:
 
 def write_tmem_map(report: dict, path: "str | os.PathLike", *, title: str | None = None) -> str:
     """Write the TMEM map of `report` to `path` (.svg, or .png when matplotlib is installed); returns the path."""
-    from bwtriton.errors import InputError
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".svg", ".png"):
@@ -174,7 +174,6 @@ def _write_png(report: dict, path: str, title: str | None) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.patches import Rectangle
     except ImportError as exc:  # pragma: no cover - matplotlib is optional
-        from bwtriton.errors import InputError
         raise InputError("writing a .png TMEM map needs matplotlib; install it or write .svg") from exc
     allocs = _allocs(report)
     width_cols = max([COLUMNS] + [a["column_range"][1] for a in allocs])
