@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..formats import quantize_mxfp4, quantize_nvfp4
+from bwtriton.formats import quantize_mxfp4, quantize_nvfp4  # absolute: this file is also loaded by path
 
 
 def _check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float, what: str, atol: float = 0.0) -> str:

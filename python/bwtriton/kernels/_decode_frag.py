@@ -29,7 +29,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ..formats import from_blocked_scales
+from bwtriton.formats import from_blocked_scales
 
 #: Where the sign of fragment code s (s = 0..7) is stored, in the selectors' mode bits (3, 7, .., 31): codes 0..3
 #: at bits 7, 15, 23, 31, so `word & 0x80808080` is the sign byte-plane of the high-byte lookup of codes 0..3;

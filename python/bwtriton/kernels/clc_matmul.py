@@ -14,11 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+from bwtriton.kernels._device import device_info
 from bwtriton.kernels._tiles import grouped_tile_coords
 from bwtriton.kernels._validate import InputChecker
 from bwtriton.language import clc
-from ..targets import target_for_capability
-from ._device import device_info
+from bwtriton.targets import target_for_capability
 
 _DTYPES = (torch.float16, torch.bfloat16)
 #: Kernel constexprs of the default configuration (also what the lit tests and the emulator compile).

@@ -16,10 +16,10 @@ import triton
 import triton.language as tl
 
 from bwtriton.errors import InputError
+from bwtriton.kernels._device import device_info
 from bwtriton.kernels.clc_matmul import _gemm_tile
 from bwtriton.language import clc
-from ..targets import target_for_capability
-from ._device import device_info
+from bwtriton.targets import target_for_capability
 
 DEFAULT_BLOCKS = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}
 
