@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bwtriton.passes.base import Pass, PassContext, Stage, register_pass
+from bwtriton.ptx import parse_ptx
 
 WAIT_LD = "tcgen05.wait::ld.sync.aligned;"
 
@@ -130,8 +131,7 @@ class InsertTcgen05WaitLd(Pass):
         return bool(target.has_tcgen05)
 
     def run(self, ir: str, ctx: PassContext):
-        from bwtriton.ptx import parse_ptx
-        from bwtriton.verify import find_ld_wait_hazards
+        from bwtriton.verify import find_ld_wait_hazards  # heavy: the verifier imports z3
 
         if "tcgen05.ld" not in ir:
             ctx.report.update(inserted=[], count=0)

@@ -23,7 +23,7 @@ class VerifyTcgen05(Pass):
         return bool(target.has_tcgen05)
 
     def run(self, ir, ctx: PassContext):
-        from bwtriton.verify import verify_ptx
+        from bwtriton.verify import verify_ptx  # heavy: the verifier imports z3
         meta = ctx.metadata or {}
         limits = ctx.options.get("limits", True)
         report = verify_ptx(ir, target=ctx.target.name, shared_bytes=meta.get("shared") if limits else None,

@@ -6,6 +6,7 @@ import re
 from bwtriton import mlir as mu
 from bwtriton.mlir import ops as irt
 from bwtriton.mlir.mma import MMA_OPS
+from bwtriton.targets import TMEM_COLUMNS
 from bwtriton.tmem.plan import TmemAllocation, TmemPlan, accumulator_footprint, scales_footprint
 
 from .placement import place
@@ -17,7 +18,7 @@ _ITER_ARGS_RE = re.compile(r"iter_args\((.*?)\)\s*->")
 _PARTITION_ARGS_RE = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps")
 
 
-def plan_from_ttgir(text: str, budget: int = 512) -> TmemPlan:
+def plan_from_ttgir(text: str, budget: int = TMEM_COLUMNS) -> TmemPlan:
     """The TMEM plan of a printed TTGIR module (placement included)."""
     aliases = mu.parse_aliases(text)
     ops = irt.all_ops(irt.parse_ops(text))
@@ -135,7 +136,7 @@ def _describe(op: irt.Op, md: mu.MemDesc, names: set[str], users: dict[str, list
                           col_stride=col_stride, live_start=start, live_end=end, op_index=op.index)
 
 
-def oversized_dots(ttir: str, num_ctas: int = 1, budget: int = 512) -> list[dict]:
+def oversized_dots(ttir: str, num_ctas: int = 1, budget: int = TMEM_COLUMNS) -> list[dict]:
     """`tt.dot`/`tt.dot_scaled` ops of a TTIR module whose accumulator alone exceeds the TMEM budget.
 
     Triton 3.6 rejects these inside `make_ttgir` with a raw MLIR verifier error ("nCol ... must be less than or

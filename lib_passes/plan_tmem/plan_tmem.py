@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from bwtriton.targets import TMEM_COLUMNS
+from bwtriton.tmem.render import render_table
+
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
 from . import fallback as fb
 from .analyze import plan_from_ttgir
@@ -28,7 +31,7 @@ class PlanTmem(Pass):
     stage = Stage.TTGIR
     purpose = "plan TMEM columns/lanes per allocation; re-lower over-budget kernels instead of a trap kernel"
     options = (
-        PassOption("max_columns", int, 512, "TMEM column budget per CTA (512 on sm_100a)"),
+        PassOption("max_columns", int, TMEM_COLUMNS, "TMEM column budget per CTA (512 on sm_100a)"),
         PassOption("fallback", bool, True, "when over budget, try correctness-preserving rewrites before failing"),
     )
     default_enabled = True
@@ -38,7 +41,7 @@ class PlanTmem(Pass):
         return bool(target.has_tcgen05)
 
     def run(self, module: Any, ctx: PassContext) -> Any:
-        budget = int(ctx.options.get("max_columns", 512))
+        budget = int(ctx.options.get("max_columns", TMEM_COLUMNS))
         ttir = ctx.required(TmemTtirSnapshot.name)
         plan = plan_from_ttgir(str(module), budget=budget)
         ctx.report.update(plan.to_report())
@@ -64,7 +67,6 @@ class PlanTmem(Pass):
 
     @classmethod
     def render_report(cls, report: dict) -> str:
-        from bwtriton.tmem.render import render_table
         return render_table(report)
 
 

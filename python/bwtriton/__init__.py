@@ -9,19 +9,19 @@ from .emulation import requested_emulation  # noqa: E402
 
 def compile(*args, **kwargs):  # noqa: A001 - mirrors triton.compile
     """Compile a `@triton.jit`/Gluon kernel or a .ttir/.ttgir file; see `bwtriton.driver.compile`."""
-    from .driver import compile as _compile
+    from .driver import compile as _compile  # cycle: bwtriton.driver is a submodule of this package
     return _compile(*args, **kwargs)
 
 
 def enable(*args, **kwargs):
     """Route ordinary `@triton.jit` launches through bwtriton's pipeline; see `bwtriton.pipeline.enable`."""
-    from .pipeline import enable as _enable
+    from .pipeline import enable as _enable  # cycle: bwtriton.pipeline is a submodule of this package
     return _enable(*args, **kwargs)
 
 
 def disable() -> None:
     """Stop routing `@triton.jit` launches through bwtriton's pipeline."""
-    from .pipeline import disable as _disable
+    from .pipeline import disable as _disable  # cycle: bwtriton.pipeline is a submodule of this package
     _disable()
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import CompileError, InputError, UnknownStageError, suggest
+from .pairing import should_pair
 from .pipeline import PassSelection, resolve_passes, stages_hook, triton_stage_name
 from .specialize import Specialisation, build_source
 from .userfiles import make_output_dir, read_text
@@ -177,7 +178,6 @@ def _auto_two_cta(tgt: Target, problem_shape, constexprs: Mapping[str, Any]) -> 
     if block_m is None or block_n is None:
         raise InputError("two_cta='auto' reads the tile from the BLOCK_M/BLOCK_N (or BM/BN) constexprs; "
                          "name them so, or pass two_cta=True/False")
-    from .pairing import should_pair
     return should_pair(*map(int, problem_shape), int(block_m), int(block_n))
 
 
@@ -318,7 +318,7 @@ def compile(fn_or_path: Any, *, signature: Mapping[str, str] | None = None,  # n
             raise InputError(f"two_cta=True pairs 2 CTAs per cluster; num_ctas={num_ctas} conflicts with it")
         num_ctas = 2
     if clc:
-        from .language.clc import make_persistent, supported
+        from .language.clc import make_persistent, supported  # heavy: imports Triton
         fn_or_path = make_persistent(fn_or_path, num_ctas) if supported(tgt) else fn_or_path
     selection = resolve_passes(passes, tgt)
     if two_cta and tgt.has_tcgen05:

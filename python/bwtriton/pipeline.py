@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from . import passes
-from .errors import BwTritonError, CompileError, UnknownPassError
+from .errors import BwTritonError, CompileError, UnknownPassError, suggest
 from .passes import PassContext, all_passes, get_pass
 from .targets import Target, get_target, target_for_capability
 from .version import __version__
@@ -228,7 +228,6 @@ def _ordered_selection(chosen: dict[str, dict[str, Any]], removed: "set[str] | N
 
 def parse_pass_options(cls: type, text: str) -> dict[str, Any]:
     """The `key=value` options text of a pass entry, typed by the pass's `PassOption`s; unknown keys raise."""
-    from .errors import suggest
     valid = {o.name: o for o in cls.options}
     out = {}
     for item in filter(None, (s.strip() for s in re.split(r"[,\s]+", text))):

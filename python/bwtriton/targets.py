@@ -14,6 +14,8 @@ MAX_SHARED_BYTES = {"sm_80": 166912, "sm_90": 232448, "sm_100": 232448, "sm_101"
 #: Tensor Memory per CTA on tcgen05 targets (PTX ISA #tensor-memory): 128 lanes x 512 columns of 32 bits.
 TMEM_LANES = 128
 TMEM_COLUMNS = 512
+#: Column counts `tcgen05.alloc` accepts: a power of two in [32, TMEM_COLUMNS]
+TMEM_ALLOC_COLUMNS = (32, 64, 128, 256, 512)
 #: Streaming multiprocessors of a B200 (sm_100a; the emulated B300, sm_103a, reports the same)
 B200_SM_COUNT = 148
 

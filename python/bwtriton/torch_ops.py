@@ -85,7 +85,7 @@ def nvfp4_matmul(a_data: torch.Tensor, a_scales: torch.Tensor, a_global_scale: t
     a_q = quantized_nvfp4(a_data, a_scales, a_global_scale, scale_layout)
     b_q = quantized_nvfp4(b_data, b_scales, b_global_scale, scale_layout)
     if a_data.is_cuda:
-        from .kernels import nvfp4_matmul as kernel
+        from .kernels import nvfp4_matmul as kernel  # heavy: imports Triton
         return kernel(a_q, b_q, out_dtype=out_dtype)
     return (a_q.dequantize(torch.float32) @ b_q.dequantize(torch.float32).T).to(out_dtype)
 
@@ -105,7 +105,7 @@ def nvfp4_linear(x: torch.Tensor, w_data: torch.Tensor, w_scales: torch.Tensor, 
     w_q = quantized_nvfp4(w_data, w_scales, w_global_scale, scale_layout)
     x2 = x.reshape(-1, x.shape[-1])
     if x.is_cuda:
-        from .kernels import nvfp4_linear as kernel
+        from .kernels import nvfp4_linear as kernel  # heavy: imports Triton
         out = kernel(x2.contiguous(), w_q, bias, x_global_scale=x_global_scale)
     else:
         out = reference_nvfp4_linear(x2, w_q, bias, x_global_scale)
@@ -129,7 +129,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out_dtype: Optional[torch.dtype] = 
            a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A[M, K] @ B[K, N] (bf16/fp16, or fp8 e4m3 with optional fp32 scales), as `bwtriton.kernels.matmul`."""
     if a.is_cuda:
-        from .kernels import matmul as kernel
+        from .kernels import matmul as kernel  # heavy: imports Triton
         out = kernel(a, b, out_dtype=out_dtype, a_scale=a_scale, b_scale=b_scale)
         # A result whose rows are not 16-byte multiples is a column slice of a padded buffer; the op promises
         # a contiguous tensor (what its fake says), so copy in that rare case.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from bwtriton.formats import quantize_mxfp4, quantize_nvfp4  # absolute: this file is also loaded by path
+
 
 def _check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float, what: str, atol: float = 0.0) -> str:
     err = (out.float() - ref).abs().max().item()
@@ -23,7 +25,7 @@ def run_matmul(dtype: torch.dtype, m: int = 512, n: int = 512, k: int = 1024, bl
     Triton promotes to fp32 every 32 products along K, so add (K/32) * 2^-14 * max(|A| @ |B|).
     """
     import triton
-    from .matmul import matmul_kernel
+    from .matmul import matmul_kernel  # heavy: imports Triton
     gen = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
     b = torch.randn(k, n, device="cuda", generator=gen).to(dtype)
@@ -47,8 +49,7 @@ def run_fp4_scaled(kind: str, m: int = 256, n: int = 256, k: int = 512) -> str:
     error is fp32 accumulation: K * 2^-24 relative to the sum of |products|; 1e-5 of max|ref| covers it.
     On Hopper, NVFP4 goes through bwtriton's `lower-dot-scaled-portable` pass (upstream Triton 3.6 crashes there).
     """
-    from ..formats import quantize_mxfp4, quantize_nvfp4
-    from .scaled import fp4_scaled_matmul_kernel
+    from .scaled import fp4_scaled_matmul_kernel  # heavy: imports Triton
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(m, k, device="cuda", generator=gen)
     w = torch.randn(n, k, device="cuda", generator=gen)

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
-from ..targets import MAX_SHARED_BYTES as TARGET_SHARED_BYTES
+from bwtriton.targets import MAX_SHARED_BYTES as TARGET_SHARED_BYTES
 
 #: Opt-in dynamic shared memory per block (bytes), by compute-capability major version. Hopper and Blackwell
 #: datacenter parts allow 227 KiB; consumer Blackwell (sm_120) 99 KiB; Ampere A100 163 KiB.

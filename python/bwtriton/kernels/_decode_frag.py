@@ -29,6 +29,8 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from bwtriton.formats import from_blocked_scales
+
 #: Where the sign of fragment code s (s = 0..7) is stored, in the selectors' mode bits (3, 7, .., 31): codes 0..3
 #: at bits 7, 15, 23, 31, so `word & 0x80808080` is the sign byte-plane of the high-byte lookup of codes 0..3;
 #: codes 4..7 at bits 3, 11, 19, 27, so `(word << 4) & 0x80808080` is theirs.
@@ -84,7 +86,6 @@ class FragWeight:
     """A weight's repacked copy for the frag path (made once per weight tensor, see `frag_weight`)."""
 
     def __init__(self, data: torch.Tensor, scales: torch.Tensor, scale_layout: str, shape: tuple[int, int]):
-        from ..formats import from_blocked_scales
         n, k = shape
         plain = scales if scale_layout == "plain" else from_blocked_scales(scales, n, k // 16)
         # in blocks of rows: the repack's int32 temporaries are ~16x the weight's bytes

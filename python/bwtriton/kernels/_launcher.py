@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from triton import knobs as _knobs  # at import: a function-level import costs ~1 us per launch in run_entry
 
+from ..pipeline import resolve_passes, scoped
+from ..targets import target_for_capability
 from ._device import device_capability
 
 #: Launch options Triton takes as keywords that are not kernel parameters.
@@ -30,8 +32,6 @@ _LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "launch_pdl"
 
 @functools.lru_cache(maxsize=None)
 def _selection_for(capability: int):
-    from ..pipeline import resolve_passes
-    from ..targets import target_for_capability
     target = target_for_capability(capability)
     return resolve_passes(None, target), target
 
@@ -42,7 +42,6 @@ def bwtriton_pipeline(device: torch.device) -> Iterator[None]:
 
     `pipeline.scoped`: the hook and the selection's cache folder (shared with `enable()`), no JIT-cache clear (our
     kernels are only ever launched inside this block, so their in-memory cache entries are pipeline-compiled)."""
-    from ..pipeline import scoped
     selection, target = _selection_for(device_capability(device))
     with scoped(selection, target):
         yield

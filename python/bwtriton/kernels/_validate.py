@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import torch
 
 from ..errors import InputError
+from ..formats import QuantizedTensor
+from ..formats.layout import blocked_shape
 
 if TYPE_CHECKING:
     from triton.tools.tensor_descriptor import TensorDescriptor
-
-    from ..formats import QuantizedTensor
 
 #: Alignment (bytes) TMA needs for a tensor's base address and for every stride but the innermost.
 TMA_ALIGN_BYTES = 16
@@ -195,8 +195,6 @@ _FP4_FORMATS = ("nvfp4", "mxfp4")
 
 def check_quantized(op: str, name: str, q: object, formats: tuple[str, ...]) -> "QuantizedTensor":
     """`q` is a 2-D QuantizedTensor of one of `formats`, with data and scales of the expected dtypes and shapes."""
-    from ..formats import QuantizedTensor
-    from ..formats.layout import blocked_shape
     if not isinstance(q, QuantizedTensor):
         raise InputError(f"{op}: {name} must be a bwtriton.formats.QuantizedTensor (e.g. from "
                          f"bwtriton.formats.quantize_{formats[0].split('_')[0]}(x)), got {type(q).__name__}")

@@ -202,8 +202,8 @@ def _block_scaled_matmul(op: str, a_q, b_q, out_dtype: torch.dtype, formats: tup
     if method == "dequant":
         if a_q.format != "nvfp4" or k % 128:
             raise InputError(f"{op}: method='dequant' takes NVFP4 operands with K % 128 == 0; use method='auto'")
-        from .matmul import matmul
-        from .nvfp4_dequant import dequantize_nvfp4_bf16
+        from .matmul import matmul  # cycle: kernels.matmul imports this module
+        from .nvfp4_dequant import dequantize_nvfp4_bf16  # cycle: kernels.nvfp4_dequant imports this module
         # e2m1 * e4m3 is exact in bf16 and bf16 products are exact in fp32: the global scales (alpha) go on the
         # fp32 accumulator, as in the dot_scaled kernels (see nvfp4_dequant).
         return matmul(dequantize_nvfp4_bf16(a_q), dequantize_nvfp4_bf16(b_q).t(), out_dtype=out_dtype,

@@ -14,9 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
-from bwtriton.language import clc
+from bwtriton.kernels._device import device_info
 from bwtriton.kernels._tiles import grouped_tile_coords
 from bwtriton.kernels._validate import InputChecker
+from bwtriton.language import clc
+from bwtriton.targets import target_for_capability
 
 _DTYPES = (torch.float16, torch.bfloat16)
 #: Kernel constexprs of the default configuration (also what the lit tests and the emulator compile).
@@ -86,8 +88,6 @@ def clc_matmul(a: torch.Tensor, b: torch.Tensor, *, num_sms: Optional[int] = Non
         raise chk.fail(f"a has dtype {a.dtype}; clc_matmul takes float16 or bfloat16 (cast with .to(torch.bfloat16))")
     chk.dims_match("K", a.shape[1], "a.shape[1]", b.shape[0], "b.shape[0]")
     device = chk.on_cuda({"a": a, "b": b})
-    from ..targets import target_for_capability
-    from ._device import device_info
     cap, sms = device_info(device)
     target = target_for_capability(cap)
     a, b = a.contiguous(), b.contiguous()

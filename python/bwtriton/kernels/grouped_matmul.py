@@ -16,8 +16,10 @@ import triton
 import triton.language as tl
 
 from bwtriton.errors import InputError
-from bwtriton.language import clc
+from bwtriton.kernels._device import device_info
 from bwtriton.kernels.clc_matmul import _gemm_tile
+from bwtriton.language import clc
+from bwtriton.targets import target_for_capability
 
 DEFAULT_BLOCKS = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}
 
@@ -89,8 +91,6 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_rows: Sequence[int], 
     if not a.is_cuda or not b.is_cuda or a.dtype != b.dtype or a.dtype not in (torch.float16, torch.bfloat16):
         raise InputError("grouped_matmul needs CUDA fp16/bf16 tensors of one dtype (use bwtriton.emu to run "
                          "the sm_100a code on CPU)")
-    from ..targets import target_for_capability
-    from ._device import device_info
     cap, sms = device_info(a.device)
     a, b = a.contiguous(), b.contiguous()
     N, K = b.shape[2], a.shape[1]

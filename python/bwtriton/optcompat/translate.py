@@ -17,12 +17,12 @@ import tempfile
 from typing import Sequence
 
 from ..errors import BwTritonError, InputError
+from ..mlir.module import new_context
 
 
 def translate(mlir_text: str, opt_level: int | None) -> str:
     """LLVM-dialect MLIR text -> LLVM IR text (optimized at `opt_level` when given)."""
     from triton._C.libtriton import ir, llvm
-    from ..mlir.module import new_context
     ctx = new_context()
     fd, path = tempfile.mkstemp(suffix=".mlir")
     try:

@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bwtriton.ptx.descriptors import decode_smem_desc
+
 #: Instruction families the census groups by (first matching prefix wins).
 FAMILIES = (
     ("tcgen05", ("tcgen05.",)),
@@ -55,9 +57,8 @@ def ptx_census(module: Any) -> dict[str, dict[str, int]]:
 def decoded_descriptors(module: Any, target: str) -> dict[str, list[dict]]:
     """The distinct decoded instruction descriptors (idesc) and A/B shared-memory descriptors of the module's
     tcgen05.mma instructions, as the verifier's value resolver sees them (known bits only)."""
-    from bwtriton.ptx.descriptors import decode_smem_desc
-    from bwtriton.verify import function_contexts
-    from bwtriton.verify.checks.context import decode_mma
+    from bwtriton.verify import function_contexts  # heavy: the verifier imports z3
+    from bwtriton.verify.checks.context import decode_mma  # heavy: the verifier imports z3
     idescs, sdescs = {}, {}
     for ctx in function_contexts(module, target):
         for ins in ctx.func.find("tcgen05.mma"):
@@ -80,7 +81,7 @@ def decoded_descriptors(module: Any, target: str) -> dict[str, list[dict]]:
 
 def verifier_findings(module: Any, target: str) -> dict[str, Any]:
     """Counts by severity and by 'severity/check' of bwtriton's tcgen05 verifier (messages kept for reading)."""
-    from bwtriton.verify import verify_module
+    from bwtriton.verify import verify_module  # heavy: the verifier imports z3
     report = verify_module(module, target)
     by_check = Counter(f"{f.severity}/{f.check}" for f in report.findings)
     return {"counts": report.counts, "by_check": dict(sorted(by_check.items())),

@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, without_timing, write_snapshot
+
 REPO = Path(__file__).resolve().parents[3]
 #: Kernel sources of the corpus, relative to the repository root (BWTRITON_SPECS files and PTX corpus modules).
 CORPUS_INPUTS = ("python/bwtriton/examples", "tests/fixtures/kernels.py")
@@ -21,7 +23,6 @@ SNAPSHOT = Path("tests/snapshots/corpus.json")
 def snapshot_corpus(jobs: int = 2, cache_dir: str | None = None, progress=None) -> dict:
     """A fresh snapshot of the corpus with bwtriton's default passes (run from the repository root)."""
     import os
-    from .snapshot import default_cache_dir, discover_jobs, take_snapshot
     cwd = os.getcwd()
     os.chdir(REPO)  # record keys are paths relative to the repository root
     try:
@@ -32,7 +33,6 @@ def snapshot_corpus(jobs: int = 2, cache_dir: str | None = None, progress=None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .snapshot import _progress, without_timing, write_snapshot
     p = argparse.ArgumentParser(prog="python -m bwtriton.regress.corpus", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", "-j", type=int, default=2)

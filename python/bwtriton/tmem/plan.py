@@ -19,9 +19,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..targets import TMEM_COLUMNS, TMEM_LANES
+from ..targets import TMEM_ALLOC_COLUMNS as ALLOC_SIZES, TMEM_COLUMNS, TMEM_LANES
 
-ALLOC_SIZES = (32, 64, 128, 256, 512)
 #: Triton allocates lanes in halves of 64 "rows" (a half is 16 lanes of each 32-lane sub-partition).
 ROW_HALVES = 2
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 
+from bwtriton.errors import InputError
 from ..targets import TMEM_COLUMNS as COLUMNS, TMEM_LANES as LANES
 from ..userfiles import check_output_file
 
@@ -168,7 +169,6 @@ def _write_png(report: dict, path: str, title: str | None) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.patches import Rectangle
     except ImportError as exc:  # pragma: no cover - matplotlib is optional
-        from bwtriton.errors import InputError
         raise InputError("writing a .png TMEM map needs matplotlib; install it or write .svg") from exc
     allocs = _allocs(report)
     width_cols = max([COLUMNS] + [a["column_range"][1] for a in allocs])

@@ -21,6 +21,7 @@ from . import operands as opnd
 from ..machine.async_engine import AsyncOp, engine_of, issuer_of, short
 from ..errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
                      UnsupportedInstructionError, UnwaitedTmemLoadError)
+from ...targets import TMEM_ALLOC_COLUMNS
 from ..machine.memory import TMEM_COLS, TMEM_LANES, split_cluster_address
 from ..machine.program import Program, active_index, address_reader, as_lanes
 
@@ -61,7 +62,7 @@ def _alloc(ins: Instruction, prog: Program) -> Callable:
         ncols = _uniform(w, rd_n(w), "tcgen05.alloc nCols")
         dst = _uniform(w, rd_dst(w), "tcgen05.alloc destination")
         tm = w.cta.tmem
-        if ncols not in (32, 64, 128, 256, 512):
+        if ncols not in TMEM_ALLOC_COLUMNS:
             raise TmemAllocError(f"tcgen05.alloc of {ncols} columns: nCols must be a power of 2 in [32, 512]")
         if tm.relinquished:
             raise TmemAllocError("tcgen05.alloc after tcgen05.relinquish_alloc_permit in this CTA")
