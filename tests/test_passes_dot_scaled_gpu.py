@@ -1,7 +1,7 @@
 """`tl.dot_scaled` forms with scaled bf16/fp16 sides on this GPU (Hopper: what Triton 3.6 alone cannot compile),
-through bwtriton's pipeline, against float64: the emulated tests' two kinds of data (grid data: bit-exact
-whatever the fp32 summation order; wide data: the fp32-accumulation bound), on a 256x256x256 problem in
-64x64x128 tiles, and plain Triton's outcome on the gemlite form."""
+through bwtriton's pipeline, against float64: the emulated tests' two kinds of data (grid data, 128x128x64 in
+64x64x64 tiles: bit-exact whatever the fp32 summation order; wide data, 256x256x256 in 64x64x128 tiles: the
+fp32-accumulation bound), and plain Triton's outcome on the gemlite form."""
 from __future__ import annotations
 
 import pytest
@@ -27,12 +27,12 @@ TILE = (64, 64, 128)
 def test_grid_data_is_bit_exact_on_this_gpu(form):
     from bwtriton.kernels.blockscaled import bwtriton_pipeline
     gen = torch.Generator().manual_seed(sum(map(ord, form_id(form))))
-    # K = 64: at K = 256 the grid data's sums would outgrow the exact-in-fp32 budget
-    a, sa, a_ref = grid_operand(*form[:3], M, 64, gen)
-    b, sb, b_ref = grid_operand(*form[3:], N, 64, gen)
+    # 128x128x64 (four CTAs): at 256x256 or K = 256 the grid data's sums can outgrow the exact-in-fp32 budget
+    a, sa, a_ref = grid_operand(*form[:3], 128, 64, gen)
+    b, sb, b_ref = grid_operand(*form[3:], 128, 64, gen)
     assert exact_in_any_order(a_ref, b_ref)
     with bwtriton_pipeline(torch.device("cuda")):
-        c = launch_form(form, (a, sa, b, sb), M, N, 64, (64, 64, 64), "cuda")
+        c = launch_form(form, (a, sa, b, sb), 128, 128, 64, (64, 64, 64), "cuda")
     ref = a_ref @ b_ref.T
     assert torch.equal(c.double().cpu(), ref), (c.double().cpu() - ref).abs().max()
 
