@@ -10,10 +10,11 @@ the emitted TTIR computes: the text runs through `test_nvfp4_lowering.evaluate` 
 emitter uses, written from the MLIR semantics) on random codes, and the `tt.dot` operands - summed over the hi/lo
 terms of a split side - must equal `bwtriton.formats`' float64 dequantization bit for bit, in an operand type
 that holds them. Compiling each form for sm_90a and sm_100a through the default pipeline is a sample by family
-here and the full sweep under `-m slow`.
+here and the full sweep with BWTRITON_ALL_DOT_SCALED_FORMS=1.
 """
 from __future__ import annotations
 
+import os
 import re
 from itertools import product
 
@@ -51,6 +52,8 @@ def form_id(form: tuple) -> str:
 
 def test_the_frontend_accepts_324_forms():
     assert len(sides()) == 18 and len(FORMS) == 324 == len(set(FORMS))
+    assert len(SAMPLE) == 15 and {_side_class(*f[:3]) for f in SAMPLE} == {_side_class(*f[3:]) for f in SAMPLE} \
+        == {_side_class(*s) for s in sides()}
     # scaled bf16/fp16 sides (the gemlite form) are among them: 4 such sides
     assert sum(1 for s in sides() if s[0] in ("bf16", "fp16") and s[1]) == 4
 
@@ -194,12 +197,14 @@ def check_compiled(form: tuple, target: str, tile=(64, 64, 128)) -> str:
     """Compile one form and check the emitted MMA against the pass's plan; returns the MMA kind."""
     r = compile_form(form, target, tile)
     entry = r.reports["lower-dot-scaled-portable"]["ops"][0]
-    kinds = {m[0] or m[1] for m in _MMA.finditer(r.asm["ptx"])}
+    kinds = {m[1] or m[2] for m in _MMA.finditer(r.asm["ptx"])}
     assert len(kinds) == 1, kinds
     kind = kinds.pop()
     if entry["action"].startswith("lowered"):
         assert "tt.dot_scaled" not in r.asm["ttir"]
-        elem = "f32" if "f32 tt.dot" in entry["action"] else ("f16" if "f16 tt.dot" in entry["action"] else "bf16")
+        m = re.match(r"lowered to (?:\d+ chained )?(bf16|f16|f32) tt\.dot", entry["action"])
+        assert m, entry
+        elem = m[1]
         expected = {"sm_90a": {"bf16": "bf16", "f16": "f16", "f32": "tf32"},
                     "sm_100a": {"bf16": "f16", "f16": "f16", "f32": "tf32"}}[target][elem]
         assert kind == expected, (entry, kind)
@@ -208,15 +213,23 @@ def check_compiled(form: tuple, target: str, tile=(64, 64, 128)) -> str:
     return kind
 
 
-def _family(form: tuple) -> tuple:
-    """Forms that take the same path through the pass: format class and scale per side, packing."""
-    def cls(fmt, scale, k_pack):
-        return ("fp8" if fmt in ("e4m3", "e5m2") else fmt, scale, k_pack)
-    return cls(*form[:3]) + cls(*form[3:])
+def _side_class(fmt: str, scale: "str | None", k_pack: bool) -> tuple:
+    """Sides that take the same path through the pass (e4m3 and e5m2 alike): 15 classes."""
+    return ("fp8" if fmt in ("e4m3", "e5m2") else fmt, scale, k_pack)
 
 
-#: one form per family (first in FORMS order), compiled in the default run
-SAMPLE = list({_family(f): f for f in reversed(FORMS)}.values())[::-1]
+def _sample() -> list[tuple]:
+    """15 forms in which every side class appears once as lhs and once as rhs (rhs class 7i+3 mod 15 against
+    lhs class i), compiled in the default run; the full 324 x 2 sweep is `-m slow`."""
+    classes = list(dict.fromkeys(_side_class(*s) for s in sides()))
+    by_class = {}
+    for form in FORMS:
+        by_class.setdefault((_side_class(*form[:3]), _side_class(*form[3:])), form)
+    n = len(classes)
+    return [by_class[classes[i], classes[(7 * i + 3) % n]] for i in range(n)]
+
+
+SAMPLE = _sample()
 #: rows a 128-row tile changes on sm_100a (native tcgen05 block-scaled MMAs)
 NATIVE_128 = [("e2m1", "ue4m3", True, "e2m1", "ue4m3", True), ("e2m1", "e8m0", False, "e2m1", "e8m0", False),
               ("e2m1", "e8m0", True, "e2m1", "e8m0", True), ("e4m3", "e8m0", True, "e2m1", "e8m0", True)]
@@ -226,14 +239,18 @@ def _compile_cases(forms):
     return [(f, t) for f in forms for t in ("sm_90a", "sm_100a")]
 
 
-@pytest.mark.parametrize("form, target", _compile_cases(SAMPLE[::4]),
-                         ids=[f"{form_id(f)}-{t}" for f, t in _compile_cases(SAMPLE[::4])])
+@pytest.mark.parametrize("form, target", _compile_cases(SAMPLE), ids=[f"{form_id(f)}-{t}" for f, t in _compile_cases(SAMPLE)])
 def test_form_compiles_for_both_targets(form, target):
     check_compiled(form, target)
 
 
+#: BWTRITON_ALL_DOT_SCALED_FORMS=1: compile all 324 forms for both targets (648 compiles, ~10 CPU-minutes)
+FULL = os.environ.get("BWTRITON_ALL_DOT_SCALED_FORMS", "") not in ("", "0")
+_FULL_CASES = _compile_cases(FORMS) if FULL else []
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("form, target", _compile_cases(FORMS), ids=[f"{form_id(f)}-{t}" for f, t in _compile_cases(FORMS)])
+@pytest.mark.parametrize("form, target", _FULL_CASES, ids=[f"{form_id(f)}-{t}" for f, t in _FULL_CASES])
 def test_every_form_compiles_for_both_targets(form, target):
     check_compiled(form, target)
 
@@ -241,7 +258,7 @@ def test_every_form_compiles_for_both_targets(form, target):
 @pytest.mark.parametrize("form", NATIVE_128, ids=[form_id(f) for f in NATIVE_128])
 def test_native_block_scaled_tcgen05_kept_on_128_row_tiles(form):
     kind = check_compiled(form, "sm_100a", tile=(128, 128, 128))
-    assert kind in ("mxf4nvf4", "mxf8f6f4"), kind
+    assert kind in ("mxf4nvf4", "mxf4", "mxf8f6f4"), kind
 
 
 def test_gemlite_form_plain_triton_fails_and_bwtriton_lowers_it():
@@ -252,3 +269,13 @@ def test_gemlite_form_plain_triton_fails_and_bwtriton_lowers_it():
         with pytest.raises(bwtriton.CompileError, match="PassManager::run failed"):
             compile_form(form, target, passes="none")
         assert check_compiled(form, target) in ("bf16", "f16")
+
+
+@pytest.mark.parametrize("form", [("bf16", None, True, "fp16", None, True), ("fp16", None, True, "bf16", None, True)],
+                         ids=["bf16-x-fp16", "fp16-x-bf16"])
+def test_unscaled_bf16_x_fp16_plain_triton_fails_and_bwtriton_uses_tf32(form):
+    """No 16-bit type holds both bf16 and fp16 values; tf32 holds both (11 significant bits, fp32 range)."""
+    for target in ("sm_90a", "sm_100a"):
+        with pytest.raises(bwtriton.CompileError, match="PassManager::run failed"):
+            compile_form(form, target, passes="none")
+        assert check_compiled(form, target) == "tf32"

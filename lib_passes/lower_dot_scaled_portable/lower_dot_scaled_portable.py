@@ -2,19 +2,22 @@
 dequantize-then-`tt.dot` TTIR.
 
 Why: Triton 3.6 decomposes block-scaled dots that the target cannot run natively inside
-`tritongpu-accelerate-matmul`, and that decomposition fails for two families of forms (measured by compiling every
-operand format x scale x packing combination for sm_90a and sm_100a, docs/nvfp4_hopper.md):
+`tritongpu-accelerate-matmul`, and that decomposition fails for these families of forms (measured by compiling
+all 324 forms the frontend accepts, for sm_90a and sm_100a, docs/nvfp4_hopper.md):
 * any UE4M3 scale (fp8e4nv, group 16: NVFP4): it asserts (DenseElementsAttr of a float element type);
 * any e2m1 operand packed along M/N (`lhs_k_pack=False` / `rhs_k_pack=False`) without UE4M3 scales (MXFP4 with
   e8m0 scales, or unscaled fp4): `PassManager::run failed`, on sm_90a and, for tiles it cannot run natively, sm_100a;
+* a bf16 side against an fp16 side (`bf16_with_fp16`): `PassManager::run failed` on both targets;
+* a UE4M3 scale on a bf16/fp16 side (the form gemlite's NVFP4 layer uses): the accelerate-matmul assert above;
 * and one that compiles but is not exact: an fp16 side against an e8m0-scaled side (`fp16_with_e8m0`).
-Every other form (k-packed MXFP4, fp8 with e8m0 scales, bf16 sides) Triton lowers itself, so it is left alone.
+Every other form (k-packed MXFP4, fp8 with e8m0 scales, bf16 sides, e8m0 on a bf16 side) Triton lowers itself,
+exactly, so it is left alone.
 
 The rewrite runs on TTIR, before `make_ttgir` sees the op, and emits per operand: unpack the two E2M1 nibbles of
 each byte along K or along M/N, decode them and the scales with integer ops (exact; no fp8 instructions for fp4,
 so sm_80 works too), multiply by the scale broadcast over its K-block in f32 and round to the dot's operand type
-(exact: `compute_dtype` picks a type that holds every dequantized value), then a plain `tt.dot` with the original
-fp32 accumulator. Triton pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
+(exact: `dot_plan` picks a type that holds every dequantized value, or splits a side no type holds into exact bf16
+hi + lo terms), then plain `tt.dot`s (one per term pair, chained) with the original fp32 accumulator. Triton pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
 
 Which ops on targets with native block-scaled MMA (sm_100a, sm_103a, sm_120a): NVFP4 dots Triton lowers natively
 (e2m1 x e2m1, UE4M3 on both sides, k-packed, tile M a multiple of 128) and M/N-packed MXFP4 with e8m0 scales on
@@ -63,6 +66,12 @@ def fp16_with_e8m0(op: DotScaledOp) -> bool:
     return "fp16" in (op.a_format, op.b_format) and E8M0 in op.scale_elems
 
 
+def bf16_with_fp16(op: DotScaledOp) -> bool:
+    """A bf16 side against an fp16 side: Triton 3.6's decomposition has no common type for them and fails
+    (`PassManager::run failed`, measured on sm_90a and sm_100a, scaled or not)."""
+    return {op.a_format, op.b_format} == {"bf16", "fp16"}
+
+
 def triton_lowers(op: DotScaledOp, target) -> bool:
     """Whether Triton 3.6 lowers this `tt.dot_scaled` itself, exactly, on `target` (natively or by its own
     decomposition)."""
@@ -70,7 +79,7 @@ def triton_lowers(op: DotScaledOp, target) -> bool:
         return _native_nvfp4(op, target)
     if fp4_packed_along_mn(op):
         return _native_mn_packed_mx(op, target)
-    return not fp16_with_e8m0(op)
+    return not fp16_with_e8m0(op) and not bf16_with_fp16(op)
 
 
 def _exact_types(fmt: str, scale_elem: "str | None") -> set[str]:
