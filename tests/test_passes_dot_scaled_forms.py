@@ -239,7 +239,8 @@ def _compile_cases(forms):
     return [(f, t) for f in forms for t in ("sm_90a", "sm_100a")]
 
 
-@pytest.mark.parametrize("form, target", _compile_cases(SAMPLE), ids=[f"{form_id(f)}-{t}" for f, t in _compile_cases(SAMPLE)])
+@pytest.mark.parametrize("form, target", _compile_cases(SAMPLE),
+                         ids=[f"{form_id(f)}-{t}" for f, t in _compile_cases(SAMPLE)])
 def test_form_compiles_for_both_targets(form, target):
     check_compiled(form, target)
 

@@ -17,7 +17,8 @@ The rewrite runs on TTIR, before `make_ttgir` sees the op, and emits per operand
 each byte along K or along M/N, decode them and the scales with integer ops (exact; no fp8 instructions for fp4,
 so sm_80 works too), multiply by the scale broadcast over its K-block in f32 and round to the dot's operand type
 (exact: `dot_plan` picks a type that holds every dequantized value, or splits a side no type holds into exact bf16
-hi + lo terms), then plain `tt.dot`s (one per term pair, chained) with the original fp32 accumulator. Triton pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
+hi + lo terms), then plain `tt.dot`s (one per term pair, chained) with the original fp32 accumulator. Triton
+pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
 
 Which ops on targets with native block-scaled MMA (sm_100a, sm_103a, sm_120a): NVFP4 dots Triton lowers natively
 (e2m1 x e2m1, UE4M3 on both sides, k-packed, tile M a multiple of 128) and M/N-packed MXFP4 with e8m0 scales on
@@ -264,7 +265,8 @@ class LowerDotScaledPortable(Pass):
                 entry["action"] = "kept" if native else "kept (Triton lowers it)"
                 out.append(line)
             else:
-                ones = (constants.is_one(op.a_scale, op.scale_elems[0]), constants.is_one(op.b_scale, op.scale_elems[1]))
+                ones = (constants.is_one(op.a_scale, op.scale_elems[0]),
+                        constants.is_one(op.b_scale, op.scale_elems[1]))
                 try:
                     out.append(lower_dot_scaled(op, prefix=f"bwds_{lowered}", one_scales=ones))
                 except ValueError as exc:
