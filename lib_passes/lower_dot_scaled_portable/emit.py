@@ -173,47 +173,84 @@ def _broadcast_scale(em: TtirEmitter, scale: str, sty: TensorType, rows_k: tuple
     return flat
 
 
-def dequant_operand(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale: Optional[str],
-                    scale_ty: Optional[TensorType], packed_axis: int, compute_elem: str) -> tuple[str, TensorType]:
-    """Dequantize one operand given in rows-major form [rows, K'] to [rows, K] of `compute_elem` (bf16, f16, or
-    f32 for a tf32 dot).
-
-    `packed_axis` is the axis along which two fp4 codes share a byte (1 = K, i.e. k_pack; 0 = rows)."""
-    out_elem = compute_elem
-    if fmt in UNSCALED_FORMATS:
-        if scale is not None:
-            raise ValueError(f"a {fmt} operand of tt.dot_scaled cannot carry a scale")
-        if ty.elem == out_elem:
-            return value, ty
+def _scaled_elements(em: TtirEmitter, value: str, ty: TensorType, fmt: str,
+                     packed_axis: int) -> tuple[str, TensorType, float]:
+    """The operand's elements as f32 (times a power-of-two factor, returned): the value a scale multiplies."""
+    if fmt in UNSCALED_FORMATS:  # a bf16/fp16 side may carry a scale too (tl.dot_scaled accepts it)
         f32 = ty.with_(elem="f32")
-        wide = em.cast("extf", value, ty, f32)
-        if out_elem == "f32":
-            return wide, f32
-        return em.cast("truncf", wide, f32, ty.with_(elem=out_elem)), ty.with_(elem=out_elem)
+        return em.cast("extf", value, ty, f32), f32, 1.0
     if fmt == "e2m1":
         codes, cty = _unpack_fp4(em, value, ty, packed_axis)
         elems, ety = _decode_e2m1(em, codes, cty)
-        elem_factor = E2M1_F16_FACTOR
-    elif fmt in FP8_ELEM:
+        return elems, ety, E2M1_F16_FACTOR
+    if fmt in FP8_ELEM:
         fp8 = ty.with_(elem=FP8_ELEM[fmt])
         src = em.bitcast(value, ty, fp8) if ty.elem != fp8.elem else value
         ety = ty.with_(elem="f32")
-        elems, elem_factor = em.op(f"tt.fp_to_fp {src} : {fp8} -> {ety}"), 1.0
-    else:
-        raise ValueError(f"unsupported tt.dot_scaled operand format {fmt!r}")
+        return em.op(f"tt.fp_to_fp {src} : {fp8} -> {ety}"), ety, 1.0
+    raise ValueError(f"unsupported tt.dot_scaled operand format {fmt!r}")
+
+
+def dequant_f32(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale: Optional[str],
+                scale_ty: Optional[TensorType], packed_axis: int) -> tuple[str, TensorType]:
+    """One operand given rows-major [rows, K'] -> its exact dequantized values, f32 [rows, K].
+
+    Exact: each element (<= 11 significant bits) times its scale (<= 4) has <= 15 bits, inside f32's 24; the
+    range edges are in the module docstring. `packed_axis` is the axis along which two fp4 codes share a byte (1 = K,
+    i.e. k_pack; 0 = rows)."""
+    elems, ety, elem_factor = _scaled_elements(em, value, ty, fmt, packed_axis)
     rows, k = ety.shape
     if scale is None:
-        factor = em.splat_float(elem_factor, ety)
-        scaled = em.binary("mulf", elems, factor, ety)
-    else:
-        svals, sty, scale_factor = _decode_scale(em, scale, scale_ty)
-        total = elem_factor * scale_factor
-        if scale_ty.elem == "f8E4M3FN":  # UE4M3 * 2^22 <= 2^31: fold both exact powers of two into the scale
+        if elem_factor == 1.0:
+            return elems, ety
+        return em.binary("mulf", elems, em.splat_float(elem_factor, ety), ety), ety
+    svals, sty, scale_factor = _decode_scale(em, scale, scale_ty)
+    total = elem_factor * scale_factor
+    if scale_ty.elem == "f8E4M3FN":  # UE4M3 * 2^22 <= 2^31: fold both exact powers of two into the scale
+        if total != 1.0:
             svals = em.binary("mulf", svals, em.splat_float(total, sty), sty)
-        elif elem_factor != 1.0:  # e8m0 scales span 2^+-127: keep the element factor separate to avoid overflow
-            elems = em.binary("mulf", elems, em.splat_float(elem_factor, ety), ety)
-        scaled = em.binary("mulf", elems, _broadcast_scale(em, svals, sty, (rows, k)), ety)
-    if out_elem == "f32":
-        return scaled, ety
-    out = ety.with_(elem=out_elem)
-    return em.cast("truncf", scaled, ety, out), out
+    elif elem_factor != 1.0:  # e8m0 scales span 2^+-127: keep the element factor separate to avoid overflow
+        elems = em.binary("mulf", elems, em.splat_float(elem_factor, ety), ety)
+    return em.binary("mulf", elems, _broadcast_scale(em, svals, sty, (rows, k)), ety), ety
+
+
+def split_bf16(em: TtirEmitter, value: str, ty: TensorType) -> list[tuple[str, TensorType]]:
+    """f32 values of <= 16 significant bits -> [hi, lo] bf16 with hi + lo == value exactly.
+
+    hi keeps the top 16 bits of the f32 pattern (sign, exponent, 7 mantissa bits: a bf16 value, so the
+    truncation to bf16 is exact); value - hi is exact in f32 and has the remaining <= 8 significant bits, so it
+    is a bf16 value too, down to bf16's smallest subnormal 2^-133. Where the value is +-inf, lo (inf - inf) is
+    NaN: it is replaced by 0 so the sum stays inf (a NaN value keeps its quiet bit in hi)."""
+    i32, bf16, i1 = ty.with_(elem="i32"), ty.with_(elem="bf16"), ty.with_(elem="i1")
+    bits = em.bitcast(value, ty, i32)
+    hi = em.bitcast(em.int_binary_const("andi", bits, -65536, i32), i32, ty)
+    lo = em.binary("subf", value, hi, ty)
+    is_num = em.op(f"arith.cmpf oeq, {lo}, {lo} : {ty}")
+    lo = em.op(f"arith.select {is_num}, {lo}, {em.splat_float(0.0, ty)} : {i1}, {ty}")
+    return [(em.cast("truncf", hi, ty, bf16), bf16), (em.cast("truncf", lo, ty, bf16), bf16)]
+
+
+def to_dot_terms(em: TtirEmitter, value: str, ty: TensorType, compute_elem: str,
+                 terms: int) -> list[tuple[str, TensorType]]:
+    """Exact f32 values -> the `tt.dot` operand(s) whose sum they are: one tensor of `compute_elem` (bf16, f16,
+    or f32 for a tf32 dot; the caller picked a type holding every value) or, `terms == 2`, bf16 hi + lo."""
+    if terms == 2:
+        return split_bf16(em, value, ty)
+    if compute_elem == ty.elem:
+        return [(value, ty)]
+    out = ty.with_(elem=compute_elem)
+    return [(em.cast("truncf", value, ty, out), out)]
+
+
+def dequant_operand(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale: Optional[str],
+                    scale_ty: Optional[TensorType], packed_axis: int, compute_elem: str) -> tuple[str, TensorType]:
+    """Dequantize one operand given in rows-major form [rows, K'] to [rows, K] of `compute_elem` (bf16, f16,
+    or f32 for a tf32 dot), which must hold every dequantized value (see `dequant_f32`)."""
+    if fmt in UNSCALED_FORMATS and scale is None:
+        if ty.elem == compute_elem:
+            return value, ty
+        f32 = ty.with_(elem="f32")
+        wide = em.cast("extf", value, ty, f32) if ty.elem != "f32" else value
+        return to_dot_terms(em, wide, f32, compute_elem, 1)[0]
+    exact, ety = dequant_f32(em, value, ty, fmt, scale, scale_ty, packed_axis)
+    return to_dot_terms(em, exact, ety, compute_elem, 1)[0]

@@ -2,19 +2,23 @@
 dequantize-then-`tt.dot` TTIR.
 
 Why: Triton 3.6 decomposes block-scaled dots that the target cannot run natively inside
-`tritongpu-accelerate-matmul`, and that decomposition fails for two families of forms (measured by compiling every
-operand format x scale x packing combination for sm_90a and sm_100a, docs/nvfp4_hopper.md):
+`tritongpu-accelerate-matmul`, and that decomposition fails for these families of forms (measured by compiling
+all 324 forms the frontend accepts, for sm_90a and sm_100a, docs/nvfp4_hopper.md):
 * any UE4M3 scale (fp8e4nv, group 16: NVFP4): it asserts (DenseElementsAttr of a float element type);
 * any e2m1 operand packed along M/N (`lhs_k_pack=False` / `rhs_k_pack=False`) without UE4M3 scales (MXFP4 with
   e8m0 scales, or unscaled fp4): `PassManager::run failed`, on sm_90a and, for tiles it cannot run natively, sm_100a;
+* a bf16 side against an fp16 side (`bf16_with_fp16`): `PassManager::run failed` on both targets;
+* a UE4M3 scale on a bf16/fp16 side (the form gemlite's NVFP4 layer uses): the accelerate-matmul assert above;
 * and one that compiles but is not exact: an fp16 side against an e8m0-scaled side (`fp16_with_e8m0`).
-Every other form (k-packed MXFP4, fp8 with e8m0 scales, bf16 sides) Triton lowers itself, so it is left alone.
+Every other form (k-packed MXFP4, fp8 with e8m0 scales, bf16 sides, e8m0 on a bf16 side) Triton lowers itself,
+exactly, so it is left alone.
 
 The rewrite runs on TTIR, before `make_ttgir` sees the op, and emits per operand: unpack the two E2M1 nibbles of
 each byte along K or along M/N, decode them and the scales with integer ops (exact; no fp8 instructions for fp4,
 so sm_80 works too), multiply by the scale broadcast over its K-block in f32 and round to the dot's operand type
-(exact: `compute_dtype` picks a type that holds every dequantized value), then a plain `tt.dot` with the original
-fp32 accumulator. Triton pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
+(exact: `dot_plan` picks a type that holds every dequantized value, or splits a side no type holds into exact bf16
+hi + lo terms), then plain `tt.dot`s (one per term pair, chained) with the original fp32 accumulator. Triton
+pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
 
 Which ops on targets with native block-scaled MMA (sm_100a, sm_103a, sm_120a): NVFP4 dots Triton lowers natively
 (e2m1 x e2m1, UE4M3 on both sides, k-packed, tile M a multiple of 128) and M/N-packed MXFP4 with e8m0 scales on
@@ -22,11 +26,14 @@ both sides and tile M a multiple of 128 on sm_100a/sm_103a (`kind::mxf8f6f4`) st
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from bwtriton.mlir import reparse
 from bwtriton.mlir.dot_scaled import DotScaledOp, parse_dot_scaled
 
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
-from .emit import UNSCALED_FORMATS, TtirEmitter, dequant_operand
+from .emit import UNSCALED_FORMATS, TtirEmitter, dequant_f32, dequant_operand, to_dot_terms
 
 UE4M3 = "f8E4M3FN"   # NVFP4 block scale element type as printed in TTIR
 E8M0 = "i8"          # MX block scale (uint8 holding the biased exponent)
@@ -60,6 +67,12 @@ def fp16_with_e8m0(op: DotScaledOp) -> bool:
     return "fp16" in (op.a_format, op.b_format) and E8M0 in op.scale_elems
 
 
+def bf16_with_fp16(op: DotScaledOp) -> bool:
+    """A bf16 side against an fp16 side: Triton 3.6's decomposition has no common type for them and fails
+    (`PassManager::run failed`, measured on sm_90a and sm_100a, scaled or not)."""
+    return {op.a_format, op.b_format} == {"bf16", "fp16"}
+
+
 def triton_lowers(op: DotScaledOp, target) -> bool:
     """Whether Triton 3.6 lowers this `tt.dot_scaled` itself, exactly, on `target` (natively or by its own
     decomposition)."""
@@ -67,53 +80,146 @@ def triton_lowers(op: DotScaledOp, target) -> bool:
         return _native_nvfp4(op, target)
     if fp4_packed_along_mn(op):
         return _native_mn_packed_mx(op, target)
-    return not fp16_with_e8m0(op)
+    return not fp16_with_e8m0(op) and not bf16_with_fp16(op)
 
 
 def _exact_types(fmt: str, scale_elem: "str | None") -> set[str]:
-    """Operand types of `tt.dot` that hold every dequantized value of this operand exactly.
+    """Operand types of `tt.dot` that hold every dequantized value of this operand exactly (empty: none does).
 
     E2M1 (2 significant bits, |x| in [0.5, 6]) times UE4M3 (4 bits, [2^-9, 448]) fits fp16 and bf16; fp8 elements
     times UE4M3 reach 448 x 448 (e4m3) or 57344 x 448 (e5m2), past fp16's 65504; e8m0 scales span 2^-127..2^127,
-    so only the 8-bit exponent types (bf16, tf32) hold them. tf32 (11 significant bits, fp32 range) holds all."""
-    if fmt == "bf16":
-        return {"bf16", "f32"}
-    if fmt == "fp16":
-        return {"f16", "f32"}
+    so only the 8-bit exponent types (bf16, tf32) hold them. tf32 (11 significant bits, fp32 range) holds all of
+    these. A scaled bf16 (8 bits) or fp16 (11 bits) side: e8m0 keeps its bits (bf16: bf16 or tf32; fp16: tf32
+    only), UE4M3 adds 4 (12 or 15 bits), more than any MMA operand type holds."""
+    if fmt in UNSCALED_FORMATS:
+        own = {"bf16": {"bf16", "f32"}, "fp16": {"f16", "f32"}}[fmt]
+        if scale_elem is None:
+            return own
+        return {"bf16", "f32"} & own if scale_elem == E8M0 else set()
     if scale_elem == E8M0 or (scale_elem == UE4M3 and fmt != "e2m1"):
         return {"bf16", "f32"}
     return {"bf16", "f16", "f32"}
 
 
+@dataclass(frozen=True)
+class DotPlan:
+    """How a lowered dot feeds the MMA: operand type `elem` and, per side, how many `elem` terms sum to each
+    dequantized value (2: a bf16 hi + lo pair, `emit.split_bf16`); one `tt.dot` per pair of terms, chained
+    through the accumulator."""
+
+    elem: str
+    terms: tuple[int, int] = (1, 1)
+
+    def describe(self) -> str:
+        if self.terms == (1, 1):
+            return f"{self.elem} tt.dot"
+        return f"{self.terms[0] * self.terms[1]} chained bf16 tt.dot (hi/lo split {self.terms[0]}x{self.terms[1]})"
+
+
+def dot_plan(op: DotScaledOp, one_scales: tuple[bool, bool] = (False, False)) -> DotPlan:
+    """One operand type both sides fit (bf16 first: the fast path; then fp16; then f32 for a tf32 MMA), else
+    bf16 with each side that bf16 cannot hold split in two exact bf16 terms (UE4M3-scaled bf16/fp16, or fp16
+    against one). `one_scales[i]`: side i's scale is the constant 1.0 (it is then dropped)."""
+    scales = tuple(None if one else s for s, one in zip(op.scale_elems, one_scales))
+    a_fits, b_fits = _exact_types(op.a_format, scales[0]), _exact_types(op.b_format, scales[1])
+    both = a_fits & b_fits
+    if both:
+        return DotPlan(next(t for t in ("bf16", "f16", "f32") if t in both))
+    return DotPlan("bf16", (1 if "bf16" in a_fits else 2, 1 if "bf16" in b_fits else 2))
+
+
 def compute_dtype(op: DotScaledOp) -> str:
-    """Operand type of the replacement `tt.dot`: bf16 where both sides fit it exactly (the fast path), else fp16,
-    else f32 fed to a tf32 MMA (fp16 x e8m0-scaled or fp16 x UE4M3-scaled fp8: no 16-bit type holds both)."""
-    fits = _exact_types(op.a_format, op.scale_elems[0]) & _exact_types(op.b_format, op.scale_elems[1])
-    return next(t for t in ("bf16", "f16", "f32") if t in fits)
+    """Operand type of the replacement `tt.dot` (see `dot_plan`)."""
+    return dot_plan(op).elem
 
 
-def lower_dot_scaled(op: DotScaledOp, prefix: str) -> str:
-    """TTIR text replacing `op`: both operands dequantized to [M, K] / [K, N] and one `tt.dot`."""
+def _side_terms(em: TtirEmitter, value: str, ty, fmt: str, scale, scale_ty, packed_axis: int, plan: DotPlan,
+                side: int) -> list:
+    """One operand, rows-major [rows, K'], -> its `tt.dot` terms, each rows-major [rows, K]."""
+    if plan.terms[side] == 1:
+        return [dequant_operand(em, value, ty, fmt, scale, scale_ty, packed_axis, plan.elem)]
+    exact, ety = dequant_f32(em, value, ty, fmt, scale, scale_ty, packed_axis)
+    return to_dot_terms(em, exact, ety, plan.elem, 2)
+
+
+def lower_dot_scaled(op: DotScaledOp, prefix: str, one_scales: tuple[bool, bool] = (False, False)) -> str:
+    """TTIR text replacing `op`: both operands dequantized to [M, K] / [K, N] and one `tt.dot`, or one per pair
+    of terms when a side is split (`dot_plan`), each adding into the previous one's result (the hi x hi product
+    first). `one_scales` marks scales known to be 1.0."""
     if len(op.out_type.shape) != 2:
         raise ValueError(f"{op.result}: batched (rank-{len(op.out_type.shape)}) tt.dot_scaled is not lowered by "
                          "lower-dot-scaled-portable; use 2-D tiles (one tl.dot_scaled per batch entry)")
     em = TtirEmitter(prefix=prefix, indent=op.indent, loc=op.loc)
-    elem = compute_dtype(op)
+    plan = dot_plan(op, one_scales)
+    a_scale = (None, None) if one_scales[0] else (op.a_scale, op.a_scale_type)
+    b_scale = (None, None) if one_scales[1] else (op.b_scale, op.b_scale_type)
     # lhs is [M, K'] already rows-major; packing is along K (axis 1) or M (axis 0).
-    a, a_ty = dequant_operand(em, op.a, op.a_type, op.a_format, op.a_scale, op.a_scale_type,
-                              1 if op.lhs_k_pack else 0, elem)
-    # rhs is [K', N]: work on its transpose [N, K'] (scales are [N, K/g]) and transpose the result back.
-    if op.b_format in UNSCALED_FORMATS:
-        b, b_ty = dequant_operand(em, op.b, op.b_type, op.b_format, None, None, 0, elem)
-    else:
+    a_terms = _side_terms(em, op.a, op.a_type, op.a_format, *a_scale, 1 if op.lhs_k_pack else 0, plan, 0)
+    if op.b_format in UNSCALED_FORMATS and b_scale[0] is None and plan.terms[1] == 1:
+        b_terms = [dequant_operand(em, op.b, op.b_type, op.b_format, None, None, 0, plan.elem)]  # already [K, N]
+    else:  # rhs is [K', N]: work on its transpose [N, K'] (scales are [N, K/g]) and transpose the result back
         bt, bt_ty = em.trans(op.b, op.b_type, (1, 0))
-        b_rows, b_rows_ty = dequant_operand(em, bt, bt_ty, op.b_format, op.b_scale, op.b_scale_type,
-                                            1 if op.rhs_k_pack else 0, elem)
-        b, b_ty = em.trans(b_rows, b_rows_ty, (1, 0))
-    if a_ty.shape[1] != b_ty.shape[0]:
-        raise ValueError(f"dequantized K mismatch {a_ty} x {b_ty} for {op.result}")
-    em.dot(a, b, op.acc, a_ty, b_ty, op.out_type, result=op.result)
+        rows = _side_terms(em, bt, bt_ty, op.b_format, *b_scale, 1 if op.rhs_k_pack else 0, plan, 1)
+        b_terms = [em.trans(name, ty, (1, 0)) for name, ty in rows]
+    pairs = [(a, b) for a in a_terms for b in b_terms]
+    acc = op.acc
+    for i, ((a, a_ty), (b, b_ty)) in enumerate(pairs):
+        if a_ty.shape[1] != b_ty.shape[0]:
+            raise ValueError(f"dequantized K mismatch {a_ty} x {b_ty} for {op.result}")
+        result = op.result if i == len(pairs) - 1 else f"%{prefix}_acc{i}"
+        acc = em.dot(a, b, acc, a_ty, b_ty, op.out_type, result=result)
     return "".join(em.lines)
+
+
+_SSA = r"%[\w.$\-#]+"
+_CONST = re.compile(rf"^\s*(?P<name>{_SSA}) = arith\.constant (?:dense<(?P<dense>[^>]+)>|(?P<scalar>\S+)) : "
+                    r"(?:tensor<[\dx]+x)?(?P<elem>\w+)")
+_SAME_VALUE = re.compile(rf"^\s*(?P<name>{_SSA}) = (?:tt\.splat|tt\.fp_to_fp|arith\.extf|arith\.truncf) "
+                         rf"(?P<src>{_SSA})\b")
+_FUNC_START = re.compile(r"^\s*tt\.func\b")
+
+
+class ConstantScales:
+    """Values known to be the constant 1.0 (UE4M3 or any float: a splat of a float constant 1.0, through exact
+    conversions) or the e8m0 code 127 (2^0), in the current function: a library's stand-in for "no scale" (e.g.
+    gemlite's ones for bf16 activations). Such a scale multiplies nothing, so the side is lowered as unscaled
+    (exact, and a bf16 side needs no hi/lo split). 1.0 is exact in every float type, so conversions keep it."""
+
+    def __init__(self) -> None:
+        self._one_float: set[str] = set()
+        self._code_127: set[str] = set()
+
+    def see(self, line: str) -> None:
+        if _FUNC_START.match(line):  # SSA names restart per function
+            self._one_float.clear()
+            self._code_127.clear()
+            return
+        m = _CONST.match(line)
+        if m:
+            value = (m["dense"] or m["scalar"]).strip()
+            if m["elem"].startswith("i"):
+                if value == "127":
+                    self._code_127.add(m["name"])
+            elif _float_or_none(value) == 1.0:
+                self._one_float.add(m["name"])
+            return
+        m = _SAME_VALUE.match(line)
+        if m:
+            for known in (self._one_float, self._code_127):
+                if m["src"] in known and (known is self._one_float or "tt.splat" in line):
+                    known.add(m["name"])
+
+    def is_one(self, name: "str | None", scale_elem: "str | None") -> bool:
+        if name is None:
+            return False
+        return name in (self._code_127 if scale_elem == E8M0 else self._one_float)
+
+
+def _float_or_none(text: str) -> "float | None":
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _form(op: DotScaledOp) -> str:
@@ -142,7 +248,9 @@ class LowerDotScaledPortable(Pass):
             ctx.report.update(lowered=0, kept_native=0, ops=[])
             return None
         out, ops, lowered = [], [], 0
+        constants = ConstantScales()
         for line in text.splitlines(keepends=True):
+            constants.see(line)
             op = parse_dot_scaled(line) if "tt.dot_scaled" in line else None
             if op is None:
                 if "= tt.dot_scaled" in line:
@@ -157,11 +265,15 @@ class LowerDotScaledPortable(Pass):
                 entry["action"] = "kept" if native else "kept (Triton lowers it)"
                 out.append(line)
             else:
+                ones = (constants.is_one(op.a_scale, op.scale_elems[0]),
+                        constants.is_one(op.b_scale, op.scale_elems[1]))
                 try:
-                    out.append(lower_dot_scaled(op, prefix=f"bwds_{lowered}"))
+                    out.append(lower_dot_scaled(op, prefix=f"bwds_{lowered}", one_scales=ones))
                 except ValueError as exc:
                     ctx.error(f"{exc} [{_form(op)} on {ctx.target.name}]")
-                entry["action"] = f"lowered to {compute_dtype(op)} tt.dot"
+                entry["action"] = f"lowered to {dot_plan(op, ones).describe()}"
+                if any(ones):
+                    entry["constant_one_scales"] = [side for side, one in zip(("lhs", "rhs"), ones) if one]
                 lowered += 1
             ops.append(entry)
         ctx.report.update(lowered=lowered, kept_native=sum(e["action"] == "kept" for e in ops), ops=ops)

@@ -133,8 +133,11 @@ def evaluate(lines: list[str], env: dict[str, torch.Tensor]) -> dict[str, torch.
             res = args[0].to(_TORCH[out_elem])
         elif op == "arith.mulf":
             res = args[0] * args[1]
-        elif op == "arith.cmpi":
-            res = args[0] == args[1]
+        elif op == "arith.subf":
+            res = args[0] - args[1]
+        elif op in ("arith.cmpi", "arith.cmpf"):
+            assert re.match(r"(eq|oeq),", rest), line  # the only predicates the emitter uses
+            res = args[0] == args[1]   # oeq: false where either side is NaN, as torch's ==
         elif op == "arith.select":
             res = torch.where(args[0], args[1], args[2])
         elif op == "tt.bitcast":
@@ -146,8 +149,10 @@ def evaluate(lines: list[str], env: dict[str, torch.Tensor]) -> dict[str, torch.
                     raw = torch.where(raw >= 2 ** (bits[src_elem] - 1), raw - 2 ** bits[src_elem], raw) \
                         if narrow is not torch.uint8 else raw
                 res = raw.to(narrow).view(_TORCH[out_elem]) if out_elem not in bits else args[0]
-            else:  # float -> int pattern
-                res = _uint(args[0].view(torch.uint8).to(torch.int64), 8)
+            else:  # float -> int pattern of the same width
+                width = args[0].element_size() * 8
+                view = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[width]
+                res = _uint(args[0].view(view).to(torch.int64), width)
         elif op == "tt.join":
             res = torch.stack([args[0], args[1]], dim=-1)
         elif op in ("tt.reshape", "tt.broadcast"):
