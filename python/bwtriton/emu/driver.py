@@ -243,6 +243,7 @@ class _Saved:
 
     driver_active: Any
     attrs: list[tuple[Any, str, Any]] = field(default_factory=list)
+    undo: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass
@@ -278,6 +279,8 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
         _patch(saved, internal_testing, "default_alloc_fn", _default_alloc_fn)
     except ImportError:  # pragma: no cover - triton without its testing helpers
         pass
+    from .integration import device_remap  # late: device_remap imports this module
+    saved.undo.append(device_remap.install(drv))
     _state.stack.append((drv, saved))
     return drv
 
@@ -290,6 +293,8 @@ def deactivate() -> None:
     if not _state.stack:
         return
     _drv, saved = _state.stack.pop()
+    for undo in reversed(saved.undo):
+        undo()
     for obj, name, old in reversed(saved.attrs):
         if old is _MISSING:
             delattr(obj, name)
