@@ -251,9 +251,11 @@ def _atom(ins: Instruction, prog: Program) -> Callable:
     srcs = [prog.src(o, dt, ins) for o in _vec_regs(ops[1])]
     rc = prog.src(ops[2], dt, ins) if opname == "cas" else None
     writers = [] if red else [prog.dst(o, ins) for o in _vec_regs(ins.operands[0])]
-    if t in ("f16x2", "bf16x2", "bf16", "f16"):
+    if t in ("f16x2", "bf16x2", "bf16") or (t == "f16" and opname not in ("add", "min", "max", "exch")):
         raise UnsupportedInstructionError(f"atomics on {t}", line=ins.line, text=ins.text)
     fn, size, n = _ATOM_OPS[opname], dt.itemsize, len(srcs)
+    if t == "f16" and opname == "add":  # the f64 sum of two f16 values is exact: one rounding, to nearest even
+        fn = lambda old, x, c: (old.astype(np.float64) + x.astype(np.float64)).astype(np.float16)  # noqa: E731
 
     def apply(w, addr: np.ndarray, x: np.ndarray, c, lanes: np.ndarray) -> np.ndarray:
         old = mem_read(w, space, addr, size, lanes).view(dt).reshape(-1)

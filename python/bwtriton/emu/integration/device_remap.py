@@ -142,6 +142,10 @@ class CudaRemapMode(TorchFunctionMode):
         special = self._special.get(func)
         if special is not None:
             return special(args, kwargs)
+        python_impl = _custom_op_python_impl(func)
+        if python_impl is not None:  # its body runs under the remap (torch pops the mode around this call)
+            with self:
+                return python_impl(*args, **kwargs)
         want: Optional[bool] = None
         if kwargs.get("pin_memory"):
             kwargs = {**kwargs, "pin_memory": False}
@@ -190,6 +194,18 @@ class CudaRemapMode(TorchFunctionMode):
             _mark(param)
         else:
             param.__dict__.pop(_MARK, None)
+
+
+def _custom_op_python_impl(func: Any) -> Optional[Callable[..., Any]]:
+    """The Python body of a `torch.library.custom_op` (its "cuda" implementation when it has one), else None.
+    Called through the dispatcher, the body would run with this mode popped and see the CPU again."""
+    if not isinstance(func, torch._ops.OpOverload) or func.namespace in ("aten", "prim", "prims"):
+        return None
+    from torch._library.custom_ops import OPDEFS
+    opdef = OPDEFS.get(func._schema.name)
+    if opdef is None:
+        return None
+    return opdef._backend_fns.get("cuda") or opdef._init_fn
 
 
 def _unmarked_copy(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
