@@ -122,3 +122,22 @@ def test_lhs_in_tmem_cases_really_read_a_from_tmem():
     for in_ty, bm in (("fp16", 64), ("fp32", 64)):
         ptx = ec.case_lhs_in_tmem(in_ty, bm).kernel.asm["ptx"]
         assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::\w+ \[ %r\d+ \+ 0 \], \[ %r\d+ \+ 0 \]", ptx), in_ty
+
+
+def test_f16_fma_rounds_once_to_f16():
+    """`fma.rn.f16` (gemlite's 4-bit GEMV dequantisation): the exact a*b+c rounded once to f16."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fma16(a, b, c, out, B: tl.constexpr):
+        i = tl.arange(0, B)
+        tl.store(out + i, tl.fma(tl.load(a + i), tl.load(b + i), tl.load(c + i)))
+
+    torch.manual_seed(0)
+    a, b, c = (torch.randn(128).half() for _ in range(3))
+    out = torch.empty(128).half()
+    with emu.emulated_gpu("sm_100a"):
+        h = fma16[(1,)](a, b, c, out, B=128)
+    assert "fma.rn.f16" in h.asm["ptx"]
+    assert torch.equal(out, (a.double() * b.double() + c.double()).half())

@@ -476,8 +476,9 @@ def _arith(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one tab
             return lambda w: wr(w, ra(w) * rb(w) + rc(w))
         if t == "f32":
             return lambda w: wr(w, (ra(w).astype(F64) * rb(w) + rc(w)).astype(F32))
-        if is_float:
-            fn = _float_op(t, lambda a, b, c: _fma(a, b, c, F32 if t != "f64" else F64))
+        if is_float:  # f16 operands arrive as f16 values and its register takes f16 values (not f32 bits)
+            fdt = np.dtype(np.float16) if t == "f16" else F32
+            fn = _float_op(t, lambda a, b, c: _fma(a, b, c, fdt))
             return lambda w: wr(w, fn(ra(w), rb(w), rc(w)))
         if "wide" in mods:
             wdt = _WIDE[t]
