@@ -439,7 +439,7 @@ def recording(recorder: Recorder, drv: Any, all_configs: bool) -> Iterator[None]
                 raise
             recorder.launched(self, None)
 
-    real_compile, real_prune = JITFunction._do_compile, Autotuner.prune_configs
+    real_compile, real_prune, real_bench = JITFunction._do_compile, Autotuner.prune_configs, Autotuner._bench
 
     def do_compile(self: Any, key: Any, signature: Any, device: Any, constexprs: Any, *rest: Any) -> Any:
         try:
@@ -453,14 +453,15 @@ def recording(recorder: Recorder, drv: Any, all_configs: bool) -> Iterator[None]
 
     drv.launcher_cls = RecordingLauncher
     JITFunction._do_compile = do_compile
-    if not all_configs:
+    if not all_configs:  # one config each, and no emulated benchmarking of it
         Autotuner.prune_configs = first_config
+        Autotuner._bench = lambda self, *args, config, **kwargs: [0.0, 0.0, 0.0]
     try:
         yield
     finally:
         drv.launcher_cls = base
         JITFunction._do_compile = real_compile
-        Autotuner.prune_configs = real_prune
+        Autotuner.prune_configs, Autotuner._bench = real_prune, real_bench
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -527,14 +528,14 @@ def missing_libraries(libs: Sequence[str]) -> list[str]:
     return [LIBRARIES[lib][1] for lib in libs if importlib.util.find_spec(LIBRARIES[lib][0]) is None]
 
 
-def run_emulated(cases: Sequence[Case], all_configs: bool = False, log: Callable[[str], None] = print
-                 ) -> tuple[list[CaseResult], list[KernelRecord]]:
+def run_emulated(cases: Sequence[Case], all_configs: bool = False, log: Callable[[str], None] = print,
+                 passes: str = EMULATED_PASSES) -> tuple[list[CaseResult], list[KernelRecord]]:
     """Run `cases` on the emulated B200; every kernel launched is recorded, verified and judged."""
     import bwtriton.emu as emu
     from bwtriton.verify import verify_ptx
     recorder = Recorder()
     results: list[CaseResult] = []
-    with emu.emulated_gpu("sm_100a", passes=EMULATED_PASSES) as drv, recording(recorder, drv, all_configs):
+    with emu.emulated_gpu("sm_100a", passes=passes) as drv, recording(recorder, drv, all_configs):
         for i, c in enumerate(cases, 1):
             recorder.start_case(c.library, c.name)
             t0 = time.perf_counter()
@@ -706,6 +707,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--case", action="append", help="a case name (repeatable); `list` shows them")
     r.add_argument("--sample", action="store_true", help="only the fast CI sample")
     r.add_argument("--all-configs", action="store_true", help="benchmark every autotune config (slow)")
+    r.add_argument("--passes", default=EMULATED_PASSES,
+                   help=f"bwtriton pass spec for emulated runs (default {EMULATED_PASSES!r}; 'none': Triton's own PTX)")
     r.add_argument("--gpu", action="store_true", help="on a CUDA GPU: plain Triton vs bwtriton.enable()")
     r.add_argument("--out", type=Path, help="folder for emulated.json / gpu.json (and the kernels' PTX)")
     r.add_argument("--docs", type=Path, help="update the table in this markdown file (e.g. docs/third_party.md)")
@@ -755,7 +758,7 @@ def _main(args: argparse.Namespace) -> int:
         for lib in sorted({c.library for c in cases}):
             print(gpu_summary(lib, rows))
         return 0 if all(r["equal"] or not r["plain_pass"] for r in rows) else 1
-    results, kernels = run_emulated(cases, args.all_configs)
+    results, kernels = run_emulated(cases, args.all_configs, passes=args.passes)
     if args.out:
         save_emulated(args.out, results, kernels)
     if args.docs:
