@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -218,7 +216,6 @@ def fla_rms_norm() -> list[Check]:
 
 @case("fla")
 def fla_chunk_local_cumsum() -> list[Check]:
-    import torch
     from fla.ops.utils.cumsum import chunk_local_cumsum
     g = _randn(1, 128, 2)
     got = chunk_local_cumsum(g, chunk_size=64)

@@ -183,8 +183,8 @@ class EmulatedDriver(_driver_base()):
 # --------------------------------------------------------------------------------------------------------------
 
 def _cuda_answers(target: Target) -> dict[str, Callable]:
-    """The `torch.cuda` functions patched while emulating, and what they answer. Only queries: anything that
-    would allocate on or copy to a CUDA device still fails as it does on a CPU build."""
+    """The `torch.cuda` queries patched while emulating, and what they answer. Allocations on and copies to
+    "cuda", streams and events are the device remap's (integration/device_remap.py)."""
     major, minor = divmod(target.capability, 10)
 
     def get_device_properties(device: Any = None):
