@@ -195,6 +195,94 @@ def liger_rms_norm_backward() -> list[Check]:
     return [Check("dx", x.grad, xd.grad, *FP32), Check("dw", w.grad, wd.grad, 1e-4, 1e-4)]
 
 
+@case("liger")
+def liger_fused_add_rms_norm() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_fused_add_rms_norm
+    x, r, w = _randn(8, 256), _randn(8, 256), _randn(256) + 1
+    xd = x.double() + r.double()
+    y, r_out = liger_fused_add_rms_norm(x, r, w, 1e-6, in_place=False)
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    return [Check("y", y, ref, *FP32), Check("residual", r_out, xd, *FP32)]
+
+
+@case("liger")
+def liger_group_norm() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_group_norm
+    x, w, b = _randn(2, 8, 64), _randn(8), _randn(8)
+    y = liger_group_norm(x, w, b, 8, 4, 1e-6)
+    return [Check("y", y, torch.nn.functional.group_norm(x.double(), 4, w.double(), b.double(), 1e-6), *FP32)]
+
+
+@case("liger")
+def liger_dyt() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_dyt
+    x, alpha, gamma, beta = _randn(8, 256), torch.full((1,), 0.7, device="cuda"), _randn(256), _randn(256)
+    y = liger_dyt(x, alpha, gamma, beta)
+    return [Check("y", y, gamma.double() * torch.tanh(0.7 * x.double()) + beta.double(), *FP32)]
+
+
+@case("liger")
+def liger_sparsemax() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_sparsemax
+    x = _randn(8, 64)
+    z = x.double().sort(-1, descending=True).values  # Martins & Astudillo: threshold from the sorted support
+    ks = torch.arange(1, 65, device=x.device, dtype=torch.float64)
+    support = 1 + ks * z > z.cumsum(-1)
+    kmax = support.sum(-1, keepdim=True)
+    tau = (z.cumsum(-1).gather(-1, kmax - 1) - 1) / kmax
+    return [Check("y", liger_sparsemax(x), (x.double() - tau).clamp(min=0), *FP32)]
+
+
+@case("liger")
+def liger_relu_squared() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_relu_squared
+    x = _randn(8, 256)
+    return [Check("y", liger_relu_squared(x), torch.relu(x.double()) ** 2, *FP32)]
+
+
+@case("liger")
+def liger_swiglu_backward() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_swiglu
+    a, b = _randn(8, 256).requires_grad_(True), _randn(8, 256).requires_grad_(True)
+    dy = _randn(8, 256)
+    # before the call: liger's backward writes the gradients into the saved inputs' memory
+    ad, bd = a.detach().double().requires_grad_(True), b.detach().double().requires_grad_(True)
+    (torch.nn.functional.silu(ad) * bd).backward(dy.double())
+    liger_swiglu(a, b).backward(dy)
+    return [Check("da", a.grad, ad.grad, *FP32), Check("db", b.grad, bd.grad, *FP32)]
+
+
+@case("liger")
+def liger_layer_norm_backward() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_layer_norm
+    x, w, b = (t.requires_grad_(True) for t in (_randn(8, 256), _randn(256), _randn(256)))
+    dy = _randn(8, 256)
+    liger_layer_norm(x, w, b, 1e-6).backward(dy)
+    ref = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
+    torch.nn.functional.layer_norm(ref[0], (256,), ref[1], ref[2], 1e-6).backward(dy.double())
+    # dw, db sum 8 rows of fp32 products
+    return [Check(n, t.grad, r.grad, 1e-4, 1e-4) for n, t, r in zip(("dx", "dw", "db"), (x, w, b), ref)]
+
+
+@case("liger")
+def liger_fused_linear_cross_entropy() -> list[Check]:
+    import torch
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    x, w = _randn(8, 64), _randn(512, 64, scale=0.2)
+    target = torch.randint(0, 512, (8,), device="cuda")
+    ref = torch.nn.functional.cross_entropy(x.double() @ w.double().T, target)
+    loss = liger_fused_linear_cross_entropy(x, w, target)
+    # the logits come from torch's fp32 matmul (64-term dots, ~1e-6 relative), then the fp32 CE kernel
+    return [Check("loss", loss, ref, 1e-4, 1e-4)]
+
+
 @case("fla", sample=True)
 def fla_l2norm() -> list[Check]:
     import torch
@@ -259,6 +347,95 @@ def fla_chunk_simple_gla() -> list[Check]:
     return [Check("o", o, _recurrent_simple_gla(q, k, v, g), *BF16)]
 
 
+def _bf16_state(label: str, got: Any, want: Any) -> Check:
+    """A bf16 output of a chunked linear-attention kernel: bf16 inputs and bf16 intra-chunk products (fp32
+    accumulation) give errors of a few bf16 ulps of the output's scale, so the floor is relative to max |want|."""
+    import torch
+    scale = float(torch.as_tensor(want).detach().abs().max())
+    return Check(label, got, want, 2e-2, 2e-2 * max(scale, 1e-3))
+
+
+def _gla_inputs(T: int = 64, K: int = 64, V: int = 64) -> tuple:
+    import torch
+    q, k, v = (_randn(1, T, 1, d, dtype=torch.bfloat16) for d in (K, K, V))
+    gk = torch.nn.functional.logsigmoid(_randn(1, T, 1, K)).float() / 8  # per-key log decay, mild
+    return q, k, v, gk
+
+
+@case("fla")
+def fla_chunk_gla() -> list[Check]:
+    from fla.ops.gla import chunk_gla
+    from fla.ops.gla.naive import naive_recurrent_gla
+    q, k, v, gk = _gla_inputs()
+    o, _ = chunk_gla(q, k, v, gk)
+    ref = naive_recurrent_gla(q.double(), k.double(), v.double(), gk.double())[0]
+    return [_bf16_state("o", o, ref)]
+
+
+@case("fla")
+def fla_fused_recurrent_gla() -> list[Check]:
+    from fla.ops.gla import fused_recurrent_gla
+    from fla.ops.gla.naive import naive_recurrent_gla
+    q, k, v, gk = _gla_inputs(T=16)
+    o, _ = fused_recurrent_gla(q, k, v, gk)
+    ref = naive_recurrent_gla(q.double(), k.double(), v.double(), gk.double())[0]
+    return [_bf16_state("o", o, ref)]
+
+
+def _delta_inputs(T: int) -> tuple:
+    import torch
+    q, k, v = (_randn(1, T, 1, 64, dtype=torch.bfloat16) for _ in range(3))
+    k = torch.nn.functional.normalize(k.float(), dim=-1).bfloat16()  # the delta rule wants unit keys
+    beta = torch.sigmoid(_randn(1, T, 1)).bfloat16()
+    g = torch.nn.functional.logsigmoid(_randn(1, T, 1)).float() / 8
+    return q, k, v, beta, g
+
+
+def _delta_reference(q: Any, k: Any, v: Any, beta: Any) -> Any:
+    from fla.ops.delta_rule.naive import delta_rule_recurrence  # [B, H, T, K] layout
+    o, _ = delta_rule_recurrence(*(x.double().transpose(1, 2) for x in (q, k, v)), beta.double().transpose(1, 2))
+    return o.transpose(1, 2)
+
+
+@case("fla")
+def fla_chunk_delta_rule() -> list[Check]:
+    from fla.ops.delta_rule import chunk_delta_rule
+    q, k, v, beta, _ = _delta_inputs(64)
+    o, _ = chunk_delta_rule(q, k, v, beta)
+    return [_bf16_state("o", o, _delta_reference(q, k, v, beta))]
+
+
+@case("fla")
+def fla_fused_recurrent_delta_rule() -> list[Check]:
+    from fla.ops.delta_rule import fused_recurrent_delta_rule
+    q, k, v, beta, _ = _delta_inputs(16)
+    o, _ = fused_recurrent_delta_rule(q, k, v, beta)
+    return [_bf16_state("o", o, _delta_reference(q, k, v, beta))]
+
+
+@case("fla")
+def fla_chunk_gated_delta_rule() -> list[Check]:
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
+    q, k, v, beta, g = _delta_inputs(64)
+    o, _ = chunk_gated_delta_rule(q, k, v, g, beta)
+    ref = naive_recurrent_gated_delta_rule(q.double(), k.double(), v.double(), beta.double(), g.double())[0]
+    return [_bf16_state("o", o, ref)]
+
+
+@case("fla")
+def fla_chunk_simple_gla_backward() -> list[Check]:
+    import torch
+    from fla.ops.simple_gla import chunk_simple_gla
+    q, k, v, g = (x.requires_grad_(True) for x in _simple_gla_inputs(T=64))
+    o, _ = chunk_simple_gla(q, k, v, g)
+    do = _randn(*o.shape, dtype=torch.bfloat16)
+    o.backward(do)
+    ref_in = [x.detach().double().requires_grad_(True) for x in (q, k, v, g)]
+    _recurrent_simple_gla(*ref_in).backward(do.double())
+    return [_bf16_state(n, x.grad, r.grad) for n, x, r in zip("qkvg", (q, k, v, g), ref_in)]
+
+
 def _gemlite_int8_layer(out_f: int = 64, in_f: int = 128) -> tuple:
     import torch
     from gemlite.helper import A16W8_INT8
@@ -318,6 +495,99 @@ def _gemlite_int4(matmul_type: str, M: int) -> list[Check]:
     y = layer.forward_manual(x, matmul_type=matmul_type)
     w_deq = ((w_q.double().view(out_f, -1, group) - zeros.double()[..., None]) * scales.double()[..., None])
     return [Check("y", y, x.double() @ w_deq.view(out_f, in_f).T, 1e-2, 1e-2)]
+
+
+@case("gemlite")
+def gemlite_a16w4_gemv_splitk() -> list[Check]:
+    return _gemlite_int4("GEMV_SPLITK", 2)
+
+
+@case("gemlite")
+def gemlite_a16w4_gemv_revsplitk() -> list[Check]:
+    return _gemlite_int4("GEMV_REVSPLITK", 1)
+
+
+@case("gemlite")
+def gemlite_a16w8_fp8_gemm() -> list[Check]:
+    import torch
+    from gemlite.helper import A16W8_FP8
+    w = _randn(64, 128, dtype=torch.float16, scale=0.1)
+    layer = A16W8_FP8(device="cuda:0").from_weights(w)
+    scales = (w.float().abs().amax(1, keepdim=True) / 448).clamp(min=1e-6)  # e4m3 max is 448
+    w_deq = (w.float() / scales).clamp(-448, 448).to(torch.float8_e4m3fn).double() * scales.double()
+    x = _randn(16, 128, dtype=torch.float16)
+    y = layer.forward_manual(x, matmul_type="GEMM")
+    return [Check("y", y, x.double() @ w_deq.T, 1e-2, 1e-2)]
+
+
+def _gemlite_a8w8(fp8: bool) -> list[Check]:
+    import torch
+    from gemlite.helper import A8W8_fp8_dynamic, A8W8_int8_dynamic
+    w = _randn(64, 128, dtype=torch.float16, scale=0.1)
+    layer = (A8W8_fp8_dynamic if fp8 else A8W8_int8_dynamic)(device="cuda:0").from_weights(w)
+    x = _randn(16, 128, dtype=torch.float16)
+    y = layer.forward_manual(x, matmul_type="GEMM")
+    ref = x.double() @ w.double().T
+    # both operands quantised per row/column: int8 steps are 1/127 of the row max (e4m3: 2^-4 relative), so a
+    # 128-term dot of O(0.1) products is off by ~1e-2 of the output scale (e4m3: ~4e-2)
+    scale = float(ref.abs().max())
+    return [Check("y", y, ref, 0.0, (0.08 if fp8 else 0.03) * scale)]
+
+
+@case("gemlite")
+def gemlite_a8w8_int8_dynamic_gemm() -> list[Check]:
+    return _gemlite_a8w8(fp8=False)
+
+
+@case("gemlite")
+def gemlite_a8w8_fp8_dynamic_gemm() -> list[Check]:
+    return _gemlite_a8w8(fp8=True)
+
+
+#: e2m1 code -> value (codes 8..15 are the negatives): the OCP MX / NVFP4 element format
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def _gemlite_fp4(kind: str, matmul_type: str, M: int) -> list[Check]:
+    """gemlite's MXFP4 / NVFP4 weight-only layers from exact codes and scales; the reference is their exact
+    dequantisation in float64. (No NVFP4 GEMV case: gemlite's GEMV multiplies by its doubled e2m1 table and
+    halves only e8m0 scales, so NVFP4 layers built with `from_weights` come out twice too large on any GPU.)"""
+    import torch
+    from gemlite.helper import A16W4_MXFP, A16W4_NVFP
+    out_f, in_f = 64, 128
+    group = 32 if kind == "mxfp4" else 16
+    codes = torch.randint(0, 16, (out_f, in_f), dtype=torch.uint8, device="cuda")
+    if kind == "mxfp4":  # e8m0 scales 2^-3 .. 2^0
+        scale_values = torch.exp2(torch.randint(-3, 1, (out_f, in_f // group), device="cuda").double())
+        scales = scale_values.float().to(torch.float8_e8m0fnu)
+        layer = A16W4_MXFP(device="cuda:0", dtype=torch.bfloat16).from_weights(codes, scales)
+    else:  # e4m3 scales, meta scale 1/2
+        scales = (torch.rand(out_f, in_f // group, device="cuda") * 0.5 + 0.25).to(torch.float8_e4m3fn)
+        scale_values = scales.double() * 0.5
+        layer = A16W4_NVFP(device="cuda:0", dtype=torch.bfloat16).from_weights(
+            codes, scales=scales, meta_scale=torch.tensor(2.0, device="cuda"))
+    table = torch.tensor(E2M1, dtype=torch.float64, device=codes.device)
+    w_deq = (table[codes.long()].view(out_f, -1, group) * scale_values[..., None]).view(out_f, in_f)
+    x = _randn(M, in_f, dtype=torch.bfloat16)
+    y = layer.forward_manual(x, matmul_type=matmul_type)
+    # bf16 output (8 bits); the GEMV adds its K-split partial sums with bf16 atomics, so the rounding is relative
+    # to the partial sums' scale, not to each output's
+    return [_bf16_state("y", y, x.double() @ w_deq.T)]
+
+
+@case("gemlite")
+def gemlite_a16w4_mxfp_gemv() -> list[Check]:
+    return _gemlite_fp4("mxfp4", "GEMV", 1)
+
+
+@case("gemlite")
+def gemlite_a16w4_mxfp_gemm() -> list[Check]:
+    return _gemlite_fp4("mxfp4", "GEMM", 16)
+
+
+@case("gemlite")
+def gemlite_a16w4_nvfp_gemm() -> list[Check]:
+    return _gemlite_fp4("nvfp4", "GEMM", 16)
 
 
 @case("gemlite")
