@@ -80,3 +80,15 @@ def test_usage_errors_are_short_and_name_the_fix(capsys, tmp_path):
     with pytest.raises(tp.UsageError, match="generated block"):
         tp.write_docs(tmp_path / "doc.md", "x")
     assert (tmp_path / "doc.md").read_text() == "no markers\n"  # nothing written before the error
+
+
+def test_a_failing_case_blames_the_kernel_that_broke_it():
+    helper, broken = _record(name="pack", numerics_pass=None), _record(name="mma", numerics_pass=None,
+                                                                        emulator_error="Unsupported...")
+    tp.judge_case(False, [helper, broken])
+    assert broken.numerics_pass is False and helper.numerics_pass is None  # the helper was not judged
+    tp.judge_case(True, [helper])
+    assert helper.numerics_pass is True
+    wrong = _record(name="gemm", numerics_pass=True)
+    tp.judge_case(False, [helper, wrong])  # no culprit: every kernel of the case is suspect
+    assert helper.numerics_pass is False and wrong.numerics_pass is False

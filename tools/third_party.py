@@ -820,9 +820,7 @@ def run_emulated(cases: Sequence[Case], all_configs: bool = False, log: Callable
             ok, msg, worst, _ = run_case(c)
             dt = time.perf_counter() - t0
             results.append(CaseResult(c.library, c.name, ok, dt, msg, list(recorder.touched), worst))
-            for key in recorder.touched:
-                rec = recorder.kernels[key]
-                rec.numerics_pass = ok if rec.numerics_pass is None else (rec.numerics_pass and ok)
+            judge_case(ok, [recorder.kernels[key] for key in recorder.touched])
             log(f"[{i}/{len(cases)}] {c.library}:{c.name}: {'pass' if ok else 'FAIL'} in {dt:.1f}s, "
                 f"{len(recorder.touched)} kernel(s)" + (f" -- {msg}" if msg else ""))
     for rec in recorder.kernels.values():
@@ -834,6 +832,17 @@ def run_emulated(cases: Sequence[Case], all_configs: bool = False, log: Callable
                 rec.verifier_first = f"line {f.line}: [{f.check}/{f.rule}] {f.message}"
         rec.disagreement = disagreement(rec)
     return results, list(recorder.kernels.values())
+
+
+def judge_case(ok: bool, kernels: Sequence[KernelRecord]) -> None:
+    """Fold one case's outcome into the kernels it launched. A case that failed because one of its kernels did
+    not compile or stopped the emulator says nothing about the others' numerics: only the culprits are marked."""
+    culprits = [k for k in kernels if k.emulator_error or not k.compiled]
+    for k in kernels:
+        if ok:
+            k.numerics_pass = True if k.numerics_pass is None else k.numerics_pass
+        elif not culprits or k in culprits:
+            k.numerics_pass = False
 
 
 def disagreement(rec: KernelRecord) -> str:
