@@ -231,3 +231,39 @@ def test_remap_can_be_turned_off(monkeypatch):
         x = torch.ones(2)
         assert x.device.type == "cpu" and torch.cuda.Stream is not device_remap.EmulatedStream
         assert torch._C._len_torch_function_stack() == 0
+
+
+GPU_TEST_FILE = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    SCALE = torch.full((1,), 3.0, device="cuda")  # module-level CUDA allocation, before any test runs
+
+    @triton.jit
+    def scale_kernel(x_ptr, s_ptr, out_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) * tl.load(s_ptr))
+
+    def test_cuda_code_unchanged():
+        x = torch.arange(64, dtype=torch.float32).cuda()
+        out = torch.empty_like(x)
+        scale_kernel[(1,)](x, SCALE, out, BLOCK=64)
+        torch.cuda.synchronize()
+        assert out.is_cuda
+        torch.testing.assert_close(out.cpu(), torch.arange(64, dtype=torch.float32) * 3.0)
+''')
+
+
+def test_pytest_plugin_remaps_a_gpu_test_file(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+    (tmp_path / "test_gpu_style.py").write_text(GPU_TEST_FILE)
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ("BWTRITON_EMULATE", device_remap.ENV_VAR)}
+    env["PYTHONPATH"] = str(root / "python")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                           "bwtriton.emu.pytest_plugin", "--emulate", "sm_100a", "--rootdir", str(tmp_path),
+                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]

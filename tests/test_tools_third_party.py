@@ -34,6 +34,8 @@ def test_sample_cases_run_clean_on_the_emulated_b200(library):
         assert k.compiled and k.launches >= 1 and ".entry" in k.ptx and k.name in k.ptx
         assert k.verifier_errors == 0 and not k.emulator_error and k.numerics_pass, k
         assert k.disagreement == ""
+    if library == "gemlite":  # the sample includes a tile large enough for tcgen05.mma
+        assert any(k.tcgen05 for k in kernels), [k.name for k in kernels]
 
 
 def _record(**kw) -> tp.KernelRecord:
@@ -55,12 +57,12 @@ def test_disagreements_are_named_both_ways():
 
 
 def test_table_counts_per_library_and_marks_failures(tmp_path):
-    kernels = [_record(name="good"), _record(name="bad", verifier_errors=1, numerics_pass=False,
+    kernels = [_record(name="good"), _record(name="bad", verifier_errors=1, numerics_pass=False, tcgen05=True,
                                              emulator_error="DeadlockError: stuck", protocol_failure=True)]
     results = [tp.CaseResult("lib", "c", False, 1.0, "y: 3/4 outside", ["lib:good", "lib:bad"])]
     table = tp.render_table(results, kernels, [{"library": "lib", "case": "c", "equal": True}])
-    assert "| lib | 2 | 2 | 1 | 1 | 1 (50%) | 0 |" in table
-    assert "| lib | `bad` | c | yes | 1 / 0 | **no** | yes | DeadlockError: stuck |" in table
+    assert "| lib | 2 | 1 | 2 | 1 | 1 | 1 (50%) | 0 |" in table
+    assert "| lib | `bad` | c | yes | yes | 1 / 0 | **no** | yes | DeadlockError: stuck |" in table
     assert "`lib:c`: y: 3/4 outside" in table
     doc = tmp_path / "doc.md"
     doc.write_text(f"intro\n{tp.BEGIN}\nold\n{tp.END}\noutro\n")
@@ -92,3 +94,26 @@ def test_a_failing_case_blames_the_kernel_that_broke_it():
     wrong = _record(name="gemm", numerics_pass=True)
     tp.judge_case(False, [helper, wrong])  # no culprit: every kernel of the case is suspect
     assert helper.numerics_pass is False and wrong.numerics_pass is False
+
+
+def test_gpu_mode_compares_plain_and_bwtriton_runs_case_by_case():
+    """`--gpu`'s comparison, exercised on the emulated B200 (which answers torch.cuda.is_available() like a GPU):
+    both runs pass, their outputs are bitwise equal, the launched kernel is named, one summary line per library."""
+    _needs("liger")
+    import bwtriton.emu as emu
+    cases = tp.select_cases(["liger"], ["swiglu"], sample=False)
+    with emu.emulated_gpu("sm_100a"):
+        rows = tp.run_gpu(cases, log=lambda line: None)
+    assert len(rows) == 1 and rows[0]["plain_pass"] and rows[0]["bwtriton_pass"] and rows[0]["equal"]
+    assert rows[0]["kernels"] == ["_swiglu_forward_kernel"]
+    assert tp.gpu_summary("liger", rows) == ("liger: 1 cases on the GPU, plain Triton 1 pass, bwtriton.enable() 1 "
+                                             "pass, 1 bitwise equal")
+
+
+def test_gpu_mode_without_cuda_is_a_usage_error(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present")
+    _needs("liger")
+    assert tp.main(["run", "--gpu", "--library", "liger", "--case", "swiglu"]) == 2
+    assert "--gpu needs a CUDA GPU" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -476,6 +477,11 @@ def gemlite_a16w8_gemm() -> list[Check]:
     return _gemlite_int8("GEMM", 16)
 
 
+@case("gemlite", sample=True)
+def gemlite_a16w8_gemm_m128() -> list[Check]:
+    return _gemlite_int8("GEMM", 128)
+
+
 @case("gemlite")
 def gemlite_a16w8_gemm_splitk() -> list[Check]:
     # K = 512: at K = 128 gemlite's first config (BLOCK_K 128, SPLIT_K 4) has K tiles past K that read scale rows
@@ -520,12 +526,12 @@ def gemlite_a16w8_fp8_gemm() -> list[Check]:
     return [Check("y", y, x.double() @ w_deq.T, 1e-2, 1e-2)]
 
 
-def _gemlite_a8w8(fp8: bool) -> list[Check]:
+def _gemlite_a8w8(fp8: bool, M: int = 16) -> list[Check]:
     import torch
     from gemlite.helper import A8W8_fp8_dynamic, A8W8_int8_dynamic
     w = _randn(64, 128, dtype=torch.float16, scale=0.1)
     layer = (A8W8_fp8_dynamic if fp8 else A8W8_int8_dynamic)(device="cuda:0").from_weights(w)
-    x = _randn(16, 128, dtype=torch.float16)
+    x = _randn(M, 128, dtype=torch.float16)
     y = layer.forward_manual(x, matmul_type="GEMM")
     ref = x.double() @ w.double().T
     # both operands quantised per row/column: int8 steps are 1/127 of the row max (e4m3: 2^-4 relative), so a
@@ -542,6 +548,11 @@ def gemlite_a8w8_int8_dynamic_gemm() -> list[Check]:
 @case("gemlite")
 def gemlite_a8w8_fp8_dynamic_gemm() -> list[Check]:
     return _gemlite_a8w8(fp8=True)
+
+
+@case("gemlite")
+def gemlite_a8w8_fp8_dynamic_gemm_m128() -> list[Check]:
+    return _gemlite_a8w8(fp8=True, M=128)
 
 
 #: e2m1 code -> value (codes 8..15 are the negatives): the OCP MX / NVFP4 element format
@@ -623,6 +634,7 @@ class KernelRecord:
     protocol_failure: bool = False
     numerics_pass: Optional[bool] = None
     gpu_equal: Optional[bool] = None
+    tcgen05: bool = False  # the PTX issues tcgen05.mma (what the verifier's protocol rules are about)
     disagreement: str = ""
     ptx: str = field(default="", repr=False)
 
@@ -669,6 +681,7 @@ class Recorder:
         rec.launches += 1
         if not rec.ptx:
             rec.ptx = launcher.ptx
+            rec.tcgen05 = "tcgen05.mma" in rec.ptx
         if error is not None and not rec.emulator_error:
             rec.emulator_error = _one_line(error)
             rec.protocol_failure = type(error).__name__ in PROTOCOL_ERRORS
@@ -901,7 +914,8 @@ def library_summary(lib: str, kernels: Sequence[KernelRecord], results: Sequence
     cs = [r for r in results if r.library == lib]
     clean = sum(k.clean for k in ks)
     pct = 100.0 * clean / len(ks) if ks else 0.0
-    return (f"{lib}: {len(ks)} kernels, {sum(k.compiled for k in ks)} compiled, "
+    return (f"{lib}: {len(ks)} kernels ({sum(k.tcgen05 for k in ks)} with tcgen05.mma), "
+            f"{sum(k.compiled for k in ks)} compiled, "
             f"{sum(k.verifier_errors == 0 for k in ks)} without verifier errors, "
             f"{clean} clean ({pct:.0f}%), cases {sum(r.passed for r in cs)}/{len(cs)} pass, "
             f"{sum(bool(k.disagreement) for k in ks)} disagreements")
@@ -922,24 +936,25 @@ def render_table(results: Sequence[CaseResult], kernels: Sequence[KernelRecord],
                  gpu_rows: Optional[Sequence[dict]] = None) -> str:
     """The generated part of docs/third_party.md: summary per library, then one row per kernel."""
     gpu_by_case = {(r["library"], r["case"]): r for r in gpu_rows or []}
-    lines = ["| library | kernels | compiled | zero verifier errors | emulated pass | clean | disagreements |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| library | kernels | tcgen05.mma | compiled | zero verifier errors | emulated pass | clean | "
+             "disagreements |", "|---|---|---|---|---|---|---|---|"]
     for lib in sorted({k.library for k in kernels} | {r.library for r in results}):
         ks = [k for k in kernels if k.library == lib]
         clean = sum(k.clean for k in ks)
-        lines.append(f"| {lib} | {len(ks)} | {sum(k.compiled for k in ks)} | "
+        lines.append(f"| {lib} | {len(ks)} | {sum(k.tcgen05 for k in ks)} | {sum(k.compiled for k in ks)} | "
                      f"{sum(k.verifier_errors == 0 for k in ks)} | "
                      f"{sum(bool(k.numerics_pass) and not k.emulator_error for k in ks)} | "
                      f"{clean} ({100.0 * clean / max(1, len(ks)):.0f}%) | {sum(bool(k.disagreement) for k in ks)} |")
-    lines += ["", "| library | kernel | cases | compiled | verifier errors / warnings | emulated pass | H200 equal | "
-              "note |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| library | kernel | cases | tcgen05.mma | compiled | verifier errors / warnings | emulated pass | "
+              "H200 equal | note |", "|---|---|---|---|---|---|---|---|---|"]
     for k in sorted(kernels, key=lambda k: (k.library, k.name, k.hash)):
         gpu = [gpu_by_case.get((k.library, c)) for c in k.cases]
         gpu_eq = None if not any(gpu) else all(g["equal"] for g in gpu if g)
         emu_ok = bool(k.numerics_pass) and not k.emulator_error
         note = k.disagreement or k.compile_error or k.emulator_error or (
             "" if emu_ok else "numerics outside tolerance")
-        lines.append(f"| {k.library} | `{k.name}` | {', '.join(k.cases)} | {_yn(k.compiled)} | "
+        lines.append(f"| {k.library} | `{k.name}` | {', '.join(k.cases)} | {'yes' if k.tcgen05 else ''} | "
+                     f"{_yn(k.compiled)} | "
                      f"{k.verifier_errors} / {k.verifier_warnings} | {_yn(emu_ok)} | {_yn(gpu_eq)} | "
                      f"{note.replace('|', '/')} |")
     failed = [r for r in results if not r.passed]
@@ -996,6 +1011,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--all-configs", action="store_true", help="benchmark every autotune config (slow)")
     r.add_argument("--passes", default=EMULATED_PASSES,
                    help=f"bwtriton pass spec for emulated runs (default {EMULATED_PASSES!r}; 'none': Triton's own PTX)")
+    r.add_argument("--strict-bounds", action="store_true",
+                   help="any access outside a tensor faults (BWTRITON_EMU_STRICT_BOUNDS=1): finds reads past tensors "
+                        "that the emulator's read slack otherwise serves")
     r.add_argument("--gpu", action="store_true", help="on a CUDA GPU: plain Triton vs bwtriton.enable()")
     r.add_argument("--out", type=Path, help="folder for emulated.json / gpu.json (and the kernels' PTX)")
     r.add_argument("--docs", type=Path, help="update the table in this markdown file (e.g. docs/third_party.md)")
@@ -1045,6 +1063,8 @@ def _main(args: argparse.Namespace) -> int:
         for lib in sorted({c.library for c in cases}):
             print(gpu_summary(lib, rows))
         return 0 if all(r["equal"] or not r["plain_pass"] for r in rows) else 1
+    if args.strict_bounds:
+        os.environ["BWTRITON_EMU_STRICT_BOUNDS"] = "1"
     results, kernels = run_emulated(cases, args.all_configs, passes=args.passes)
     if args.out:
         save_emulated(args.out, results, kernels)
