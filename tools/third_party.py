@@ -916,7 +916,7 @@ def library_summary(lib: str, kernels: Sequence[KernelRecord], results: Sequence
     pct = 100.0 * clean / len(ks) if ks else 0.0
     return (f"{lib}: {len(ks)} kernels ({sum(k.tcgen05 for k in ks)} with tcgen05.mma), "
             f"{sum(k.compiled for k in ks)} compiled, "
-            f"{sum(k.verifier_errors == 0 for k in ks)} without verifier errors, "
+            f"{sum(k.compiled and k.verifier_errors == 0 for k in ks)} compiled without verifier errors, "
             f"{clean} clean ({pct:.0f}%), cases {sum(r.passed for r in cs)}/{len(cs)} pass, "
             f"{sum(bool(k.disagreement) for k in ks)} disagreements")
 
@@ -942,7 +942,7 @@ def render_table(results: Sequence[CaseResult], kernels: Sequence[KernelRecord],
         ks = [k for k in kernels if k.library == lib]
         clean = sum(k.clean for k in ks)
         lines.append(f"| {lib} | {len(ks)} | {sum(k.tcgen05 for k in ks)} | {sum(k.compiled for k in ks)} | "
-                     f"{sum(k.verifier_errors == 0 for k in ks)} | "
+                     f"{sum(k.compiled and k.verifier_errors == 0 for k in ks)} | "
                      f"{sum(bool(k.numerics_pass) and not k.emulator_error for k in ks)} | "
                      f"{clean} ({100.0 * clean / max(1, len(ks)):.0f}%) | {sum(bool(k.disagreement) for k in ks)} |")
     lines += ["", "| library | kernel | cases | tcgen05.mma | compiled | verifier errors / warnings | emulated pass | "
