@@ -819,7 +819,12 @@ def missing_libraries(libs: Sequence[str]) -> list[str]:
     return [LIBRARIES[lib][1] for lib in libs if importlib.util.find_spec(LIBRARIES[lib][0]) is None]
 
 
-def run_emulated(cases: Sequence[Case], all_configs: bool = False, log: Callable[[str], None] = print,
+def progress(line: str) -> None:
+    """Progress output, flushed (long runs go to logs and device consoles)."""
+    print(line, flush=True)
+
+
+def run_emulated(cases: Sequence[Case], all_configs: bool = False, log: Callable[[str], None] = progress,
                  passes: str = EMULATED_PASSES) -> tuple[list[CaseResult], list[KernelRecord]]:
     """Run `cases` on the emulated B200; every kernel launched is recorded, verified and judged."""
     import bwtriton.emu as emu
@@ -867,8 +872,11 @@ def disagreement(rec: KernelRecord) -> str:
     return ""
 
 
-def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = print) -> list[dict]:
-    """On a CUDA GPU: each case under plain Triton and under `bwtriton.enable()`; outputs compared bitwise."""
+def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: Optional[Path] = None
+            ) -> list[dict]:
+    """On a CUDA GPU: each case under plain Triton and under `bwtriton.enable()`; outputs compared bitwise.
+    With `out`, gpu.json is rewritten after every case, so a crash (plain Triton aborts on some forms) keeps the
+    rows so far."""
     import torch
     import bwtriton
     from triton.runtime.jit import JITFunction
@@ -897,6 +905,8 @@ def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = print) -> list[d
             rows.append({"library": c.library, "case": c.name, "kernels": list(launched), "plain_pass": plain_ok,
                          "plain_message": plain_msg, "bwtriton_pass": bw_ok, "bwtriton_message": bw_msg,
                          "equal": equal, "seconds": time.perf_counter() - t0})
+            if out is not None:
+                (out / "gpu.json").write_text(json.dumps(rows, indent=1))
             log(f"[{i}/{len(cases)}] {c.library}:{c.name}: plain {'pass' if plain_ok else 'FAIL'}, bwtriton "
                 f"{'pass' if bw_ok else 'FAIL'}, {'equal' if equal else 'DIFFERENT'}"
                 + (f" -- {plain_msg or bw_msg}" if plain_msg or bw_msg else ""))
@@ -1056,10 +1066,9 @@ def _main(args: argparse.Namespace) -> int:
         if args.docs:
             raise UsageError("--docs with --gpu: render the table afterwards with `table --emulated ... "
                              "--gpu-results DIR/gpu.json --docs ...`")
-        rows = run_gpu(cases)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "gpu.json").write_text(json.dumps(rows, indent=1))
+        rows = run_gpu(cases, out=args.out)
         for lib in sorted({c.library for c in cases}):
             print(gpu_summary(lib, rows))
         return 0 if all(r["equal"] or not r["plain_pass"] for r in rows) else 1
