@@ -872,6 +872,26 @@ def disagreement(rec: KernelRecord) -> str:
     return ""
 
 
+def same_outputs(a: Sequence[Check], b: Sequence[Check]) -> bool:
+    """Bitwise equal outputs (and both runs produced them)."""
+    import torch
+    return bool(a and b) and len(a) == len(b) and all(
+        torch.equal(torch.as_tensor(x.got).detach().cpu(), torch.as_tensor(y.got).detach().cpu()) for x, y in zip(a, b))
+
+
+def within_spread(plain: Sequence[Check], again: Sequence[Check], ours: Sequence[Check]) -> bool:
+    """`ours` no further from the first plain run than twice the plain runs' own difference (run-to-run
+    nondeterminism of atomics), output by output."""
+    import torch
+    if not (plain and again and ours) or not len(plain) == len(again) == len(ours):
+        return False
+    for p, a, o in zip(plain, again, ours):
+        p, a, o = (torch.as_tensor(x.got).detach().cpu().double() for x in (p, a, o))
+        if p.shape != o.shape or not bool(((o - p).abs() <= 2 * (a - p).abs().max()).all()):
+            return False
+    return True
+
+
 def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: Optional[Path] = None
             ) -> list[dict]:
     """On a CUDA GPU: each case under plain Triton and under `bwtriton.enable()`; outputs compared bitwise.
@@ -898,17 +918,21 @@ def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: O
             launched.clear()
             t0 = time.perf_counter()
             plain_ok, plain_msg, _, plain = run_case(c)
+            _, _, _, again = run_case(c)  # a second plain run: atomics make some kernels run-to-run different
             with bwtriton.enable():
                 bw_ok, bw_msg, _, ours = run_case(c)
-            equal = bool(plain and ours) and all(
-                torch.equal(torch.as_tensor(a.got).cpu(), torch.as_tensor(b.got).cpu()) for a, b in zip(plain, ours))
+            equal = same_outputs(plain, ours)
+            deterministic = same_outputs(plain, again)
+            within = equal or (not deterministic and within_spread(plain, again, ours))
             rows.append({"library": c.library, "case": c.name, "kernels": list(launched), "plain_pass": plain_ok,
                          "plain_message": plain_msg, "bwtriton_pass": bw_ok, "bwtriton_message": bw_msg,
-                         "equal": equal, "seconds": time.perf_counter() - t0})
+                         "equal": equal, "plain_deterministic": deterministic, "within_spread": within,
+                         "seconds": time.perf_counter() - t0})
             if out is not None:
                 (out / "gpu.json").write_text(json.dumps(rows, indent=1))
             log(f"[{i}/{len(cases)}] {c.library}:{c.name}: plain {'pass' if plain_ok else 'FAIL'}, bwtriton "
-                f"{'pass' if bw_ok else 'FAIL'}, {'equal' if equal else 'DIFFERENT'}"
+                f"{'pass' if bw_ok else 'FAIL'}, "
+                f"{'equal' if equal else 'within plain run-to-run spread' if within else 'DIFFERENT'}"
                 + (f" -- {plain_msg or bw_msg}" if plain_msg or bw_msg else ""))
     finally:
         JITFunction.run = real_run
@@ -935,7 +959,9 @@ def gpu_summary(lib: str, rows: Sequence[dict]) -> str:
     rs = [r for r in rows if r["library"] == lib]
     return (f"{lib}: {len(rs)} cases on the GPU, plain Triton {sum(r['plain_pass'] for r in rs)} pass, "
             f"bwtriton.enable() {sum(r['bwtriton_pass'] for r in rs)} pass, "
-            f"{sum(r['equal'] for r in rs)} bitwise equal")
+            f"{sum(r['equal'] for r in rs)} bitwise equal, "
+            f"{sum(r.get('within_spread', r['equal']) and not r['equal'] for r in rs)} within plain Triton's own "
+            f"run-to-run spread")
 
 
 def _yn(v: Optional[bool]) -> str:
@@ -959,7 +985,7 @@ def render_table(results: Sequence[CaseResult], kernels: Sequence[KernelRecord],
               "H200 equal | note |", "|---|---|---|---|---|---|---|---|---|"]
     for k in sorted(kernels, key=lambda k: (k.library, k.name, k.hash)):
         gpu = [gpu_by_case.get((k.library, c)) for c in k.cases]
-        gpu_eq = None if not any(gpu) else all(g["equal"] for g in gpu if g)
+        gpu_eq = None if not any(gpu) else all(g.get("within_spread", g["equal"]) for g in gpu if g)
         emu_ok = bool(k.numerics_pass) and not k.emulator_error
         note = k.disagreement or k.compile_error or k.emulator_error or (
             "" if emu_ok else "numerics outside tolerance")
@@ -1071,7 +1097,7 @@ def _main(args: argparse.Namespace) -> int:
         rows = run_gpu(cases, out=args.out)
         for lib in sorted({c.library for c in cases}):
             print(gpu_summary(lib, rows))
-        return 0 if all(r["equal"] or not r["plain_pass"] for r in rows) else 1
+        return 0 if all(r["within_spread"] or not r["plain_pass"] for r in rows) else 1
     if args.strict_bounds:
         os.environ["BWTRITON_EMU_STRICT_BOUNDS"] = "1"
     results, kernels = run_emulated(cases, args.all_configs, passes=args.passes)
