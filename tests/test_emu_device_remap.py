@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
+import triton.testing
 
 import bwtriton.emu as emu
 from bwtriton.emu.integration import device_remap
@@ -193,7 +197,6 @@ def test_an_unmodified_gpu_library_imports_autotunes_and_launches(tmp_path):
 
 
 def test_do_bench_and_do_bench_cudagraph_time_the_emulator():
-    import triton.testing
     with emu.emulated_gpu("sm_100a"):
         x = torch.ones(64, device="cuda")
         assert triton.testing.do_bench(lambda: x.add_(1), rep=1, warmup=1) > 0
@@ -204,7 +207,6 @@ def test_everything_is_restored_after_the_context():
     names = ["Stream", "Event", "current_stream", "mem_get_info", "get_device_properties", "CUDAGraph",
              "manual_seed", "synchronize", "is_available"]
     before = {n: getattr(torch.cuda, n) for n in names}
-    import triton.testing
     bench_cg, param_new = triton.testing.do_bench_cudagraph, torch.nn.Parameter.__dict__["__new__"]
     init_pg, set_default = torch.distributed.init_process_group, torch.set_default_device
     modes = torch._C._len_torch_function_stack()
@@ -256,9 +258,6 @@ GPU_TEST_FILE = textwrap.dedent('''
 
 
 def test_pytest_plugin_remaps_a_gpu_test_file(tmp_path):
-    import os
-    import subprocess
-    from pathlib import Path
     (tmp_path / "test_gpu_style.py").write_text(GPU_TEST_FILE)
     root = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k not in ("BWTRITON_EMULATE", device_remap.ENV_VAR)}

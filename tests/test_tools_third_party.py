@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+import bwtriton.emu as emu
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -100,7 +103,6 @@ def test_gpu_mode_compares_plain_and_bwtriton_runs_case_by_case():
     """`--gpu`'s comparison, exercised on the emulated B200 (which answers torch.cuda.is_available() like a GPU):
     both runs pass, their outputs are bitwise equal, the launched kernel is named, one summary line per library."""
     _needs("liger")
-    import bwtriton.emu as emu
     cases = tp.select_cases(["liger"], ["swiglu"], sample=False)
     with emu.emulated_gpu("sm_100a"):
         rows = tp.run_gpu(cases, log=lambda line: None)
@@ -112,8 +114,6 @@ def test_gpu_mode_compares_plain_and_bwtriton_runs_case_by_case():
 
 
 def test_run_to_run_spread_of_atomics_is_not_a_difference():
-    import torch
-
     def out(*values: float) -> list:
         return [tp.Check("y", torch.tensor(values), None, 0, 0)]
     plain, again = out(1.0, 2.0), out(1.0, 2.5)  # two plain runs differ by 0.5 (atomics' order)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -28,9 +29,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+import torch
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "python") not in sys.path:
     sys.path.insert(0, str(ROOT / "python"))
+
+import bwtriton  # noqa: E402 - from this source tree (the path above)
+import bwtriton.emu as emu  # noqa: E402
+from bwtriton.verify import verify_ptx  # noqa: E402
 
 #: the libraries, their import names and the pip requirement the `thirdparty` extra pins
 LIBRARIES = {"gemlite": ("gemlite", "gemlite==0.6.0.post2"), "fla": ("fla", "fla-core==0.6.0"),
@@ -80,7 +89,6 @@ def case(library: str, sample: bool = False) -> Callable[[Callable[[], list[Chec
 
 
 def _randn(*shape: int, dtype: Any = None, scale: float = 1.0) -> Any:
-    import torch
     return (torch.randn(*shape, device="cuda") * scale).to(dtype or torch.float32)
 
 
@@ -93,8 +101,7 @@ FP32 = (1e-4, 1e-5)
 
 @case("liger", sample=True)
 def liger_rms_norm() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_rms_norm
+    from liger_kernel.transformers.functional import liger_rms_norm  # optional: the thirdparty extra
     x, w = _randn(8, 256), _randn(256) + 1
     y = liger_rms_norm(x, w, 1e-6, in_place=False)
     xd = x.double()
@@ -104,8 +111,7 @@ def liger_rms_norm() -> list[Check]:
 
 @case("liger", sample=True)
 def liger_swiglu() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_swiglu
+    from liger_kernel.transformers.functional import liger_swiglu  # optional: the thirdparty extra
     a, b = _randn(8, 256), _randn(8, 256)
     y = liger_swiglu(a, b)
     return [Check("y", y, torch.nn.functional.silu(a.double()) * b.double(), *FP32)]
@@ -113,8 +119,7 @@ def liger_swiglu() -> list[Check]:
 
 @case("liger")
 def liger_geglu() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_geglu
+    from liger_kernel.transformers.functional import liger_geglu  # optional: the thirdparty extra
     a, b = _randn(8, 256), _randn(8, 256)
     y = liger_geglu(a, b)
     ref = torch.nn.functional.gelu(a.double(), approximate="tanh") * b.double()
@@ -123,8 +128,7 @@ def liger_geglu() -> list[Check]:
 
 @case("liger", sample=True)
 def liger_cross_entropy() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_cross_entropy
+    from liger_kernel.transformers.functional import liger_cross_entropy  # optional: the thirdparty extra
     logits, target = _randn(8, 512, scale=2.0), torch.randint(0, 512, (8,), device="cuda")
     ref_in = logits.double().requires_grad_(True)  # before the call: liger writes the gradient into its input
     logits.requires_grad_(True)
@@ -137,8 +141,7 @@ def liger_cross_entropy() -> list[Check]:
 
 @case("liger")
 def liger_layer_norm() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_layer_norm
+    from liger_kernel.transformers.functional import liger_layer_norm  # optional: the thirdparty extra
     x, w, b = _randn(8, 256), _randn(256), _randn(256)
     y = liger_layer_norm(x, w, b, 1e-6)
     ref = torch.nn.functional.layer_norm(x.double(), (256,), w.double(), b.double(), 1e-6)
@@ -147,16 +150,14 @@ def liger_layer_norm() -> list[Check]:
 
 @case("liger")
 def liger_softmax() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_softmax
+    from liger_kernel.transformers.functional import liger_softmax  # optional: the thirdparty extra
     x = _randn(8, 256)
     return [Check("y", liger_softmax(x), torch.softmax(x.double(), -1), *FP32)]
 
 
 @case("liger")
 def liger_rope() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_rope
+    from liger_kernel.transformers.functional import liger_rope  # optional: the thirdparty extra
     bsz, heads, seq, dim = 1, 2, 16, 64
     q, k = _randn(bsz, heads, seq, dim), _randn(bsz, heads, seq, dim)
     pos = torch.arange(seq, device="cuda").double()[:, None]
@@ -174,8 +175,7 @@ def liger_rope() -> list[Check]:
 
 @case("liger")
 def liger_kl_div() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_kl_div
+    from liger_kernel.transformers.functional import liger_kl_div  # optional: the thirdparty extra
     inp = torch.log_softmax(_randn(8, 256), -1)
     tgt = torch.softmax(_randn(8, 256), -1)
     got = liger_kl_div(inp, tgt, reduction="batchmean")
@@ -185,8 +185,7 @@ def liger_kl_div() -> list[Check]:
 
 @case("liger")
 def liger_rms_norm_backward() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_rms_norm
+    from liger_kernel.transformers.functional import liger_rms_norm  # optional: the thirdparty extra
     x, w = _randn(8, 256).requires_grad_(True), (_randn(256) + 1).requires_grad_(True)
     y = liger_rms_norm(x, w, 1e-6, in_place=False)
     dy = _randn(8, 256)
@@ -198,8 +197,7 @@ def liger_rms_norm_backward() -> list[Check]:
 
 @case("liger")
 def liger_fused_add_rms_norm() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_fused_add_rms_norm
+    from liger_kernel.transformers.functional import liger_fused_add_rms_norm  # optional: the thirdparty extra
     x, r, w = _randn(8, 256), _randn(8, 256), _randn(256) + 1
     xd = x.double() + r.double()
     y, r_out = liger_fused_add_rms_norm(x, r, w, 1e-6, in_place=False)
@@ -209,8 +207,7 @@ def liger_fused_add_rms_norm() -> list[Check]:
 
 @case("liger")
 def liger_group_norm() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_group_norm
+    from liger_kernel.transformers.functional import liger_group_norm  # optional: the thirdparty extra
     x, w, b = _randn(2, 8, 64), _randn(8), _randn(8)
     y = liger_group_norm(x, w, b, 8, 4, 1e-6)
     return [Check("y", y, torch.nn.functional.group_norm(x.double(), 4, w.double(), b.double(), 1e-6), *FP32)]
@@ -218,8 +215,7 @@ def liger_group_norm() -> list[Check]:
 
 @case("liger")
 def liger_dyt() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_dyt
+    from liger_kernel.transformers.functional import liger_dyt  # optional: the thirdparty extra
     x, alpha, gamma, beta = _randn(8, 256), torch.full((1,), 0.7, device="cuda"), _randn(256), _randn(256)
     y = liger_dyt(x, alpha, gamma, beta)
     return [Check("y", y, gamma.double() * torch.tanh(0.7 * x.double()) + beta.double(), *FP32)]
@@ -227,8 +223,7 @@ def liger_dyt() -> list[Check]:
 
 @case("liger")
 def liger_sparsemax() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_sparsemax
+    from liger_kernel.transformers.functional import liger_sparsemax  # optional: the thirdparty extra
     x = _randn(8, 64)
     z = x.double().sort(-1, descending=True).values  # Martins & Astudillo: threshold from the sorted support
     ks = torch.arange(1, 65, device=x.device, dtype=torch.float64)
@@ -240,16 +235,14 @@ def liger_sparsemax() -> list[Check]:
 
 @case("liger")
 def liger_relu_squared() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_relu_squared
+    from liger_kernel.transformers.functional import liger_relu_squared  # optional: the thirdparty extra
     x = _randn(8, 256)
     return [Check("y", liger_relu_squared(x), torch.relu(x.double()) ** 2, *FP32)]
 
 
 @case("liger")
 def liger_swiglu_backward() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_swiglu
+    from liger_kernel.transformers.functional import liger_swiglu  # optional: the thirdparty extra
     a, b = _randn(8, 256).requires_grad_(True), _randn(8, 256).requires_grad_(True)
     dy = _randn(8, 256)
     # before the call: liger's backward writes the gradients into the saved inputs' memory
@@ -261,8 +254,7 @@ def liger_swiglu_backward() -> list[Check]:
 
 @case("liger")
 def liger_layer_norm_backward() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_layer_norm
+    from liger_kernel.transformers.functional import liger_layer_norm  # optional: the thirdparty extra
     x, w, b = (t.requires_grad_(True) for t in (_randn(8, 256), _randn(256), _randn(256)))
     dy = _randn(8, 256)
     liger_layer_norm(x, w, b, 1e-6).backward(dy)
@@ -274,8 +266,7 @@ def liger_layer_norm_backward() -> list[Check]:
 
 @case("liger")
 def liger_fused_linear_cross_entropy() -> list[Check]:
-    import torch
-    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy  # optional: the thirdparty extra
     x, w = _randn(8, 64), _randn(512, 64, scale=0.2)
     target = torch.randint(0, 512, (8,), device="cuda")
     ref = torch.nn.functional.cross_entropy(x.double() @ w.double().T, target)
@@ -286,8 +277,7 @@ def liger_fused_linear_cross_entropy() -> list[Check]:
 
 @case("fla", sample=True)
 def fla_l2norm() -> list[Check]:
-    import torch
-    from fla.modules.norm.l2norm import l2norm
+    from fla.modules.norm.l2norm import l2norm  # optional: the thirdparty extra
     x = _randn(2, 16, 64)
     ref = x.double() / torch.sqrt(x.double().pow(2).sum(-1, keepdim=True) + 1e-6)
     return [Check("y", l2norm(x), ref, *FP32)]
@@ -295,8 +285,7 @@ def fla_l2norm() -> list[Check]:
 
 @case("fla")
 def fla_rms_norm() -> list[Check]:
-    import torch
-    from fla.modules.norm.layernorm import rms_norm
+    from fla.modules.norm.layernorm import rms_norm  # optional: the thirdparty extra
     x, w = _randn(16, 128), _randn(128) + 1
     y = rms_norm(x, w, None, eps=1e-6)
     xd = x.double()
@@ -305,7 +294,7 @@ def fla_rms_norm() -> list[Check]:
 
 @case("fla")
 def fla_chunk_local_cumsum() -> list[Check]:
-    from fla.ops.utils.cumsum import chunk_local_cumsum
+    from fla.ops.utils.cumsum import chunk_local_cumsum  # optional: the thirdparty extra
     g = _randn(1, 128, 2)
     got = chunk_local_cumsum(g, chunk_size=64)
     ref = g.double().view(1, 2, 64, 2).cumsum(2).view(1, 128, 2)
@@ -313,7 +302,6 @@ def fla_chunk_local_cumsum() -> list[Check]:
 
 
 def _simple_gla_inputs(T: int = 64, H: int = 1, K: int = 64, V: int = 64) -> tuple:
-    import torch
     q, k, v = (_randn(1, T, H, d, dtype=torch.bfloat16) for d in (K, K, V))
     g = torch.nn.functional.logsigmoid(_randn(1, T, H)).float()
     return q, k, v, g
@@ -321,7 +309,6 @@ def _simple_gla_inputs(T: int = 64, H: int = 1, K: int = 64, V: int = 64) -> tup
 
 def _recurrent_simple_gla(q: Any, k: Any, v: Any, g: Any) -> Any:
     """float64 recurrence S_t = exp(g_t) S_{t-1} + k_t v_t^T, o_t = scale q_t S_t ([B, T, H, *] layout)."""
-    import torch
     q, k, v, g = (x.double() for x in (q, k, v, g))
     B, T, H, K = q.shape
     S = torch.zeros(B, H, K, v.shape[-1], dtype=torch.float64, device=q.device)
@@ -334,7 +321,7 @@ def _recurrent_simple_gla(q: Any, k: Any, v: Any, g: Any) -> Any:
 
 @case("fla")
 def fla_fused_recurrent_simple_gla() -> list[Check]:
-    from fla.ops.simple_gla import fused_recurrent_simple_gla
+    from fla.ops.simple_gla import fused_recurrent_simple_gla  # optional: the thirdparty extra
     q, k, v, g = _simple_gla_inputs(T=16)
     o, _ = fused_recurrent_simple_gla(q, k, v, g)
     return [Check("o", o, _recurrent_simple_gla(q, k, v, g), *BF16)]
@@ -342,7 +329,7 @@ def fla_fused_recurrent_simple_gla() -> list[Check]:
 
 @case("fla")
 def fla_chunk_simple_gla() -> list[Check]:
-    from fla.ops.simple_gla import chunk_simple_gla
+    from fla.ops.simple_gla import chunk_simple_gla  # optional: the thirdparty extra
     q, k, v, g = _simple_gla_inputs(T=64)
     o, _ = chunk_simple_gla(q, k, v, g)
     return [Check("o", o, _recurrent_simple_gla(q, k, v, g), *BF16)]
@@ -351,13 +338,11 @@ def fla_chunk_simple_gla() -> list[Check]:
 def _bf16_state(label: str, got: Any, want: Any) -> Check:
     """A bf16 output of a chunked linear-attention kernel: bf16 inputs and bf16 intra-chunk products (fp32
     accumulation) give errors of a few bf16 ulps of the output's scale, so the floor is relative to max |want|."""
-    import torch
     scale = float(torch.as_tensor(want).detach().abs().max())
     return Check(label, got, want, 2e-2, 2e-2 * max(scale, 1e-3))
 
 
 def _gla_inputs(T: int = 64, K: int = 64, V: int = 64) -> tuple:
-    import torch
     q, k, v = (_randn(1, T, 1, d, dtype=torch.bfloat16) for d in (K, K, V))
     gk = torch.nn.functional.logsigmoid(_randn(1, T, 1, K)).float() / 8  # per-key log decay, mild
     return q, k, v, gk
@@ -365,8 +350,8 @@ def _gla_inputs(T: int = 64, K: int = 64, V: int = 64) -> tuple:
 
 @case("fla")
 def fla_chunk_gla() -> list[Check]:
-    from fla.ops.gla import chunk_gla
-    from fla.ops.gla.naive import naive_recurrent_gla
+    from fla.ops.gla import chunk_gla  # optional: the thirdparty extra
+    from fla.ops.gla.naive import naive_recurrent_gla  # optional: the thirdparty extra
     q, k, v, gk = _gla_inputs()
     o, _ = chunk_gla(q, k, v, gk)
     ref = naive_recurrent_gla(q.double(), k.double(), v.double(), gk.double())[0]
@@ -375,8 +360,8 @@ def fla_chunk_gla() -> list[Check]:
 
 @case("fla")
 def fla_fused_recurrent_gla() -> list[Check]:
-    from fla.ops.gla import fused_recurrent_gla
-    from fla.ops.gla.naive import naive_recurrent_gla
+    from fla.ops.gla import fused_recurrent_gla  # optional: the thirdparty extra
+    from fla.ops.gla.naive import naive_recurrent_gla  # optional: the thirdparty extra
     q, k, v, gk = _gla_inputs(T=16)
     o, _ = fused_recurrent_gla(q, k, v, gk)
     ref = naive_recurrent_gla(q.double(), k.double(), v.double(), gk.double())[0]
@@ -384,7 +369,6 @@ def fla_fused_recurrent_gla() -> list[Check]:
 
 
 def _delta_inputs(T: int) -> tuple:
-    import torch
     q, k, v = (_randn(1, T, 1, 64, dtype=torch.bfloat16) for _ in range(3))
     k = torch.nn.functional.normalize(k.float(), dim=-1).bfloat16()  # the delta rule wants unit keys
     beta = torch.sigmoid(_randn(1, T, 1)).bfloat16()
@@ -393,14 +377,14 @@ def _delta_inputs(T: int) -> tuple:
 
 
 def _delta_reference(q: Any, k: Any, v: Any, beta: Any) -> Any:
-    from fla.ops.delta_rule.naive import delta_rule_recurrence  # [B, H, T, K] layout
+    from fla.ops.delta_rule.naive import delta_rule_recurrence  # optional: the thirdparty extra; [B, H, T, K]
     o, _ = delta_rule_recurrence(*(x.double().transpose(1, 2) for x in (q, k, v)), beta.double().transpose(1, 2))
     return o.transpose(1, 2)
 
 
 @case("fla")
 def fla_chunk_delta_rule() -> list[Check]:
-    from fla.ops.delta_rule import chunk_delta_rule
+    from fla.ops.delta_rule import chunk_delta_rule  # optional: the thirdparty extra
     q, k, v, beta, _ = _delta_inputs(64)
     o, _ = chunk_delta_rule(q, k, v, beta)
     return [_bf16_state("o", o, _delta_reference(q, k, v, beta))]
@@ -408,7 +392,7 @@ def fla_chunk_delta_rule() -> list[Check]:
 
 @case("fla")
 def fla_fused_recurrent_delta_rule() -> list[Check]:
-    from fla.ops.delta_rule import fused_recurrent_delta_rule
+    from fla.ops.delta_rule import fused_recurrent_delta_rule  # optional: the thirdparty extra
     q, k, v, beta, _ = _delta_inputs(16)
     o, _ = fused_recurrent_delta_rule(q, k, v, beta)
     return [_bf16_state("o", o, _delta_reference(q, k, v, beta))]
@@ -416,8 +400,8 @@ def fla_fused_recurrent_delta_rule() -> list[Check]:
 
 @case("fla")
 def fla_chunk_gated_delta_rule() -> list[Check]:
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # optional: the thirdparty extra
+    from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule  # optional: the thirdparty extra
     q, k, v, beta, g = _delta_inputs(64)
     o, _ = chunk_gated_delta_rule(q, k, v, g, beta)
     ref = naive_recurrent_gated_delta_rule(q.double(), k.double(), v.double(), beta.double(), g.double())[0]
@@ -426,8 +410,7 @@ def fla_chunk_gated_delta_rule() -> list[Check]:
 
 @case("fla")
 def fla_chunk_simple_gla_backward() -> list[Check]:
-    import torch
-    from fla.ops.simple_gla import chunk_simple_gla
+    from fla.ops.simple_gla import chunk_simple_gla  # optional: the thirdparty extra
     q, k, v, g = (x.requires_grad_(True) for x in _simple_gla_inputs(T=64))
     o, _ = chunk_simple_gla(q, k, v, g)
     do = _randn(*o.shape, dtype=torch.bfloat16)
@@ -438,8 +421,7 @@ def fla_chunk_simple_gla_backward() -> list[Check]:
 
 
 def _gemlite_int8_layer(out_f: int = 64, in_f: int = 128) -> tuple:
-    import torch
-    from gemlite.helper import A16W8_INT8
+    from gemlite.helper import A16W8_INT8  # optional: the thirdparty extra
     w = _randn(out_f, in_f, dtype=torch.float16, scale=0.1)
     layer = A16W8_INT8(device="cuda:0").from_weights(w)
     scales = (w.float().abs().amax(1, keepdim=True) / 127).clamp(min=1e-6)  # gemlite's channel-wise INT8 scale
@@ -448,7 +430,6 @@ def _gemlite_int8_layer(out_f: int = 64, in_f: int = 128) -> tuple:
 
 
 def _gemlite_int8(matmul_type: str, M: int, in_f: int = 128) -> list[Check]:
-    import torch
     layer, w_deq = _gemlite_int8_layer(in_f=in_f)
     x = _randn(M, in_f, dtype=torch.float16)
     y = layer.forward_manual(x, matmul_type=matmul_type)
@@ -490,8 +471,7 @@ def gemlite_a16w8_gemm_splitk() -> list[Check]:
 
 
 def _gemlite_int4(matmul_type: str, M: int) -> list[Check]:
-    import torch
-    from gemlite.helper import A16W4_HQQ_INT
+    from gemlite.helper import A16W4_HQQ_INT  # optional: the thirdparty extra
     out_f, in_f, group = 64, 128, 64
     w_q = torch.randint(0, 16, (out_f, in_f), dtype=torch.uint8, device="cuda")
     scales = (torch.rand(out_f, in_f // group, device="cuda") * 0.02 + 0.01).half()
@@ -515,8 +495,7 @@ def gemlite_a16w4_gemv_revsplitk() -> list[Check]:
 
 @case("gemlite")
 def gemlite_a16w8_fp8_gemm() -> list[Check]:
-    import torch
-    from gemlite.helper import A16W8_FP8
+    from gemlite.helper import A16W8_FP8  # optional: the thirdparty extra
     w = _randn(64, 128, dtype=torch.float16, scale=0.1)
     layer = A16W8_FP8(device="cuda:0").from_weights(w)
     scales = (w.float().abs().amax(1, keepdim=True) / 448).clamp(min=1e-6)  # e4m3 max is 448
@@ -527,8 +506,7 @@ def gemlite_a16w8_fp8_gemm() -> list[Check]:
 
 
 def _gemlite_a8w8(fp8: bool, M: int = 16) -> list[Check]:
-    import torch
-    from gemlite.helper import A8W8_fp8_dynamic, A8W8_int8_dynamic
+    from gemlite.helper import A8W8_fp8_dynamic, A8W8_int8_dynamic  # optional: the thirdparty extra
     w = _randn(64, 128, dtype=torch.float16, scale=0.1)
     layer = (A8W8_fp8_dynamic if fp8 else A8W8_int8_dynamic)(device="cuda:0").from_weights(w)
     x = _randn(M, 128, dtype=torch.float16)
@@ -563,8 +541,7 @@ def _gemlite_fp4(kind: str, matmul_type: str, M: int) -> list[Check]:
     """gemlite's MXFP4 / NVFP4 weight-only layers from exact codes and scales; the reference is their exact
     dequantisation in float64. (No NVFP4 GEMV case: gemlite's GEMV multiplies by its doubled e2m1 table and
     halves only e8m0 scales, so NVFP4 layers built with `from_weights` come out twice too large on any GPU.)"""
-    import torch
-    from gemlite.helper import A16W4_MXFP, A16W4_NVFP
+    from gemlite.helper import A16W4_MXFP, A16W4_NVFP  # optional: the thirdparty extra
     out_f, in_f = 64, 128
     group = 32 if kind == "mxfp4" else 16
     codes = torch.randint(0, 16, (out_f, in_f), dtype=torch.uint8, device="cuda")
@@ -713,8 +690,6 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 def recording(recorder: Recorder, drv: Any, all_configs: bool) -> Iterator[None]:
     """Install the recording launcher on the emulated driver `drv`, the compile-failure hook and, unless
     `all_configs`, the first-config autotune pruning; undone on exit."""
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
     base = drv.launcher_cls
 
     class RecordingLauncher(base):  # type: ignore[misc, valid-type]
@@ -772,7 +747,6 @@ class CaseResult:
 
 def compare(checks: Sequence[Check]) -> tuple[bool, str, float]:
     """(all within tolerance, first failure, worst |got-want| / (atol + rtol |want|))."""
-    import torch
     worst, first = 0.0, ""
     for c in checks:
         got = torch.as_tensor(c.got).detach().cpu().double()
@@ -788,7 +762,6 @@ def compare(checks: Sequence[Check]) -> tuple[bool, str, float]:
 
 
 def run_case(c: Case) -> tuple[bool, str, float, list[Check]]:
-    import torch
     torch.manual_seed(0)
     try:
         checks = c.run()
@@ -815,7 +788,6 @@ def select_cases(libraries: Optional[Sequence[str]], names: Optional[Sequence[st
 
 
 def missing_libraries(libs: Sequence[str]) -> list[str]:
-    import importlib.util
     return [LIBRARIES[lib][1] for lib in libs if importlib.util.find_spec(LIBRARIES[lib][0]) is None]
 
 
@@ -827,8 +799,6 @@ def progress(line: str) -> None:
 def run_emulated(cases: Sequence[Case], all_configs: bool = False, log: Callable[[str], None] = progress,
                  passes: str = EMULATED_PASSES) -> tuple[list[CaseResult], list[KernelRecord]]:
     """Run `cases` on the emulated B200; every kernel launched is recorded, verified and judged."""
-    import bwtriton.emu as emu
-    from bwtriton.verify import verify_ptx
     recorder = Recorder()
     results: list[CaseResult] = []
     with emu.emulated_gpu("sm_100a", passes=passes) as drv, recording(recorder, drv, all_configs):
@@ -874,7 +844,6 @@ def disagreement(rec: KernelRecord) -> str:
 
 def same_outputs(a: Sequence[Check], b: Sequence[Check]) -> bool:
     """Bitwise equal outputs (and both runs produced them)."""
-    import torch
     return bool(a and b) and len(a) == len(b) and all(
         torch.equal(torch.as_tensor(x.got).detach().cpu(), torch.as_tensor(y.got).detach().cpu()) for x, y in zip(a, b))
 
@@ -882,7 +851,6 @@ def same_outputs(a: Sequence[Check], b: Sequence[Check]) -> bool:
 def within_spread(plain: Sequence[Check], again: Sequence[Check], ours: Sequence[Check]) -> bool:
     """`ours` no further from the first plain run than twice the plain runs' own difference (run-to-run
     nondeterminism of atomics), output by output."""
-    import torch
     if not (plain and again and ours) or not len(plain) == len(again) == len(ours):
         return False
     for p, a, o in zip(plain, again, ours):
@@ -897,9 +865,6 @@ def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: O
     """On a CUDA GPU: each case under plain Triton and under `bwtriton.enable()`; outputs compared bitwise.
     With `out`, gpu.json is rewritten after every case, so a crash (plain Triton aborts on some forms) keeps the
     rows so far."""
-    import torch
-    import bwtriton
-    from triton.runtime.jit import JITFunction
     if not torch.cuda.is_available():
         raise UsageError("--gpu needs a CUDA GPU (torch.cuda.is_available() is False); drop --gpu to use the "
                          "emulated B200")

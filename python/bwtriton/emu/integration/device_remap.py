@@ -23,9 +23,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Optional
 
 import torch
+import torch.distributed
+import triton.testing
 from torch.overrides import TorchFunctionMode
 
 from ...errors import InputError
@@ -201,7 +204,7 @@ def _custom_op_python_impl(func: Any) -> Optional[Callable[..., Any]]:
     Called through the dispatcher, the body would run with this mode popped and see the CPU again."""
     if not isinstance(func, torch._ops.OpOverload) or func.namespace in ("aten", "prim", "prims"):
         return None
-    from torch._library.custom_ops import OPDEFS
+    from torch._library.custom_ops import OPDEFS  # private torch table: only custom ops need it
     opdef = OPDEFS.get(func._schema.name)
     if opdef is None:
         return None
@@ -218,7 +221,7 @@ def _unmarked_copy(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 def _factory_functions() -> frozenset:
     """torch functions that create tensors from scratch (what `torch.set_default_device` affects)."""
-    from torch.utils._device import _device_constructors
+    from torch.utils._device import _device_constructors  # private torch helper behind set_default_device
     return frozenset(_device_constructors())
 
 
@@ -309,7 +312,6 @@ def _unsupported(what: str, fix: str) -> Callable[..., Any]:
 
 
 def _device_properties(target: Any) -> Callable[..., Any]:
-    from types import SimpleNamespace
     p = _driver.B200_PROPERTIES
     major, minor = divmod(target.capability, 10)
 
@@ -376,7 +378,6 @@ def _parameter_new(original: Callable[..., Any]) -> Callable[..., Any]:
 def _do_bench_cudagraph(fn: Callable[[], Any], rep: int = 20, grad_to_none: Any = None, quantiles: Any = None,
                         return_mode: str = "mean") -> Any:
     """`triton.testing.do_bench_cudagraph` under emulation: the same measurement without capture."""
-    import triton.testing
     return triton.testing.do_bench(fn, rep=rep, grad_to_none=grad_to_none, quantiles=quantiles,
                                    return_mode=return_mode)
 
@@ -407,9 +408,6 @@ def install(drv: Any) -> Callable[[], None]:
     """Remap CUDA requests for the emulated driver `drv` (see module docstring); returns the undo."""
     if not enabled():
         return lambda: None
-    import torch.distributed
-    import triton.testing
-
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(obj: Any, name: str, value: Any) -> None:
