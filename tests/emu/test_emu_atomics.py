@@ -57,3 +57,37 @@ def test_atomics_return_each_lane_its_own_old_value():
         _ticket[(2,)](counter, tickets, BLOCK=128, num_warps=4)
     assert counter.item() == n
     assert torch.equal(tickets.sort().values, torch.arange(n, dtype=torch.int32))
+
+
+@triton.jit
+def _accumulate_f16(out_ptr, x_ptr, BLOCK: tl.constexpr, BINS: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr + offs % BINS, tl.load(x_ptr + offs), sem="relaxed")
+
+
+def test_f16_atomic_add_rounds_once_per_addition():
+    """`atom.add.noftz.f16` (gemlite's split-K GEMV epilogue): each addition is the exact sum rounded to f16."""
+    torch.manual_seed(0)
+    start, x = torch.randn(128).half(), torch.randn(128).half()
+    out = start.clone()
+    with emu.emulated_gpu("sm_100a"):
+        h = _accumulate_f16[(1,)](out, x, BLOCK=128, BINS=128, num_warps=4)
+    assert "atom.global.gpu.relaxed.add.noftz.f16" in h.asm["ptx"]
+    assert torch.equal(out, (start.double() + x.double()).half())  # distinct addresses: one rounding each
+    out = torch.zeros(4).half()
+    with emu.emulated_gpu("sm_100a"):
+        _accumulate_f16[(2,)](out, x, BLOCK=64, BINS=4)
+    # 32 colliding f16 additions per bin, in some order; partial sums stay below 64, where half an f16 ulp is
+    # at most 2^-6, so 32 roundings are within 32 * 2^-6
+    torch.testing.assert_close(out.double(), x.double().view(-1, 4).sum(0), rtol=0, atol=32 * 2.0 ** -6)
+
+
+def test_bf16_vector_atomic_add_rounds_once_per_addition():
+    """`atom.add.noftz.v2.bf16` (gemlite's MXFP4 / NVFP4 GEMV epilogue): exact sums rounded to bf16."""
+    torch.manual_seed(0)
+    start, x = torch.randn(128).bfloat16(), torch.randn(128).bfloat16()
+    out = start.clone()
+    with emu.emulated_gpu("sm_100a"):
+        h = _accumulate[(1,)](out, x, BLOCK=128, num_warps=4)
+    assert "add.noftz" in h.asm["ptx"] and "bf16" in h.asm["ptx"]
+    assert torch.equal(out, (start.double() + x.double()).bfloat16())  # distinct addresses: one rounding each

@@ -122,3 +122,43 @@ def test_lhs_in_tmem_cases_really_read_a_from_tmem():
     for in_ty, bm in (("fp16", 64), ("fp32", 64)):
         ptx = ec.case_lhs_in_tmem(in_ty, bm).kernel.asm["ptx"]
         assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::\w+ \[ %r\d+ \+ 0 \], \[ %r\d+ \+ 0 \]", ptx), in_ty
+
+
+def test_f16_fma_rounds_once_to_f16():
+    """`fma.rn.f16` (gemlite's 4-bit GEMV dequantisation): the exact a*b+c rounded once to f16."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fma16(a, b, c, out, B: tl.constexpr):
+        i = tl.arange(0, B)
+        tl.store(out + i, tl.fma(tl.load(a + i), tl.load(b + i), tl.load(c + i)))
+
+    torch.manual_seed(0)
+    a, b, c = (torch.randn(128).half() for _ in range(3))
+    out = torch.empty(128).half()
+    with emu.emulated_gpu("sm_100a"):
+        h = fma16[(1,)](a, b, c, out, B=128)
+    assert "fma.rn.f16" in h.asm["ptx"]
+    assert torch.equal(out, (a.double() * b.double() + c.double()).half())
+
+
+def test_inline_asm_with_parameterized_scoped_registers():
+    """Inline asm declaring `.reg .b32 a<3>;` (names without %) runs: gemlite's MXFP4 GEMM unpacks e2m1 so."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def nibble_sum(x, out, B: tl.constexpr):
+        i = tl.arange(0, B)
+        v = tl.inline_asm_elementwise(
+            "{\n.reg .b32 a<3>;\nand.b32 a0, $1, 15;\nshr.u32 a1, $1, 4;\nand.b32 a1, a1, 15;\n"
+            "add.u32 a2, a0, a1;\nmov.b32 $0, a2;\n}", "=r,r", [tl.load(x + i)], dtype=tl.int32, is_pure=True,
+            pack=1)
+        tl.store(out + i, v)
+
+    x = torch.randint(0, 256, (64,), dtype=torch.int32)
+    out = torch.empty(64, dtype=torch.int32)
+    with emu.emulated_gpu("sm_100a"):
+        nibble_sum[(1,)](x, out, B=64)
+    assert torch.equal(out, (x & 15) + ((x >> 4) & 15))

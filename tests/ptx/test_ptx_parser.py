@@ -212,3 +212,28 @@ def test_array_params_keep_their_length():
     p0, p1 = mod.entries[0].params
     assert (p0.name, p0.type, p0.count) == ("k_param_0", "b8", 128)
     assert (p1.type, p1.count) == ("u32", 1)
+
+
+def test_parameterized_scoped_registers_without_percent():
+    """`.reg .b32 a<3>;` inside an inline-asm scope declares a0, a1, a2 (gemlite's e2m1 unpacking asm)."""
+    text = """.version 8.8
+.target sm_100a
+.address_size 64
+.visible .entry t()
+{
+	.reg .b32 %r<3>;
+	mov.u32 %r1, %tid.x;
+	{
+	.reg .b32 a<3>;
+	and.b32 a0, %r1, 255;
+	shr.u32 a2, a0, 1;
+	mov.b32 %r2, a2;
+	}
+	ret;
+}
+"""
+    f = parse_ptx(text).entries[0]
+    shr = f.find("shr")[0]
+    assert [o.kind for o in shr.operands] == ["reg", "reg", "imm"]
+    assert shr.operands[0].name == "a2" and shr.operands[1].name == "a0"
+    assert f.find("mov")[1].operands[1].kind == "reg"

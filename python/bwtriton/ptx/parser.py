@@ -403,6 +403,8 @@ class _Parser:
                 func.registers.append(RegDecl(ty, im.group(1), cnt, line, scope))
                 if cnt is None:
                     reg_names.add(im.group(1))
+                elif not im.group(1).startswith("%"):  # `a<14>` declares a0 .. a13 (%-names are registers anyway)
+                    reg_names.update(f"{im.group(1)}{i}" for i in range(cnt))
 
     def _finish(self, func: Function) -> None:
         """Resolve labels (innermost scope first), compute defs/uses, build basic blocks and the CFG."""

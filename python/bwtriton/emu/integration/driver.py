@@ -182,8 +182,8 @@ class EmulatedDriver(_driver_base()):
 # --------------------------------------------------------------------------------------------------------------
 
 def _cuda_answers(target: Target) -> dict[str, Callable]:
-    """The `torch.cuda` functions patched while emulating, and what they answer. Only queries: anything that
-    would allocate on or copy to a CUDA device still fails as it does on a CPU build."""
+    """The `torch.cuda` queries patched while emulating, and what they answer. Allocations on and copies to
+    "cuda", streams and events are the device remap's (device_remap.py)."""
     major, minor = divmod(target.capability, 10)
 
     def get_device_properties(device: Any = None):
@@ -241,6 +241,7 @@ class _Saved:
 
     driver_active: Any
     attrs: list[tuple[Any, str, Any]] = field(default_factory=list)
+    undo: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass
@@ -276,6 +277,8 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
         _patch(saved, internal_testing, "default_alloc_fn", _default_alloc_fn)
     except ImportError:  # pragma: no cover - triton without its testing helpers
         pass
+    from . import device_remap  # cycle: device_remap imports this module
+    saved.undo.append(device_remap.install(drv))
     _state.stack.append((drv, saved))
     return drv
 
@@ -288,6 +291,8 @@ def deactivate() -> None:
     if not _state.stack:
         return
     _drv, saved = _state.stack.pop()
+    for undo in reversed(saved.undo):
+        undo()
     for obj, name, old in reversed(saved.attrs):
         if old is _MISSING:
             delattr(obj, name)

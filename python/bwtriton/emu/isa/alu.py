@@ -508,7 +508,8 @@ def _mad_fma(ins: Instruction, prog: Program, a: _Arith) -> Callable:
     if t == "f32":
         return lambda w: wr(w, (ra(w).astype(F64) * rb(w) + rc(w)).astype(F32))
     if is_float:
-        fn = _float_op(t, lambda a, b, c: _fma(a, b, c, F32 if t != "f64" else F64))
+        fdt = np.dtype(np.float16) if t == "f16" else F32  # f16 operands arrive and leave as f16 values
+        fn = _float_op(t, lambda a, b, c: _fma(a, b, c, fdt))
         return lambda w: wr(w, fn(ra(w), rb(w), rc(w)))
     if "wide" in mods:
         wdt = _WIDE[t]

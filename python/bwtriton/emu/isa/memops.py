@@ -10,6 +10,7 @@ from ..machine.async_engine import AsyncOp, engine_of, issuer_of
 from ..errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from ..machine.gang import GangFallback
 from ..machine.cells import cells_of, gather, scatter
+from . import numerics as nx
 from ..machine.memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
 from ..machine.program import NP_TYPES, Program, active_index, address_reader, convert, as_lanes
 
@@ -251,9 +252,14 @@ def _atom(ins: Instruction, prog: Program) -> Callable:
     srcs = [prog.src(o, dt, ins) for o in _vec_regs(ops[1])]
     rc = prog.src(ops[2], dt, ins) if opname == "cas" else None
     writers = [] if red else [prog.dst(o, ins) for o in _vec_regs(ins.operands[0])]
-    if t in ("f16x2", "bf16x2", "bf16", "f16"):
+    if t in ("f16x2", "bf16x2") or (t == "f16" and opname not in ("add", "min", "max", "exch")) or \
+            (t == "bf16" and opname not in ("add", "exch")):
         raise UnsupportedInstructionError(f"atomics on {t}", line=ins.line, text=ins.text)
     fn, size, n = _ATOM_OPS[opname], dt.itemsize, len(srcs)
+    if t == "f16" and opname == "add":  # the f64 sum of two f16 values is exact: one rounding, to nearest even
+        fn = lambda old, x, c: (old.astype(np.float64) + x.astype(np.float64)).astype(np.float16)  # noqa: E731
+    if t == "bf16" and opname == "add":  # bf16 lives as bits; an f32 sum rounds to bf16 as the exact sum would
+        fn = lambda old, x, c: nx.f32_to_bf16_bits(nx.bf16_bits_to_f32(old) + nx.bf16_bits_to_f32(x))  # noqa: E731
 
     def apply(w, addr: np.ndarray, x: np.ndarray, c, lanes: np.ndarray) -> np.ndarray:
         old = mem_read(w, space, addr, size, lanes).view(dt).reshape(-1)
