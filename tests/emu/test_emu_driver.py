@@ -142,10 +142,15 @@ def test_host_tensor_descriptor_goes_through_tma():
 
 
 def test_device_side_descriptor_without_allocator_is_tritons_error():
+    from triton.runtime import _allocation  # the precondition: no allocator (an imported library may set one)
     x = torch.randn(128, 64)
-    with emulated_gpu():
-        with pytest.raises(RuntimeError, match="set_allocator"):
-            _device_desc_copy[(1, 1)](x, torch.zeros_like(x), 128, 64, BM=64, BN=64)
+    token = _allocation._allocator.set(_allocation._NULL_ALLOCATOR)
+    try:
+        with emulated_gpu():
+            with pytest.raises(RuntimeError, match="set_allocator"):
+                _device_desc_copy[(1, 1)](x, torch.zeros_like(x), 128, 64, BM=64, BN=64)
+    finally:
+        _allocation._allocator.reset(token)
 
 
 def test_device_side_descriptor_uses_the_set_allocator():

@@ -32,7 +32,7 @@ import triton.testing
 from torch.overrides import TorchFunctionMode
 
 from ...errors import InputError
-from . import driver as _driver
+from .properties import B200_PROPERTIES, DEVICE_NAMES
 
 #: environment variable that turns the remap off (the emulated driver then takes CPU tensors only)
 ENV_VAR = "BWTRITON_EMU_REMAP"
@@ -312,14 +312,14 @@ def _unsupported(what: str, fix: str) -> Callable[..., Any]:
 
 
 def _device_properties(target: Any) -> Callable[..., Any]:
-    p = _driver.B200_PROPERTIES
+    p = B200_PROPERTIES
     major, minor = divmod(target.capability, 10)
 
     def get_device_properties(device: Any = None) -> Any:
         if device is not None:
             _check_ordinal(device)
         return SimpleNamespace(
-            name=_driver._DEVICE_NAMES[target.name], major=major, minor=minor,
+            name=DEVICE_NAMES[target.name], major=major, minor=minor,
             multi_processor_count=p["multiprocessor_count"], total_memory=B200_MEMORY_BYTES,
             shared_memory_per_block=48 * 1024, shared_memory_per_block_optin=p["max_shared_mem"],
             shared_memory_per_multiprocessor=p["max_shared_mem_per_sm"], warp_size=p["warpSize"],

@@ -16,24 +16,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ...emulation import ENV_VAR, requested_emulation
 from ...errors import InputError
-from ...targets import B200_SM_COUNT, MAX_SHARED_BYTES, TMEM_COLUMNS, TMEM_LANES, Target, get_target
+from ...targets import Target, get_target
+from . import device_remap
 from .launcher import EmulatedLauncher
-
-
-#: Device figures of a B200 (sm_100a); sm_103a (B300) shares them. TMEM is per SM: 128 lanes x 512 columns.
-B200_PROPERTIES = {
-    "max_shared_mem": MAX_SHARED_BYTES["sm_100"],  # bytes of shared memory one block may opt into
-    "max_shared_mem_per_sm": 233472,   # 228 KiB per SM
-    "max_num_regs": 65536,
-    "multiprocessor_count": B200_SM_COUNT,
-    "warpSize": 32,
-    "sm_clock_rate": 1965000,          # kHz
-    "mem_clock_rate": 3996000,         # kHz
-    "mem_bus_width": 8192,             # bits (HBM3e)
-    "tmem_columns": TMEM_COLUMNS,
-    "tmem_lanes": TMEM_LANES,
-}
-_DEVICE_NAMES = {"sm_100a": "NVIDIA B200 (bwtriton emulated)", "sm_103a": "NVIDIA B300 (bwtriton emulated)"}
+from .properties import B200_PROPERTIES, DEVICE_NAMES
 
 
 class EmulatedUtils:
@@ -188,7 +174,7 @@ def _cuda_answers(target: Target) -> dict[str, Callable]:
 
     def get_device_properties(device: Any = None):
         p = B200_PROPERTIES
-        return SimpleNamespace(name=_DEVICE_NAMES[target.name], major=major, minor=minor,
+        return SimpleNamespace(name=DEVICE_NAMES[target.name], major=major, minor=minor,
                                multi_processor_count=p["multiprocessor_count"], total_memory=192 * 2 ** 30,
                                shared_memory_per_block_optin=p["max_shared_mem"],
                                shared_memory_per_multiprocessor=p["max_shared_mem_per_sm"], warp_size=32)
@@ -198,7 +184,7 @@ def _cuda_answers(target: Target) -> dict[str, Callable]:
         "device_count": lambda: 1,
         "current_device": lambda: 0,
         "get_device_capability": lambda device=None: (major, minor),
-        "get_device_name": lambda device=None: _DEVICE_NAMES[target.name],
+        "get_device_name": lambda device=None: DEVICE_NAMES[target.name],
         "get_device_properties": get_device_properties,
         "synchronize": lambda device=None: None,
         "set_device": lambda device: None,
@@ -277,7 +263,6 @@ def activate(target: "str | Target" = "sm_100a", passes: Any = None) -> Emulated
         _patch(saved, internal_testing, "default_alloc_fn", _default_alloc_fn)
     except ImportError:  # pragma: no cover - triton without its testing helpers
         pass
-    from . import device_remap  # cycle: device_remap imports this module
     saved.undo.append(device_remap.install(drv))
     _state.stack.append((drv, saved))
     return drv
