@@ -36,6 +36,7 @@ class Ctx:
 
     def __post_init__(self) -> None:
         self.numbering = ValueNumbering(self.func)
+        self.facts_oracle = Facts(ntid=threads_per_cta(self.func))
 
     def add(self, check: str, rule: str, severity: str, ins_or_line, message: str,
             related: Optional[int] = None) -> None:
@@ -49,6 +50,12 @@ class Ctx:
             return
         self._seen.add(key)
         self.findings.append(Finding(check, rule, severity, message, line, self.func.name, related))
+
+
+def threads_per_cta(func: Function) -> int:
+    """Threads of one CTA along x from `.reqntid` / `.maxntid` (1024, the hardware limit, when undeclared)."""
+    dims = func.directives.get("reqntid") or func.directives.get("maxntid")
+    return int(dims[0]) if dims else 1024
 
 
 def cta_group_of(ins: Instruction) -> Optional[int]:
