@@ -22,11 +22,6 @@ KERNELS = ("t09_ws_tile", "t09_persistent_desc_ws")
 
 #: (kernel, fault) -> why the verifier does not decide it yet
 NOT_YET = {
-    ("t09_ws_tile", "mma_after_commit"):
-        "one K tile per stage: the moved MMA is the last of the loop and its stage is never refilled",
-    ("t09_persistent_desc_ws", "flip_acc_parity"):
-        "the flipped wait is not the epilogue's first on its barrier (loop-carried parity: needs the per-iteration "
-        "phase model)",
     ("t09_persistent_desc_ws", "ld_lane_plus32"):
         "the epilogue's TMEM address is base + loop-carried buffer * 128: the lane expression is not modelled",
 }

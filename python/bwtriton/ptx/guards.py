@@ -18,13 +18,14 @@ from typing import Optional
 from .cfg import build_cfg
 from .ir import Function, Instruction, Operand
 from .smt import Facts
+from .thread_values import ThreadValueNumbering
 from .values import ValueNumbering
 
 
 def constant_guards(func: Function, facts: Facts, numbering: Optional[ValueNumbering] = None) -> dict[int, bool]:
     """Instruction index -> True (its guard always holds) / False (it never runs), for guarded instructions whose
     guard predicate is provably constant."""
-    num = numbering or ValueNumbering(func)
+    num = numbering or ThreadValueNumbering(func)
     by_reg: dict[str, Optional[bool]] = {}
     out: dict[int, bool] = {}
     for ins in func.instructions:

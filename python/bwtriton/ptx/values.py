@@ -367,18 +367,6 @@ _MIRROR = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le
 ValueKey = tuple
 
 
-def _elect_predicate(defs: list[Instruction], reg: str, key_of) -> Optional[ValueKey]:
-    """("elect.pred", mask key) when `reg` is the predicate of one unguarded `elect.sync %r|%p, mask`: true in
-    exactly the lane the mask elects, and PTX elects the same leader for the same membermask."""
-    if len(defs) != 1 or defs[0].opcode != "elect" or defs[0].guard is not None:
-        return None
-    d = defs[0]
-    if not d.operands or d.operands[0].kind != "pair" or len(d.operands) < 2 or d.defs[-1:] != (reg,):
-        return None
-    mask = key_of(d.operands[1])
-    return None if mask is None else ("elect.pred", mask)
-
-
 def _type_width(t: str) -> Optional[int]:
     digits = t.lstrip("bsuf")
     return int(digits) if digits.isdigit() and t[:1] in "bsu" else None
@@ -402,8 +390,6 @@ class ValueNumbering:
         if op.kind == "imm" and isinstance(op.value, int):
             return ("imm", op.value & ((1 << width) - 1) if width else op.value)
         if op.kind == "sreg":
-            if op.name == "%warpid":
-                return ("warp.of.tid",)   # modelled as %tid.x / 32 (1-D CTAs; docs/verifier.md, Assumptions)
             return ("sreg", op.name) if op.name in _INVARIANT_SREGS else None
         if op.kind == "sym":
             return ("sym", op.name)
@@ -417,10 +403,6 @@ class ValueNumbering:
         if name in self._active or depth > _MAX_DEPTH:
             return None
         defs = self.func.definitions(name)
-        elect = _elect_predicate(defs, name, lambda o: self.key(o, 32, depth + 1))
-        if elect is not None:
-            self._cache[name] = elect
-            return elect
         if len(defs) > 1 and self._one_group(name, defs):
             # Triton's masked load `mov %r, 0; @%p ld.global {%r}, [...]`: the writes run together, and no read
             # sits between them, so the register holds one value between runs of that block
@@ -487,10 +469,6 @@ class ValueNumbering:
         flip = False
         for _ in range(8):
             defs = self.func.definitions(reg)
-            elect = _elect_predicate(defs, reg, lambda o: self.key(o, 32))
-            if elect is not None:   # this lane is the leader: one canonical fact for every elect of the mask
-                pair = sorted((("sreg", "%laneid"), ("elect.leader", elect[1])), key=repr)
-                return ("eq", 32, *pair), flip
             if len(defs) != 1 or defs[0].guard is not None or defs[0].defs != (reg,):
                 return None
             d = defs[0]

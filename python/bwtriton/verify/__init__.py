@@ -23,7 +23,7 @@ from typing import Iterator, Optional, Union
 from bwtriton.ptx import Module, parse_ptx
 from bwtriton.ptx.guards import constant_guards, without_constant_guards
 from bwtriton.ptx.smt import Facts
-from bwtriton.ptx.values import ValueResolver
+from bwtriton.ptx.stages import StageResolver
 
 from bwtriton.errors import InputError
 
@@ -93,7 +93,7 @@ def function_contexts(mod: Module, target: str = "sm_100a", *, drop_dead: bool =
     for func in mod.functions:
         if drop_dead and any(i.guard is not None for i in func.instructions):
             func = without_constant_guards(func, constant_guards(func, Facts(ntid=threads_per_cta(func))))
-        ctx = Ctx(mod, func, tgt, ValueResolver(func, shared))
+        ctx = Ctx(mod, func, tgt, StageResolver(func, shared))   # loop-carried stage/phase registers bounded
         if any(i.is_tcgen05 for i in func.instructions):
             discover_tmem(ctx)
         yield ctx

@@ -8,6 +8,7 @@ from typing import Optional
 from bwtriton.ptx.descriptors import InstrDesc, decode_idesc
 from bwtriton.ptx.ir import Function, Instruction, Module
 from bwtriton.ptx.smt import Facts
+from bwtriton.ptx.thread_values import ThreadValueNumbering
 from bwtriton.ptx.values import ValueNumbering, ValueResolver
 
 from ..findings import Finding
@@ -35,7 +36,7 @@ class Ctx:
     path_values: Optional[object] = None   # dataflow.PathValues of the function (built on first use)
 
     def __post_init__(self) -> None:
-        self.numbering = ValueNumbering(self.func)
+        self.numbering = ThreadValueNumbering(self.func)
         self.facts_oracle = Facts(ntid=threads_per_cta(self.func))
 
     def add(self, check: str, rule: str, severity: str, ins_or_line, message: str,

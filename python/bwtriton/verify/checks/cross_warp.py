@@ -202,6 +202,9 @@ def check_cross_warp(ctx: Ctx) -> None:
             dst = ctx.resolver.address(t.operands[0]) if t.operands and t.operands[0].kind == "addr" else None
             if dst is None or dst.base is None:
                 continue
+            if dst.base.startswith("?"):
+                fam.add(t.index)   # a loop-carried stage offset the resolver cannot bound: any stage
+                continue
             for rv, _, upper in reads:
                 if rv.base == dst.base and dst.lo < rv.hi + upper and rv.lo <= dst.hi:
                     fam.add(t.index)

@@ -13,15 +13,15 @@ from typing import Optional
 
 from bwtriton.ptx.ir import Instruction, Operand
 from bwtriton.ptx.smt import z3
-from bwtriton.ptx.values import ValueNumbering
+from bwtriton.ptx.thread_values import ThreadValueNumbering
 
 from .context import LD_SHAPE_COLS, Ctx, ld_shape_num
 from .dataflow import IMPRECISE, run_dataflow
 
 
-class _LaneNumbering(ValueNumbering):
+class _LaneNumbering(ThreadValueNumbering):
     """Value keys in which the TMEM base read back from the alloc slot and %warpid are leaves the translator
-    models (shfl.sync.idx of lane 0 is keyed by ValueNumbering itself); anything else unknown gives None."""
+    models (shfl.sync.idx of lane 0 is keyed by ValueNumbering itself, elect.sync by ThreadValueNumbering); anything else unknown gives None."""
 
     def __init__(self, ctx: Ctx) -> None:
         super().__init__(ctx.func)
