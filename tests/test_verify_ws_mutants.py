@@ -2,8 +2,8 @@
 and the unmutated kernels must stay clean.
 
 Kernels: the tutorial-09-style warp-specialized K loop (`t09_ws_tile`: one tile per CTA, loader / MMA / epilogue
-partitions under Triton 3.6's brx dispatch) and the persistent warp-specialized GEMM (`t09_persistent_desc_ws`,
-double-buffered accumulator). `EXPECTED` lists the (kernel, fault) pairs the verifier catches; the pairs it
+partitions under Triton 3.6's brx dispatch), the persistent warp-specialized GEMM (`t09_persistent_desc_ws`,
+double-buffered accumulator) and a Gluon tutorial-06/08-style kernel with explicit partitions (`gluon_ws`). `EXPECTED` lists the (kernel, fault) pairs the verifier catches; the pairs it
 does not catch yet are in `NOT_YET` with why, so a change that catches one must move it. The caught rate is
 printed (pytest -s) and asserted per pair.
 """
@@ -15,10 +15,19 @@ import pytest
 
 import bwtriton
 from bwtriton.verify import verify_ptx
+from fixtures import gluon_ws
 from fixtures import upstream_style as us
 from fixtures import ws_mutants as wm
 
-KERNELS = ("t09_ws_tile", "t09_persistent_desc_ws")
+#: kernel -> its PTX (compiled through bwtriton's pipeline, or Triton's JIT for the Gluon one)
+_SOURCES = {
+    "t09_ws_tile": lambda: bwtriton.compile(us.CASES["t09_ws_tile"][0],
+                                            **us.options("t09_ws_tile", True, 3, 4, 1)).asm["ptx"],
+    "t09_persistent_desc_ws": lambda: bwtriton.compile(us.CASES["t09_persistent_desc_ws"][0],
+                                                       **us.options("t09_persistent_desc_ws", True, 3, 4, 1)).asm["ptx"],
+    "gluon_ws": lambda: gluon_ws.compile_ptx(),
+}
+KERNELS = tuple(_SOURCES)
 
 #: (kernel, fault) -> why the verifier does not decide it yet
 NOT_YET = {
@@ -29,7 +38,7 @@ NOT_YET = {
 
 @functools.lru_cache(maxsize=None)
 def _ptx(kernel: str) -> str:
-    return bwtriton.compile(us.CASES[kernel][0], **us.options(kernel, True, 3, 4, 1)).asm["ptx"]
+    return _SOURCES[kernel]()
 
 
 def _pairs():
@@ -67,3 +76,18 @@ def test_caught_rate_report(capsys):
     with capsys.disabled():
         print(f"\nwarp-specialized planted faults caught: {caught}/{applicable}")
     assert caught == applicable - sum(1 for p in NOT_YET if wm.FAULTS[p[1]](_ptx(p[0])) is not None)
+
+
+@pytest.mark.emulated
+def test_gluon_ws_kernel_emulates_correctly():
+    """The Gluon fixture is a real GEMM: its PTX runs on the emulated B200 to A @ B^T (fp16 in, fp32 out)."""
+    import bwtriton.emu as emu  # noqa: PLC0415 - only this test emulates
+    from bwtriton.emu.driver import emulated_gpu  # noqa: PLC0415 - same reason
+    args, (a, b, c) = gluon_ws.host_args()
+    with emulated_gpu("sm_100a"):
+        kernel = gluon_ws.gluon_ws_matmul.warmup(*args, STAGES=3, num_warps=4, grid=(1, 1))
+    emu.run(kernel, (1, 1), *args)
+    ref = a.double() @ b.double().T
+    # fp16 products are exact in fp32; 256 fp32 additions round by at most 256 * 2^-24 of the running sum
+    bound = 256 * 2.0 ** -24 * (a.double().abs() @ b.double().abs().T) + 1e-6
+    assert bool(((c.double() - ref).abs() <= bound).all())
