@@ -403,6 +403,21 @@ class Facts:
         m = solver.model()
         return {str(d): m[d].as_long() for d in m.decls() if z3.is_bv_value(m[d])}
 
+    def unsat_with(self, facts: Iterable[Fact], extra: list) -> bool:
+        """True only when z3 proves the value facts plus `extra` unsatisfiable (a timeout is not a proof)."""
+        if self._tr is None:
+            return False
+        solver = z3.Solver()
+        solver.set("timeout", _TIMEOUT_MS)
+        for key, val in facts:
+            if isinstance(key, tuple) and key[:1] in (("eq",), ("ge",)):
+                e = self._tr.fact(key, val)
+                if e is not None:
+                    solver.add(e)
+        solver.add(*extra)
+        solver.add(*self._tr.size_bounds())
+        return solver.check() == z3.unsat
+
     def unsat(self, extra: list) -> bool:
         """True only when z3 proves the constraints `extra` (with the size assumptions) unsatisfiable; then no
         set of facts can make them satisfiable, which lets a caller skip the per-path queries."""

@@ -341,3 +341,32 @@ def _dispatch_back_edges(ctx: Ctx) -> frozenset:
         if any(i.opcode == "brx" for b in body for i in func.blocks[b].instructions):
             out.add((u, h))
     return frozenset(out)
+
+
+def check_pair_operands_synced(ctx: Ctx) -> None:
+    """P18 (pair hand-off): a cta_group::2 MMA reads the shared memory of both CTAs of the pair, so generic
+    stores into shared memory (the peer's half of the operands) must be ordered before it across the cluster:
+    a `barrier.cluster.wait` (after the stores' arrive) on every path from the stores to the MMA. An mbarrier
+    wait is accepted as well (a cluster-scope barrier the peer arrives on carries the same order)."""
+    from .sync import _is_generic_smem_write  # noqa: PLC0415 - sync imports this module's neighbours
+
+    pair_mmas = [i for i in ctx.func.instructions if i.opcode == "tcgen05.mma" and i.modifier_value("cta_group") == "2"]
+    if not pair_mmas:
+        return
+
+    def step(st, ins, emit):
+        if _is_generic_smem_write(ins):
+            return frozenset([ins.index])
+        if ins.opcode == "barrier.cluster.wait" or ins.opcode == "barrier.cluster" and ins.has("wait") \
+                or ins.opcode in _WAITS:
+            return frozenset()
+        if ins.opcode == "tcgen05.mma" and st and emit and ins.modifier_value("cta_group") == "2" \
+                and may_have_run(ctx, ins):
+            w = ctx.func.instructions[min(st)]
+            ctx.add("cta-pair-unsynced", "P18", "error", ins,
+                    f"this cta_group::2 MMA reads both CTAs' shared memory, but the generic stores into it (e.g. "
+                    f"line {w.line}) are not ordered before it across the cluster: put fence.proxy.async and "
+                    "barrier.cluster.arrive.release / barrier.cluster.wait.acquire between them", related=w.line)
+        return st
+
+    run_dataflow(ctx, frozenset(), step, union_states)
