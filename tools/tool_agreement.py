@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Do the static verifier and the emulator agree? Each kernel (ours, small shapes) and each fault planted into
+"""Do the static verifier and the emulator agree? Each kernel (ours, small shapes: the tutorial-09-style
+warp-specialized tile, the tutorial-10-style nvfp4 kernel, the Gluon warp-specialized GEMM) and each fault planted into
 it (`tests/fixtures/ws_mutants.py`) is verified and emulated; a disagreement is a kernel one tool rejects and
 the other runs to the correct result (or passes).
 
-    PYTHONPATH=python:tests python tools/tool_agreement.py [--kernels t09_ws_tile,t10_nvfp4] [--faults F,...]
+    PYTHONPATH=python:tests python tools/tool_agreement.py [--kernels t09_ws_tile,t10_nvfp4,gluon_ws] [--faults F,...]
 
 Prints one row per (kernel, fault): verifier verdict (error check ids or "clean"), emulator verdict ("ok",
 "wrong" result, or the EmulationError class), and "AGREE" / "DISAGREE". Exit code 0; the table is the product.
@@ -71,7 +72,25 @@ def _nvfp4() -> Case:
     return Case("t10_nvfp4", k, launch)
 
 
-CASES: dict[str, Callable[[], Case]] = {"t09_ws_tile": _ws_tile, "t10_nvfp4": _nvfp4}
+def _gluon_ws() -> Case:
+    from bwtriton.emu.driver import emulated_gpu  # noqa: PLC0415 - warmup needs the emulated B200 as target
+    from fixtures import gluon_ws  # noqa: PLC0415 - the test fixtures are on PYTHONPATH only here
+    args, _ = gluon_ws.host_args()
+    with emulated_gpu("sm_100a"):
+        k = gluon_ws.gluon_ws_matmul.warmup(*args, STAGES=3, num_warps=4, grid=(1, 1))
+
+    def launch(compiled):
+        args, (a, b, c) = gluon_ws.host_args(seed=2)
+
+        def go() -> bool:
+            emu.run(compiled, (1, 1), *args)
+            bound = 256 * 2.0 ** -24 * (a.double().abs() @ b.double().abs().T) + 1e-6
+            return bool(((c.double() - a.double() @ b.double().T).abs() <= bound).all())
+        return go
+    return Case("gluon_ws", k, launch)
+
+
+CASES: dict[str, Callable[[], Case]] = {"t09_ws_tile": _ws_tile, "t10_nvfp4": _nvfp4, "gluon_ws": _gluon_ws}
 
 
 def _with_ptx(compiled, ptx: str):
