@@ -3,10 +3,10 @@ and the unmutated kernels must stay clean.
 
 Kernels: the tutorial-09-style warp-specialized K loop (`t09_ws_tile`: one tile per CTA, loader / MMA / epilogue
 partitions under Triton 3.6's brx dispatch), the persistent warp-specialized GEMM (`t09_persistent_desc_ws`,
-double-buffered accumulator) a Gluon tutorial-06/08-style kernel with explicit partitions (`gluon_ws`) and the corpus's Gluon 2-CTA
-(cta_group::2) MMA kernel (`gluon_two_ctas`). `EXPECTED` lists the (kernel, fault) pairs the verifier catches; the pairs it
-does not catch yet are in `NOT_YET` with why, so a change that catches one must move it. The caught rate is
-printed (pytest -s) and asserted per pair.
+double-buffered accumulator), a Gluon tutorial-06/08-style kernel with explicit partitions (`gluon_ws`) and the
+corpus's Gluon 2-CTA (cta_group::2) MMA kernel (`gluon_two_ctas`). Every applicable (kernel, fault) pair must be
+an error, except those in `NOT_YET` (with why), so a change that catches one must move it. The caught rate is
+printed (pytest -s) and asserted.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from fixtures import ws_mutants as wm
 _SOURCES = {
     "t09_ws_tile": lambda: bwtriton.compile(us.CASES["t09_ws_tile"][0],
                                             **us.options("t09_ws_tile", True, 3, 4, 1)).asm["ptx"],
-    "t09_persistent_desc_ws": lambda: bwtriton.compile(us.CASES["t09_persistent_desc_ws"][0],
-                                                       **us.options("t09_persistent_desc_ws", True, 3, 4, 1)).asm["ptx"],
+    "t09_persistent_desc_ws": lambda: bwtriton.compile(
+        us.CASES["t09_persistent_desc_ws"][0], **us.options("t09_persistent_desc_ws", True, 3, 4, 1)).asm["ptx"],
     "gluon_ws": lambda: gluon_ws.compile_ptx(),
     "gluon_two_ctas": lambda: corpus_kernels._compile_gluon_two_ctas(),
 }

@@ -65,7 +65,8 @@ def _nvfp4() -> Case:
 
         def go() -> bool:
             emu.run(compiled, (1,), TensorDescriptor.from_tensor(d["a"], [128, 128]),
-                    TensorDescriptor.from_tensor(sa, [1, 1, 4, 2, 256]), TensorDescriptor.from_tensor(d["b"], [256, 128]),
+                    TensorDescriptor.from_tensor(sa, [1, 1, 4, 2, 256]),
+                    TensorDescriptor.from_tensor(d["b"], [256, 128]),
                     TensorDescriptor.from_tensor(sb, [1, 2, 4, 2, 256]), TensorDescriptor.from_tensor(c, [128, 256]))
             return bool(((c.double() - d["ref"]).abs() <= K * 2.0 ** -24 * d["ref_abs"] + 1e-6).all())
         return go

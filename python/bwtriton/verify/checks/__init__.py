@@ -25,7 +25,8 @@ ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_cta_group, check_cluster, check_sync_aligned, check_single_thread_issue, check_alloc_columns,
     check_alloc_lifetime, check_ld_st_shapes, check_mma, check_ld_wait, check_st_wait, check_accumulator_sync,
     check_proxy_fence, check_alloc_result_barrier, check_async_copies, check_barrier_arrivals,
-    check_lane_quarter_by_warp, check_leader_issue, check_cross_warp, check_pair_operands_synced,
+    check_lane_quarter_by_warp, check_leader_issue,
+    check_cross_warp, check_pair_operands_synced,
 )
 
 #: checks of generic async-proxy / mbarrier rules, run on every function whether it uses tcgen05 or not

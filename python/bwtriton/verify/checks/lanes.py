@@ -21,7 +21,8 @@ from .dataflow import IMPRECISE, run_dataflow
 
 class _LaneNumbering(ThreadValueNumbering):
     """Value keys in which the TMEM base read back from the alloc slot and %warpid are leaves the translator
-    models (shfl.sync.idx of lane 0 is keyed by ValueNumbering itself, elect.sync by ThreadValueNumbering); anything else unknown gives None."""
+    models (shfl.sync.idx of lane 0 is keyed by ValueNumbering itself, elect.sync by ThreadValueNumbering);
+    anything else unknown gives None."""
 
     def __init__(self, ctx: Ctx) -> None:
         super().__init__(ctx.func)

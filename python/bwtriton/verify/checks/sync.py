@@ -230,8 +230,9 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         for mi, status, _ in sorted(st):
             if status == "U":
                 m = next(x for x in mmas if x.index == mi)
+                what = "MMA" if m.opcode == "tcgen05.mma" else m.opcode
                 ctx.add("mma-uncommitted", "P12", "warning", m,
-                        f"this {'MMA' if m.opcode == 'tcgen05.mma' else m.opcode} can reach the kernel exit without a tcgen05.commit tracking it; nothing can "
+                        f"this {what} can reach the kernel exit without a tcgen05.commit tracking it; nothing can "
                         "wait for its completion")
 
     run_dataflow(ctx, frozenset(), step, union_states, on_exit)
