@@ -101,7 +101,37 @@ def parse_and_verify_rows() -> list[Row]:
     wall, cpu, report = _timed(lambda: verify_ptx(text))
     rows.append(Row(f"verify masked bf16 GEMM ({len(text.splitlines())} lines)", wall, cpu, "< 2 s",
                     f"{len(report.errors)} errors, {len(report.warnings)} warnings"))
+    rows.append(verify_warp_specialized_row())
     return rows
+
+
+def verify_warp_specialized_row() -> Row:
+    """The verifier (cross-warp hand-offs included) on a persistent warp-specialized GEMM: loader, MMA and
+    8-warp epilogue partitions under Triton 3.6's brx dispatch, double-buffered accumulator."""
+    import bwtriton
+    from bwtriton.verify import verify_ptx
+    sig = {"a_desc": "tensordesc<fp16[128,64]>", "b_desc": "tensordesc<fp16[256,64]>",
+           "c_desc": "tensordesc<fp16[128,256]>", "M": "i32", "N": "i32", "K": "i32"}
+    compiled = bwtriton.compile(_persistent_ws_matmul, signature=sig, constexprs={"BM": 128, "BN": 256, "BK": 64},
+                                target="sm_100a", num_warps=8, num_stages=3)
+    text = compiled.asm["ptx"]
+    verify_ptx(text)  # warm-up
+    wall, cpu, report = _timed(lambda: verify_ptx(text))
+    return Row(f"verify persistent warp-specialized GEMM ({len(text.splitlines())} lines)", wall, cpu, "<= 2 s",
+               f"{len(report.errors)} errors, {len(report.warnings)} warnings")
+
+
+@triton.jit
+def _persistent_ws_matmul(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Tutorial-09-shaped persistent GEMM over host tensor descriptors, the tile loop warp-specialized."""
+    tiles_n = tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, 148, flatten=True, warp_specialize=True):
+        row = (tile // tiles_n) * BM
+        col = (tile % tiles_n) * BN
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kt in range(tl.cdiv(K, BK)):
+            acc = tl.dot(a_desc.load([row, kt * BK]), b_desc.load([col, kt * BK]).T, acc)
+        c_desc.store([row, col], acc.to(tl.float16))
 
 
 def markdown(rows: list[Row]) -> str:

@@ -51,9 +51,11 @@ def _fit(e, w: int):
 class _Translator:
     """ValueKey -> z3 term. Unmodelled operations are fresh variables named by their key."""
 
-    def __init__(self) -> None:
+    def __init__(self, ntid: int = 1024) -> None:
         self.names: dict[tuple, object] = {}
         self.sizes: list = []   # 32-bit parameter / loaded / special-register leaves
+        self.ntid = ntid        # threads per CTA (.reqntid / .maxntid): %tid.x < ntid
+        self.lanes: list = []   # elect.sync leaders: lane numbers, < 32
 
     def fresh(self, key: ValueKey, w: int):
         name = (repr(key), w)
@@ -64,13 +66,32 @@ class _Translator:
         return self.names[name]
 
     def size_bounds(self) -> list:
-        """The no-overflow assumption on 32-bit integer leaves (see `_SIZE_BOUND`)."""
-        return [z3.And(v >= -_SIZE_BOUND, v < _SIZE_BOUND) for v in self.sizes]
+        """The no-overflow assumption on 32-bit integer leaves (see `_SIZE_BOUND`), with the thread facts."""
+        return [z3.And(v >= -_SIZE_BOUND, v < _SIZE_BOUND) for v in self.sizes] + self.thread_bounds()
+
+    def thread_bounds(self) -> list:
+        """Facts of the launch, not assumptions: %tid.x < ntid, an elected lane is a lane (< 32)."""
+        out = [z3.ULT(v, 32) for v in self.lanes]
+        tid = self.names.get((repr(("sreg", "%tid.x")), 32))
+        if tid is not None:
+            out.append(z3.ULT(tid, self.ntid))
+        return out
 
     def bool_of(self, key: ValueKey):
-        """A z3 Bool for a predicate-valued key (setp, or a fresh Bool)."""
+        """A z3 Bool for a predicate-valued key: setp, constants, and/or/xor/not of predicates, elect.sync's
+        predicate (this lane is the leader the mask elects); anything else a fresh Bool."""
         if key and key[0] == "setp" and len(key) == 5:
             return self.compare(key[1], key[2], key[3], key[4])
+        if key and key[0] == "imm" and isinstance(key[1], int):
+            return z3.BoolVal(key[1] != 0)
+        if key and key[0] == "elect.pred" and len(key) == 2:
+            return self.term(("sreg", "%laneid"), 32) == self.term(("elect.leader", key[1]), 32)
+        if key and key[0] in ("and", "or", "xor", "not") and len(key) >= 4 and key[2] == ("pred",):
+            xs = [self.bool_of(k) for k in key[3:]]
+            if key[0] == "not" and len(xs) == 1:
+                return z3.Not(xs[0])
+            if len(xs) == 2:
+                return {"and": z3.And, "or": z3.Or, "xor": z3.Xor}[key[0]](*xs)
         name = (repr(key), "bool")
         if name not in self.names:
             self.names[name] = z3.Bool(f"b{len(self.names)}")
@@ -99,9 +120,19 @@ class _Translator:
     def term(self, key: ValueKey, w: int):
         """The value of `key` as a `w`-bit vector."""
         kind = key[0]
-        if kind == "warp.of.tid":      # %warpid, modelled as %tid.x / 32 (1-D CTAs)
+        if kind == "warp.of.tid" or key == ("sreg", "%warpid"):  # %warpid, modelled as %tid.x / 32 (1-D CTAs)
             return _fit(z3.LShR(self.tid(), 5), w)
+        if key == ("sreg", "%laneid"):  # 1-D CTAs: warps are consecutive runs of 32 thread ids
+            return _fit(self.tid() & 31, w)
+        if kind == "elect.leader" and len(key) == 2:
+            # the lane elect.sync picks: PTX "the same leader thread is chosen for the same membermask"
+            v = self.fresh(key, 32)
+            if all(v is not x for x in self.lanes):
+                self.lanes.append(v)
+            return _fit(v, w)
         if kind == "shfl.lane0" and len(key) == 2:  # shfl.sync.idx(x, 0): lane 0's value of x in this warp
+            if not thread_arith(key[1]):
+                return self.fresh(key, w)   # an unmodelled piece of x would be shared with this thread's x
             t = self.tid()
             return z3.substitute(self.term(key[1], w), (t, t & ~z3.BitVecVal(31, 32)))
         if kind == "imm":
@@ -180,14 +211,21 @@ class _Sampler:
     """Concrete evaluation of keys under random leaf values, with the translator's semantics (an unmodelled op
     is a free value). A satisfying sample proves the translated conjunction satisfiable without calling z3."""
 
-    def __init__(self, rng) -> None:
+    def __init__(self, rng, ntid: int = 1024) -> None:
         self.rng = rng
+        self.ntid = ntid
         self.env: dict = {}
 
     def free(self, key, w: int) -> int:
         name = (repr(key), w)
         if name not in self.env:
-            self.env[name] = self.rng.choice(_SAMPLES) & ((1 << w) - 1)
+            if key == ("sreg", "%tid.x"):      # a thread of the launch
+                v = self.rng.choice([x for x in _SAMPLES if 0 <= x < self.ntid] or [0])
+            elif key[0] == "elect.leader":     # a lane
+                v = self.rng.randrange(32)
+            else:
+                v = self.rng.choice(_SAMPLES)
+            self.env[name] = v & ((1 << w) - 1)
         return self.env[name]
 
     @staticmethod
@@ -195,6 +233,16 @@ class _Sampler:
         return x - (1 << w) if x >> (w - 1) & 1 else x
 
     def boolean(self, key) -> bool:
+        if key and key[0] == "imm" and isinstance(key[1], int):
+            return key[1] != 0
+        if key and key[0] == "elect.pred" and len(key) == 2:
+            return self.value(("sreg", "%laneid"), 32) == self.value(("elect.leader", key[1]), 32)
+        if key and key[0] in ("and", "or", "xor", "not") and len(key) >= 4 and key[2] == ("pred",):
+            xs = [self.boolean(k) for k in key[3:]]
+            if key[0] == "not" and len(xs) == 1:
+                return not xs[0]
+            if len(xs) == 2:
+                return {"and": xs[0] and xs[1], "or": xs[0] or xs[1], "xor": xs[0] != xs[1]}[key[0]]
         if key and key[0] == "setp" and len(key) == 5:
             mods, types, ka, kb = key[1], key[2], key[3], key[4]
             w = _width_of(types) or 32
@@ -212,9 +260,19 @@ class _Sampler:
         kind = key[0]
         if kind == "imm":
             return key[1] & mask if isinstance(key[1], int) else self.free(key, w)
-        if kind == "warp.of.tid":
+        if kind == "warp.of.tid" or key == ("sreg", "%warpid"):
             return (self.value(("sreg", "%tid.x"), 32) >> 5) & mask
-        if kind in ("sreg", "sym", "ld.param", "var", "shfl.lane0", "tmem.base") or len(key) < 3 \
+        if key == ("sreg", "%laneid"):
+            return self.value(("sreg", "%tid.x"), 32) & 31 & mask
+        if kind == "shfl.lane0" and len(key) == 2 and thread_arith(key[1]):
+            tid = (repr(("sreg", "%tid.x")), 32)
+            own = self.value(("sreg", "%tid.x"), 32)
+            self.env[tid] = own & ~31          # evaluate x in lane 0 of this thread's warp
+            try:
+                return self.value(key[1], w)
+            finally:
+                self.env[tid] = own
+        if kind in ("sreg", "sym", "ld.param", "var", "shfl.lane0", "tmem.base", "elect.leader") or len(key) < 3 \
                 or not isinstance(key[2], tuple):
             return self.free(key, w)
         op, mods, types, args = key[0], key[1], key[2], key[3:]
@@ -277,13 +335,35 @@ class _Sampler:
         return None
 
 
-def _sampled_model(facts: frozenset, tries: int = 48) -> bool:
+def _sampled_model(facts: frozenset, tries: int = 48, ntid: int = 1024) -> bool:
     """Whether random leaf values satisfy every fact (then the conjunction is satisfiable)."""
     import random
     rng = random.Random(len(facts))
     for _ in range(tries):
-        smp = _Sampler(rng)
+        smp = _Sampler(rng, ntid)
         if all(smp.fact(k, v) is not False for k, v in facts):
+            return True
+    return False
+
+
+def _fold(op: str, parts: list) -> Optional[bool]:
+    """and/or/not of predicate truths, None for unknown operands, short-circuited where one operand decides."""
+    if op == "not":
+        return None if parts[0] is None else not parts[0]
+    if op == "and":
+        return False if False in parts else (True if all(p is True for p in parts) else None)
+    return True if True in parts else (False if all(p is False for p in parts) else None)
+
+
+def _takes_both_values(key: ValueKey, ntid: int, tries: int = 24) -> bool:
+    """Whether random leaf values (the translator's semantics) give the predicate `key` both truth values: then it
+    is not a constant, and z3 need not be asked."""
+    import random
+    rng = random.Random(hash(key) & 0xFFFF)
+    seen = set()
+    for _ in range(tries):
+        seen.add(_Sampler(rng, ntid).boolean(key))
+        if len(seen) == 2:
             return True
     return False
 
@@ -292,9 +372,11 @@ class Facts:
     """Feasibility oracle for conjunctions of canonical branch facts, cached per conjunction. `translator` is
     shared with checks that add their own constraints (`solve`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ntid: int = 1024) -> None:
         self._cache: dict[frozenset, Optional[bool]] = {}
-        self._tr = _Translator() if z3 is not None else None
+        self._const: dict[tuple, Optional[bool]] = {}
+        self.ntid = ntid
+        self._tr = _Translator(ntid) if z3 is not None else None
         self.calls = 0
 
     @property
@@ -321,6 +403,21 @@ class Facts:
         m = solver.model()
         return {str(d): m[d].as_long() for d in m.decls() if z3.is_bv_value(m[d])}
 
+    def unsat_with(self, facts: Iterable[Fact], extra: list) -> bool:
+        """True only when z3 proves the value facts plus `extra` unsatisfiable (a timeout is not a proof)."""
+        if self._tr is None:
+            return False
+        solver = z3.Solver()
+        solver.set("timeout", _TIMEOUT_MS)
+        for key, val in facts:
+            if isinstance(key, tuple) and key[:1] in (("eq",), ("ge",)):
+                e = self._tr.fact(key, val)
+                if e is not None:
+                    solver.add(e)
+        solver.add(*extra)
+        solver.add(*self._tr.size_bounds())
+        return solver.check() == z3.unsat
+
     def unsat(self, extra: list) -> bool:
         """True only when z3 proves the constraints `extra` (with the size assumptions) unsatisfiable; then no
         set of facts can make them satisfiable, which lets a caller skip the per-path queries."""
@@ -331,6 +428,40 @@ class Facts:
         solver.add(*extra)
         solver.add(*self._tr.size_bounds())
         return solver.check() == z3.unsat
+
+    def constant_truth(self, key: ValueKey) -> Optional[bool]:
+        """True/False when the predicate-valued `key` has that value in every thread of every launch (z3 proves
+        the other value impossible, from the launch facts only: no size assumption); None otherwise."""
+        if key and key[0] == "imm" and isinstance(key[1], int):
+            return key[1] != 0
+        if self._tr is None or key in self._const:
+            return self._const.get(key)
+        if key[0] in ("and", "or", "not") and len(key) >= 4 and key[2] == ("pred",):
+            parts = [self.constant_truth(k) for k in key[3:]]   # and/or/not fold on constant operands
+            verdict = _fold(key[0], parts)
+            if verdict is not None or None not in parts:
+                self._const[key] = verdict
+                return verdict
+        # launch-invariant values (parameters, loads, symbols) are not constants a compiler left behind; only
+        # thread-index predicates are worth a proof
+        if not _leaves_of(key) <= _CONSTANT_CANDIDATE_LEAVES or _takes_both_values(key, self.ntid):
+            self._const[key] = None
+            return None
+        verdict = None
+        try:
+            e = self._tr.bool_of(key)
+            for value in (True, False):
+                solver = z3.Solver()
+                solver.set("timeout", _TIMEOUT_MS)
+                solver.add(e if not value else z3.Not(e))
+                solver.add(*self._tr.thread_bounds())
+                if solver.check() == z3.unsat:
+                    verdict = value
+                    break
+        except z3.Z3Exception:
+            verdict = None
+        self._const[key] = verdict
+        return verdict
 
     def feasible(self, facts: Iterable[Fact], new: Optional[Iterable[Fact]] = None) -> Optional[bool]:
         """False when the value facts provably contradict each other (z3 unsat), True when z3 finds a model of
@@ -343,7 +474,7 @@ class Facts:
             value_facts = _connected(value_facts, new)
         if value_facts in self._cache:
             return self._cache[value_facts]
-        if _sampled_model(value_facts):
+        if _sampled_model(value_facts, ntid=self.ntid):
             self._cache[value_facts] = True
             return True
         self.calls += 1
@@ -363,10 +494,29 @@ class Facts:
         return verdict
 
 
+#: thread-index leaves: one variable in the translation (%tid.x), so facts about any of them are related
+_THREAD_LEAVES = frozenset((("sreg", "%laneid"), ("sreg", "%warpid"), ("warp.of.tid",)))
+
+
+def thread_arith(key) -> bool:
+    """Whether `key` is integer arithmetic the translator models exactly, over constants, parameters, symbols
+    and %tid.x (so that substituting another thread's %tid.x gives that thread's value)."""
+    if not isinstance(key, tuple) or not key:
+        return False
+    if key[0] in ("imm", "ld.param", "sym") or key == ("sreg", "%tid.x") or key in _THREAD_LEAVES:
+        return True
+    if key[0] in ("add", "sub", "mul", "shl", "shr", "and", "or", "xor", "cvt") and len(key) >= 4 \
+            and isinstance(key[2], tuple) and "hi" not in key[1]:
+        return all(thread_arith(k) for k in key[3:])
+    return False
+
+
 def _leaves(key, out: set) -> set:
     """Leaf values (parameters, special registers, symbols) a key depends on."""
     if isinstance(key, tuple) and key:
-        if key[0] in ("ld.param", "sreg", "sym", "tmem.base", "warp.of.tid", "var"):
+        if key in _THREAD_LEAVES:
+            out.add(("sreg", "%tid.x"))
+        elif key[0] in ("ld.param", "sreg", "sym", "tmem.base", "warp.of.tid", "var", "elect.leader"):
             out.add(key)
         else:
             for k in key:
@@ -375,6 +525,7 @@ def _leaves(key, out: set) -> set:
 
 
 _LEAVES: dict = {}
+_CONSTANT_CANDIDATE_LEAVES = frozenset((("sreg", "%tid.x"),))
 
 
 def _leaves_of(key) -> frozenset:

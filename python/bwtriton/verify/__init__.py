@@ -21,13 +21,16 @@ from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union
 
 from bwtriton.ptx import Module, parse_ptx
+from bwtriton.ptx.guards import constant_guards, without_constant_guards
 from bwtriton.ptx.shared import parse_shared_decl
-from bwtriton.ptx.values import ValueResolver
+from bwtriton.ptx.smt import Facts
+from bwtriton.ptx.stages import StageResolver
 
 from bwtriton.errors import InputError
 
 from .checks import ALL_CHECKS, UNGATED_CHECKS, Ctx, LdHazard, check_trap_only, discover_tmem, ld_wait_hazards
 from .checks.clc import check_clc
+from .checks.context import threads_per_cta
 from .checks.resources import check_resources, check_target_isa
 from .findings import Finding
 
@@ -75,12 +78,16 @@ def _shared_symbols(mod: Module) -> frozenset[str]:
     return frozenset({d.name for d in decls if d is not None} | {"global_smem"})
 
 
-def function_contexts(mod: Module, target: str = "sm_100a") -> Iterator[Ctx]:
-    """One check context per function of `mod` (TMEM allocations already linked for tcgen05 functions)."""
+def function_contexts(mod: Module, target: str = "sm_100a", *, drop_dead: bool = False) -> Iterator[Ctx]:
+    """One check context per function of `mod` (TMEM allocations already linked for tcgen05 functions). With
+    `drop_dead`, each context works on a copy of its function without the instructions under constant-false
+    guards (`bwtriton.ptx.guards`); instruction indices then differ from `mod`'s."""
     shared = _shared_symbols(mod)
     tgt = target or mod.target or "sm_100a"
     for func in mod.functions:
-        ctx = Ctx(mod, func, tgt, ValueResolver(func, shared))
+        if drop_dead and any(i.guard is not None for i in func.instructions):
+            func = without_constant_guards(func, constant_guards(func, Facts(ntid=threads_per_cta(func))))
+        ctx = Ctx(mod, func, tgt, StageResolver(func, shared))   # loop-carried stage/phase registers bounded
         if any(i.is_tcgen05 for i in func.instructions):
             discover_tmem(ctx)
         yield ctx
@@ -93,7 +100,7 @@ def verify_module(mod: Module, target: str = "sm_100a", *, shared_bytes: Optiona
     report = VerifyReport()
     report.findings.extend(check_target_isa(mod, target))
     report.findings.extend(check_resources(mod, target, shared_bytes, tmem_columns))
-    for ctx in function_contexts(mod, target):
+    for ctx in function_contexts(mod, target, drop_dead=True):   # a never-running instruction obliges nothing
         report.functions.append(ctx.func.name)
         check_trap_only(ctx)
         check_clc(ctx)  # CLC (rules C1-C5) needs no tcgen05 in the function

@@ -11,6 +11,7 @@ from typing import Callable
 
 from .async_copy import check_async_copies, check_barrier_arrivals
 from .context import Ctx, cta_group_of, discover_tmem
+from .cross_warp import check_cross_warp, check_pair_operands_synced
 from .descriptors import check_mma
 from .lanes import check_lane_quarter_by_warp
 from .launch import check_cluster, check_leader_issue, check_cta_group, check_single_thread_issue, check_sync_aligned, check_trap_only
@@ -25,6 +26,7 @@ ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_alloc_lifetime, check_ld_st_shapes, check_mma, check_ld_wait, check_st_wait, check_accumulator_sync,
     check_proxy_fence, check_alloc_result_barrier, check_async_copies, check_barrier_arrivals,
     check_lane_quarter_by_warp, check_leader_issue,
+    check_cross_warp, check_pair_operands_synced,
 )
 
 #: checks of generic async-proxy / mbarrier rules, run on every function whether it uses tcgen05 or not

@@ -1,5 +1,6 @@
-"""Asynchronous copies and the mbarriers that order them: TMA completion before the MMA reads the tile (T4),
-no TMA refill of a stage an MMA still reads (P16), and no wait on an mbarrier nothing arrives on (T5).
+"""Asynchronous copies and the mbarriers that order them: copy completion (by the copy's own mechanism, see
+`completion`) before the MMA reads the tile (T4), no refill of a stage an MMA still reads (P16), and no wait on an
+mbarrier nothing arrives on (T5).
 
 Addresses are compared through the value resolver. Only provable overlaps are reported (an exact TMA
 destination inside an exact MMA operand tile); pipelined loops index stages with loop-carried registers, whose
@@ -12,6 +13,7 @@ from typing import Optional
 
 from bwtriton.ptx.ir import Instruction, Operand
 
+from .completion import after, issue, writes_shared
 from .context import Ctx
 from .dataflow import may_have_run, run_dataflow, union_states
 from .mma_operands import smem_reads as _smem_reads
@@ -61,10 +63,11 @@ def _tma_dst_in_operand(ctx: Ctx, tma: Instruction, reads) -> bool:
 
 
 def check_async_copies(ctx: Ctx) -> None:
-    """T4 (TMA waited before the MMA reads its tile) and P16 (no TMA into a tile an in-flight MMA reads)."""
-    tmas = [i for i in ctx.func.instructions if is_tma_load(i)]
+    """T4 (a copy into shared memory is complete, by its own mechanism, before an MMA/cp reads the tile) and P16
+    (no copy into a tile an MMA/cp not known complete still reads). Completion mechanisms: `completion`."""
+    writers = [i for i in ctx.func.instructions if writes_shared(i)]
     readers = [i for i in ctx.func.instructions if i.opcode in ("tcgen05.mma", "tcgen05.cp")]
-    if not tmas or not readers:
+    if not writers or not readers:
         return
     reads = {r.index: _smem_reads(ctx, r) for r in readers}
     ins_at = ctx.func.instructions
@@ -76,35 +79,37 @@ def check_async_copies(ctx: Ctx) -> None:
             same[key] = same_address(ctx, barrier_operand(wait), barrier_operand(ins_at[idx])) is not False
         return same[key]
 
-    # state: ("tma", index) issued, barrier not waited; ("mma", index, commit index | -1) not known complete
+    # state: completion.Pending copies ("w", ...) and ("mma", index, commit index | -1) not known complete
     def step(st, ins, emit):
-        if is_tma_load(ins):
+        if writes_shared(ins):
             if emit:
                 for item in st:
                     if item[0] == "mma" and _tma_dst_in_operand(ctx, ins, reads.get(item[1])) \
                             and may_have_run(ctx, ins_at[item[1]]):
                         mma = ins_at[item[1]]
+                        what = "TMA" if is_tma_load(ins) else ins.opcode
                         ctx.add("stage-reuse", "P16", "error", ins,
-                                f"this TMA overwrites shared memory that the {mma.opcode} at line {mma.line} is "
+                                f"this {what} overwrites shared memory that the {mma.opcode} at line {mma.line} is "
                                 "still reading: wait on the mbarrier its tcgen05.commit arrives on before "
                                 "refilling the stage", related=mma.line)
-            return st | {("tma", ins.index)}
+            return st | {issue(ins)}
         if ins.opcode in ("tcgen05.mma", "tcgen05.cp"):
             if emit:
-                for item in sorted(st):
-                    if item[0] == "tma" and _tma_dst_in_operand(ctx, ins_at[item[1]], reads.get(ins.index)) \
+                for item in sorted(st, key=repr):
+                    if item[0] == "w" and _tma_dst_in_operand(ctx, ins_at[item[1]], reads.get(ins.index)) \
                             and may_have_run(ctx, ins_at[item[1]]):
                         tma = ins_at[item[1]]
+                        what = "TMA" if is_tma_load(tma) else tma.opcode
                         ctx.add("async-copy-unwaited", "T4", "error", ins,
-                                f"{ins.opcode} reads the tile the TMA at line {tma.line} is still writing: no "
-                                "mbarrier.try_wait on its barrier on some path in between", related=tma.line)
+                                f"{ins.opcode} reads the tile the {what} at line {tma.line} is still writing: its "
+                                f"completion ({item[2].value}) is not awaited on some path in between",
+                                related=tma.line)
             return st | {("mma", ins.index, -1)}
         if ins.opcode == "tcgen05.commit":
             return frozenset(("mma", x[1], ins.index) if x[0] == "mma" and x[2] == -1 else x for x in st)
         if ins.opcode in _WAITS:
-            return frozenset(x for x in st if not (x[0] == "tma" and covers(ins, x[1]) or
-                                                   x[0] == "mma" and x[2] >= 0 and covers(ins, x[2])))
-        return st
+            st = frozenset(x for x in st if not (x[0] == "mma" and x[2] >= 0 and covers(ins, x[2])))
+        return after(st, ins, covers)
 
     run_dataflow(ctx, frozenset(), step, union_states)
 

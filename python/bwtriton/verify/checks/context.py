@@ -8,6 +8,7 @@ from typing import Optional
 from bwtriton.ptx.descriptors import InstrDesc, decode_idesc
 from bwtriton.ptx.ir import Function, Instruction, Module
 from bwtriton.ptx.smt import Facts
+from bwtriton.ptx.thread_values import ThreadValueNumbering
 from bwtriton.ptx.values import ValueNumbering, ValueResolver
 
 from ..findings import Finding
@@ -35,7 +36,8 @@ class Ctx:
     path_values: Optional[object] = None   # dataflow.PathValues of the function (built on first use)
 
     def __post_init__(self) -> None:
-        self.numbering = ValueNumbering(self.func)
+        self.numbering = ThreadValueNumbering(self.func)
+        self.facts_oracle = Facts(ntid=threads_per_cta(self.func))
 
     def add(self, check: str, rule: str, severity: str, ins_or_line, message: str,
             related: Optional[int] = None) -> None:
@@ -49,6 +51,12 @@ class Ctx:
             return
         self._seen.add(key)
         self.findings.append(Finding(check, rule, severity, message, line, self.func.name, related))
+
+
+def threads_per_cta(func: Function) -> int:
+    """Threads of one CTA along x from `.reqntid` / `.maxntid` (1024, the hardware limit, when undeclared)."""
+    dims = func.directives.get("reqntid") or func.directives.get("maxntid")
+    return int(dims[0]) if dims else 1024
 
 
 def cta_group_of(ins: Instruction) -> Optional[int]:

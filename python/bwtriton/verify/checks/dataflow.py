@@ -208,8 +208,36 @@ class PathValues:
 
 
 def _guard_contradicts(ctx: Ctx, ins: Instruction, known: dict) -> bool:
-    """Whether the path's facts say the guard of `ins` is false (so `ins` does not execute on this path)."""
-    return any(known.get(k, v) != v for k, v in _guard_facts(ctx, ins))
+    """Whether the path's facts say the guard of `ins` is false (so `ins` does not execute on this path): an
+    opposite fact of the same key, or (z3) no thread satisfies the path's facts and the guard together, e.g. a
+    copy guarded by `(tid & 127) < 32` on the path where the warp index broadcast by shfl is not 0."""
+    guard = _guard_facts(ctx, ins)
+    if any(known.get(k, v) != v for k, v in guard):
+        return True
+    # only facts about the thread index go to z3 here (fewer constraints: a sound, cheap under-approximation of
+    # what contradicts; branch facts about sizes are related on the edges already)
+    thread_guard = frozenset(f for f in guard if _is_thread_fact(f[0]))
+    if not thread_guard:
+        return False
+    path = frozenset((k, v) for k, v in known.items() if _is_thread_fact(k))
+    if not path:
+        return False
+    memo = ctx.edge_facts
+    mkey = ("guard-sat", thread_guard, path)
+    if mkey not in memo:
+        memo[mkey] = ctx.facts_oracle.feasible(path | thread_guard, thread_guard) is False
+    return memo[mkey]
+
+
+_THREAD = frozenset((("sreg", "%tid.x"),))
+
+
+def _is_thread_fact(key: tuple) -> bool:
+    """A value comparison that depends on the thread index (%tid.x, %laneid, %warpid, elect.sync leaders)."""
+    if key[0] not in ("eq", "ge"):
+        return False
+    leaves = _leaves_of(key)
+    return bool(leaves & _THREAD) or any(k[0] == "elect.leader" for k in leaves)
 
 
 def may_have_run(ctx: Ctx, ins: Instruction) -> bool:
@@ -316,8 +344,10 @@ def run_dataflow(ctx: Ctx, init: frozenset, step: Callable, join: Callable[[Iter
         if b.terminal == "exit" and on_exit is not None:
             for facts, payload in outs:
                 ctx.exact = IMPRECISE not in facts
+                ctx.current_facts = facts
                 on_exit(payload, b)
             ctx.exact = True
+    ctx.current_facts = frozenset()
 
 
 def union_states(states: Iterable[frozenset]) -> frozenset:

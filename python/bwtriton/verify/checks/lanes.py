@@ -13,15 +13,16 @@ from typing import Optional
 
 from bwtriton.ptx.ir import Instruction, Operand
 from bwtriton.ptx.smt import z3
-from bwtriton.ptx.values import ValueNumbering
+from bwtriton.ptx.thread_values import ThreadValueNumbering
 
 from .context import LD_SHAPE_COLS, Ctx, ld_shape_num
 from .dataflow import IMPRECISE, run_dataflow
 
 
-class _LaneNumbering(ValueNumbering):
+class _LaneNumbering(ThreadValueNumbering):
     """Value keys in which the TMEM base read back from the alloc slot and %warpid are leaves the translator
-    models (shfl.sync.idx of lane 0 is keyed by ValueNumbering itself); anything else unknown gives None."""
+    models (shfl.sync.idx of lane 0 is keyed by ValueNumbering itself, elect.sync by ThreadValueNumbering);
+    anything else unknown gives None."""
 
     def __init__(self, ctx: Ctx) -> None:
         super().__init__(ctx.func)
@@ -83,13 +84,15 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
     tr = ctx.facts_oracle.translator
     ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
 
-    def constraints(ins: Instruction) -> list:
+    def constraints(ins: Instruction, inside: bool = False) -> list:
+        """A thread of the CTA whose window leaves its quarter (`inside`: stays in it)."""
         key, offset, lanes = todo[ins.index]
         t = tr.tid()
         taddr = tr.term(key, 32) + offset
         lane = z3.LShR(taddr, 16)
         q = (z3.LShR(t, 5) & 3) * 32
-        extra = [z3.ULT(t, ntid), z3.Not(z3.And(z3.ULE(q, lane), z3.ULE(lane + lanes, q + 32)))]
+        within = z3.And(z3.ULE(q, lane), z3.ULE(lane + lanes, q + 32))
+        extra = [z3.ULT(t, ntid), within if inside else z3.Not(within)]
         for name in tr.names:
             if name[0].startswith("('tmem.base'"):
                 b = tr.names[name]
@@ -118,6 +121,9 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
             if model is not None:
                 tid = model.get(str(tr.tid()))
                 undecided = IMPRECISE in facts or any(f[0][0] == "reg" for f in facts)
+                if undecided and IMPRECISE not in facts and ctx.facts_oracle.unsat_with(
+                        facts, constraints(ins, inside=True)):
+                    undecided = False   # every thread the value facts allow leaves its quarter: whichever runs
                 who = f" (e.g. thread {tid}, warp {tid // 32})" if tid is not None else ""
                 ctx.add("lane-quarter", "P8", "warning" if undecided else "error", ins,
                         f"{ins.opcode} lane computed from the thread index leaves the warp's lane quarter{who}: "

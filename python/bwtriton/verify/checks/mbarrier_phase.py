@@ -92,6 +92,43 @@ def check_parity_alternates(ctx: Ctx) -> None:
                     f"this wait in a loop uses {what} on the same mbarrier every iteration: after the first "
                     "completion the wait falls through without waiting for the next phase; flip the parity each "
                     "time the barrier completes (phase = (iteration // stages) & 1, or phase ^= 1)")
+        _check_stage_rotation(ctx, waits, inits, body)
+
+
+def _stage_register(ctx: Ctx, op, body: frozenset, depth: int = 8) -> Optional[str]:
+    """A loop-carried stage register (bounded by `ptx.stages`, redefined in `body`) an address is computed from."""
+    stages = getattr(ctx.resolver, "stages", {})
+    if op is None or op.kind not in ("reg", "addr") or depth <= 0:
+        return None
+    if op.kind == "addr":
+        return _stage_register(ctx, op.base, body, depth)
+    if op.name in stages and any(d.block in body for d in ctx.func.definitions(op.name)):
+        hi = stages[op.name][1]
+        return op.name if hi >= 1 else None
+    defs = ctx.func.definitions(op.name)
+    if len(defs) != 1 or defs[0].opcode not in ("add", "shl", "mul", "or", "cvt", "mov", "mad"):
+        return None
+    return next((r for r in (_stage_register(ctx, o, body, depth - 1) for o in defs[0].operands[1:]) if r), None)
+
+
+def _check_stage_rotation(ctx: Ctx, waits: list, inits: list, body: frozenset) -> None:
+    """T6 for stage-indexed barriers (`bar + 8 * stage`): the stage wraps, so each barrier of the ring is waited
+    on again every S iterations; a parity that never changes in the loop then falls through on the second round."""
+    for w in waits:
+        if w.block not in body:
+            continue
+        stage = _stage_register(ctx, barrier_operand(w), body)
+        key = _parity_key(ctx, w, body) if stage is not None else None
+        if key is None:
+            continue
+        if any(i.block in body and same_address(ctx, barrier_operand(i), barrier_operand(w)) is not False
+               for i in inits):
+            continue  # the ring is re-initialised in the loop
+        what = f"the constant parity {key[1]}" if key[0] == "const" else "a parity that does not change in the loop"
+        ctx.add("mbarrier-parity-stuck", "T6", "error", w,
+                f"this wait's mbarrier rotates with the stage index {stage}, but it uses {what}: when the stage "
+                "wraps, the wait on a barrier that already completed that phase falls through; flip the phase "
+                "each time the stage index wraps (phase ^= (stage == 0))")
 
 
 def _arrival_weight(ctx: Ctx, ins: Instruction) -> Optional[int]:

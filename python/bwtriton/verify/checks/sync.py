@@ -162,8 +162,9 @@ def check_st_wait(ctx: Ctx) -> None:
 
 
 def check_accumulator_sync(ctx: Ctx) -> None:
-    """P11/P12: tcgen05.ld of an MMA result only after commit -> mbarrier wait; every MMA committed."""
-    mmas = ctx.func.find("tcgen05.mma")
+    """P11/P12: tcgen05.ld of an MMA (or tcgen05.shift) result only after commit -> mbarrier wait; every one
+    committed (both are tracked by tcgen05.commit: `completion.Mechanism.COMMIT`)."""
+    mmas = [i for i in ctx.func.instructions if i.opcode in ("tcgen05.mma", "tcgen05.shift")]
     if not mmas:
         return
     d_ref = {m.index: tmem_ref(ctx, m.operands[0]) for m in mmas}
@@ -187,7 +188,7 @@ def check_accumulator_sync(ctx: Ctx) -> None:
     # state: frozenset of (mma index, "U" uncommitted | "C" committed not yet waited | "X" committed and a wait on
     # another barrier passed, commit index | -1)
     def step(st, ins, emit):
-        if ins.opcode == "tcgen05.mma":
+        if ins.opcode in ("tcgen05.mma", "tcgen05.shift"):
             return frozenset(x for x in st if x[0] != ins.index) | {(ins.index, "U", -1)}
         if ins.opcode == "tcgen05.commit":
             return frozenset((x[0], "C", ins.index) if x[1] == "U" else x for x in st)
@@ -213,14 +214,15 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                         "X": f"committed, but the mbarrier waited on is not the one its tcgen05.commit (line "
                              f"{ctx.func.instructions[commit].line}) arrives on,"}[status]
                 mline = next(m.line for m in mmas if m.index == mi)
+                kind = "MMA" if ctx.func.instructions[mi].opcode == "tcgen05.mma" else "tcgen05.shift"
                 if overlap:
                     ctx.add("acc-read-unsynced", "P11", "error", ins,
-                            f"tcgen05.ld reads the accumulator of the MMA at line {mline}, which is {what} on some "
+                            f"tcgen05.ld reads the accumulator of the {kind} at line {mline}, which is {what} on some "
                             "path: issue tcgen05.commit to an mbarrier, wait on it, then "
                             "tcgen05.fence::after_thread_sync before reading", related=mline)
                 elif overlap is None:
                     ctx.add("acc-read-unsynced", "P11", "warning", ins,
-                            f"tcgen05.ld while the MMA at line {mline} is {what} (TMEM regions could not be "
+                            f"tcgen05.ld while the {kind} at line {mline} is {what} (TMEM regions could not be "
                             "compared statically)", related=mline)
         return st
 
@@ -228,8 +230,9 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         for mi, status, _ in sorted(st):
             if status == "U":
                 m = next(x for x in mmas if x.index == mi)
+                what = "MMA" if m.opcode == "tcgen05.mma" else m.opcode
                 ctx.add("mma-uncommitted", "P12", "warning", m,
-                        "this MMA can reach the kernel exit without a tcgen05.commit tracking it; nothing can "
+                        f"this {what} can reach the kernel exit without a tcgen05.commit tracking it; nothing can "
                         "wait for its completion")
 
     run_dataflow(ctx, frozenset(), step, union_states, on_exit)

@@ -3,7 +3,7 @@ no alloc after relinquish), P4/P8/P20 (tcgen05.ld/st shapes, lane quarters, colu
 from __future__ import annotations
 
 from .context import LD_SHAPE_COLS, Ctx, exact_operand, ld_shape_num, tmem_ref
-from .dataflow import run_dataflow, union_states
+from .dataflow import may_have_run, run_dataflow, union_states
 
 LEGAL_NCOLS = (32, 64, 128, 256, 512)
 
@@ -73,6 +73,8 @@ def check_alloc_lifetime(ctx: Ctx) -> None:
     def on_exit(st, block):
         for a in sorted(st[0]):
             ins = allocs_by_index[a]
+            if not may_have_run(ctx, ins):
+                continue   # the path's facts say this thread never allocated (e.g. not warp 0)
             ctx.add("dealloc-missing", "P4", "error", ins,
                     f"TMEM allocated here ({cols.get(a)} columns) can reach the kernel exit (line "
                     f"{block.instructions[-1].line if block.instructions else ctx.func.end_line}) without "
