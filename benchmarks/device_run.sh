@@ -14,14 +14,14 @@ PYTEST=(python -m pytest -q -m gpu -p no:cacheprovider)
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || true
 start=$(date +%s)
-timeout 240 "${PYTEST[@]}" tests/test_kernels_matmul.py >"$OUT_DIR/tests_matmul.log" 2>&1 &
-timeout 240 "${PYTEST[@]}" tests/test_kernels_blockscaled.py >"$OUT_DIR/tests_blockscaled.log" 2>&1 &
-timeout 240 "${PYTEST[@]}" tests/test_torch_ops.py tests/test_kernels_launcher.py tests/test_formats_cuda.py \
-    tests/test_gpu_examples.py >"$OUT_DIR/tests_other.log" 2>&1 &
+timeout 240 "${PYTEST[@]}" tests/kernels/test_kernels_matmul.py >"$OUT_DIR/tests_matmul.log" 2>&1 &
+timeout 240 "${PYTEST[@]}" tests/kernels/test_kernels_blockscaled.py >"$OUT_DIR/tests_blockscaled.log" 2>&1 &
+timeout 240 "${PYTEST[@]}" tests/kernels/test_torch_ops.py tests/kernels/test_kernels_launcher.py tests/formats/test_formats_cuda.py \
+    tests/examples/test_gpu_examples.py >"$OUT_DIR/tests_other.log" 2>&1 &
 # every other GPU-marked test of the suite (CLC fallback, pair-ctas, formats, tutorials ...)
-timeout 240 "${PYTEST[@]}" tests --ignore=tests/test_kernels_matmul.py --ignore=tests/test_kernels_blockscaled.py \
-    --ignore=tests/test_torch_ops.py --ignore=tests/test_kernels_launcher.py --ignore=tests/test_formats_cuda.py \
-    --ignore=tests/test_gpu_examples.py >"$OUT_DIR/tests_rest.log" 2>&1 &
+timeout 240 "${PYTEST[@]}" tests --ignore=tests/kernels/test_kernels_matmul.py --ignore=tests/kernels/test_kernels_blockscaled.py \
+    --ignore=tests/kernels/test_torch_ops.py --ignore=tests/kernels/test_kernels_launcher.py --ignore=tests/formats/test_formats_cuda.py \
+    --ignore=tests/examples/test_gpu_examples.py >"$OUT_DIR/tests_rest.log" 2>&1 &
 wait
 for log in "$OUT_DIR"/tests_*.log; do
     echo "== $log: $(tail -n 1 "$log")"

@@ -5,7 +5,7 @@ float64 reference on the emulated B200.
 At the tutorial's default K = 512 with 4 stages, Triton peels stages that never run (their TMAs sit under
 `mov.pred %p, 0`), and issues the scale copies under `(tid & 127) < 32` and the MMAs/commit under a branch on
 the shfl-broadcast warp index: both are needed to see that no refill races a tcgen05.cp
-(test_lit/verify_tcgen05/guards.ptx has the minimal forms).
+(test_lit/verify_tcgen05/guards_*.ptx have the minimal forms).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ arrangement Marlin / Machete use): a CTA owns BLOCK_N weight rows and BLOCK_M ac
 weight tile [BLOCK_N, BLOCK_K/2] and scales, dequantizes them in registers (`_common.dequant_nvfp4_bf16`, exact)
 into the MMA's *A* operand, and the small activation tile x^T [BLOCK_K, BLOCK_M] is the B operand in shared
 memory. On sm_90a `tl.dot` with a register A becomes `wgmma.mma_async` with A from registers (pinned by
-`tests/test_kernels_mixed_gemm.py` on the emitted PTX), so no MMA work is spent padding a small M up to 64 rows:
+`tests/kernels/test_kernels_mixed_gemm.py` on the emitted PTX), so no MMA work is spent padding a small M up to 64 rows:
 the wgmma N dimension (BLOCK_M) can be 16. Triton's software pipeline (num_stages) keeps the weight and x loads
 of the next K steps in flight (cp.async) while the current step decodes and multiplies.
 
