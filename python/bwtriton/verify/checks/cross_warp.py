@@ -275,7 +275,11 @@ def check_cross_warp(ctx: Ctx) -> None:
                                 "stage to the loader: the loader may refill the stage while it reads; issue every "
                                 "MMA of the stage before that commit")
                     elif ("unready", fam) in st:
-                        ctx.add("mma-data-unwaited", "P13", "error", ins,
+                        # a path that bypasses an existing blocking wait may be infeasible (a wait skipped
+                        # under the same condition that skips the TMAs): the dataflow cannot tell, so warn
+                        bypassed = any(reaches(ctx, w, ins) and not passes_at_once(ctx, w, False)
+                                       and any(may_same(w, ins_at[t]) for t in fam) for w in waits)
+                        ctx.add("mma-data-unwaited", "P13", "warning" if bypassed else "error", ins,
                                 f"this {op} reads shared memory a TMA fills (line {ins_at[min(fam)].line}) with no "
                                 "blocking wait on the mbarrier that TMA completes on since the stage was last "
                                 "released: wait on the stage's ready barrier (with the phase's parity) first",
