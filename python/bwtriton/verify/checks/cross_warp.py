@@ -31,7 +31,7 @@ from bwtriton.ptx.ir import Instruction, Operand
 from .async_copy import _WAITS, barrier_operand, is_tma_load, same_address
 from .context import LD_SHAPE_COLS, Ctx, ld_shape_num
 from .dataflow import may_have_run, run_dataflow, union_states
-from .mbarrier_phase import natural_loops
+from .mbarrier_phase import loop_body, natural_loops
 from .mma_operands import smem_reads
 
 _FIRST_PASS_DEPTH = 24
@@ -333,15 +333,7 @@ def _dispatch_back_edges(ctx: Ctx) -> frozenset:
     out = set()
     func = ctx.func
     for u, h in back_edges(func):
-        body, work = {h, u}, [u]
-        while work:
-            b = work.pop()
-            if b == h:
-                continue
-            for p in func.blocks[b].preds:
-                if p not in body:
-                    body.add(p)
-                    work.append(p)
+        body = loop_body(func, u, h)
         if any(i.opcode == "brx" for b in body for i in func.blocks[b].instructions):
             out.add((u, h))
     return frozenset(out)

@@ -22,19 +22,25 @@ from .context import Ctx, exact_operand
 _SPIN = ("mbarrier.try_wait", "mbarrier.test_wait", "bra")
 
 
+def loop_body(func: Function, u: int, h: int) -> set[int]:
+    """The blocks of the natural loop of back edge u -> h: h and every block reaching u without passing h."""
+    body, work = {h, u}, [u]
+    while work:
+        b = work.pop()
+        if b == h:
+            continue
+        for p in func.blocks[b].preds:
+            if p not in body:
+                body.add(p)
+                work.append(p)
+    return body
+
+
 def natural_loops(func: Function) -> list[tuple[tuple[int, int], frozenset]]:
     """(back edge, body blocks) of each natural loop; spin loops (only waits and branches) are left out."""
     out = []
     for u, h in back_edges(func):
-        body, work = {h, u}, [u]
-        while work:
-            b = work.pop()
-            if b == h:
-                continue
-            for p in func.blocks[b].preds:
-                if p not in body:
-                    body.add(p)
-                    work.append(p)
+        body = loop_body(func, u, h)
         kinds = {i.opcode for b in body for i in func.blocks[b].instructions}
         # brx (.idx): Triton's warp-specialization dispatch loop, which a warp goes round once per partition
         if kinds - set(_SPIN) and "brx" not in kinds:
