@@ -383,30 +383,8 @@ class Facts:
     def translator(self) -> Optional[_Translator]:
         return self._tr
 
-    def solve(self, facts: Iterable[Fact], extra: list) -> Optional[dict]:
-        """A model (as {name: value}) of the value facts plus z3 constraints `extra`, or None when unsat or
-        undecided. The caller builds `extra` with `translator`."""
-        if self._tr is None:
-            return None
-        solver = z3.Solver()
-        solver.set("timeout", _TIMEOUT_MS)
-        for key, val in facts:
-            if isinstance(key, tuple) and key[:1] in (("eq",), ("ge",)):
-                e = self._tr.fact(key, val)
-                if e is not None:
-                    solver.add(e)
-        for e in extra:
-            solver.add(e)
-        solver.add(*self._tr.size_bounds())
-        if solver.check() != z3.sat:
-            return None
-        m = solver.model()
-        return {str(d): m[d].as_long() for d in m.decls() if z3.is_bv_value(m[d])}
-
-    def unsat_with(self, facts: Iterable[Fact], extra: list) -> bool:
-        """True only when z3 proves the value facts plus `extra` unsatisfiable (a timeout is not a proof)."""
-        if self._tr is None:
-            return False
+    def _solver(self, facts: Iterable[Fact], extra: list) -> "z3.Solver":
+        """A z3 solver holding the value facts, the constraints `extra` and the size bounds."""
         solver = z3.Solver()
         solver.set("timeout", _TIMEOUT_MS)
         for key, val in facts:
@@ -416,7 +394,24 @@ class Facts:
                     solver.add(e)
         solver.add(*extra)
         solver.add(*self._tr.size_bounds())
-        return solver.check() == z3.unsat
+        return solver
+
+    def solve(self, facts: Iterable[Fact], extra: list) -> Optional[dict]:
+        """A model (as {name: value}) of the value facts plus z3 constraints `extra`, or None when unsat or
+        undecided. The caller builds `extra` with `translator`."""
+        if self._tr is None:
+            return None
+        solver = self._solver(facts, extra)
+        if solver.check() != z3.sat:
+            return None
+        m = solver.model()
+        return {str(d): m[d].as_long() for d in m.decls() if z3.is_bv_value(m[d])}
+
+    def unsat_with(self, facts: Iterable[Fact], extra: list) -> bool:
+        """True only when z3 proves the value facts plus `extra` unsatisfiable (a timeout is not a proof)."""
+        if self._tr is None:
+            return False
+        return self._solver(facts, extra).check() == z3.unsat
 
     def unsat(self, extra: list) -> bool:
         """True only when z3 proves the constraints `extra` (with the size assumptions) unsatisfiable; then no
