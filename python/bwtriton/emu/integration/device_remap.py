@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -32,7 +31,7 @@ import triton.testing
 from torch.overrides import TorchFunctionMode
 
 from ...errors import InputError
-from .properties import B200_PROPERTIES, DEVICE_NAMES
+from .properties import B200_MEMORY_BYTES, torch_device_properties
 
 #: environment variable that turns the remap off (the emulated driver then takes CPU tensors only)
 ENV_VAR = "BWTRITON_EMU_REMAP"
@@ -41,7 +40,6 @@ _MARK = "_bwtriton_emulated_cuda"
 #: what a marked tensor's `.device` answers
 EMULATED_DEVICE = torch.device("cuda", 0)
 #: HBM capacity of a B200, what memory queries report
-B200_MEMORY_BYTES = 192 * 2 ** 30
 _CPU = torch.device("cpu")
 
 
@@ -312,20 +310,10 @@ def _unsupported(what: str, fix: str) -> Callable[..., Any]:
 
 
 def _device_properties(target: Any) -> Callable[..., Any]:
-    p = B200_PROPERTIES
-    major, minor = divmod(target.capability, 10)
-
     def get_device_properties(device: Any = None) -> Any:
         if device is not None:
             _check_ordinal(device)
-        return SimpleNamespace(
-            name=DEVICE_NAMES[target.name], major=major, minor=minor,
-            multi_processor_count=p["multiprocessor_count"], total_memory=B200_MEMORY_BYTES,
-            shared_memory_per_block=48 * 1024, shared_memory_per_block_optin=p["max_shared_mem"],
-            shared_memory_per_multiprocessor=p["max_shared_mem_per_sm"], warp_size=p["warpSize"],
-            regs_per_multiprocessor=p["max_num_regs"], max_threads_per_multi_processor=2048,
-            L2_cache_size=126 * 2 ** 20, clock_rate=p["sm_clock_rate"], is_integrated=False,
-            gcnArchName="", uuid="bwtriton-emulated-b200")
+        return torch_device_properties(target)
     return get_device_properties
 
 

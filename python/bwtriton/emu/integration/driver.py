@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ...emulation import ENV_VAR, requested_emulation
@@ -19,7 +18,7 @@ from ...errors import InputError
 from ...targets import Target, get_target
 from . import device_remap
 from .launcher import EmulatedLauncher
-from .properties import B200_PROPERTIES, DEVICE_NAMES
+from .properties import B200_PROPERTIES, DEVICE_NAMES, torch_device_properties
 
 
 class EmulatedUtils:
@@ -172,20 +171,13 @@ def _cuda_answers(target: Target) -> dict[str, Callable]:
     "cuda", streams and events are the device remap's (device_remap.py)."""
     major, minor = divmod(target.capability, 10)
 
-    def get_device_properties(device: Any = None):
-        p = B200_PROPERTIES
-        return SimpleNamespace(name=DEVICE_NAMES[target.name], major=major, minor=minor,
-                               multi_processor_count=p["multiprocessor_count"], total_memory=192 * 2 ** 30,
-                               shared_memory_per_block_optin=p["max_shared_mem"],
-                               shared_memory_per_multiprocessor=p["max_shared_mem_per_sm"], warp_size=32)
-
     return {
         "is_available": lambda: True,
         "device_count": lambda: 1,
         "current_device": lambda: 0,
         "get_device_capability": lambda device=None: (major, minor),
         "get_device_name": lambda device=None: DEVICE_NAMES[target.name],
-        "get_device_properties": get_device_properties,
+        "get_device_properties": lambda device=None: torch_device_properties(target),
         "synchronize": lambda device=None: None,
         "set_device": lambda device: None,
         "empty_cache": lambda: None,
