@@ -236,20 +236,98 @@ def _signature(fmt: str, gated: bool) -> dict[str, str]:
             "expert_end": "*i32", "tile_expert": "*i32", "tile_row": "*i32", "w_data": "*u8",
             "w_scales": f"*{scale}", "w_global": "*fp32", "bias_ptr": "*fp32", "s_enc_ptr": "*fp32",
             "out_ptr": "*bf16" if gated else "*fp32", "N": "i32", "K": "i32", "K_A": "i32", "act_alpha": "fp32",
-            "act_limit": "fp32"}
+            "act_limit": "fp32", "num_rows": "i32", "split_blocks": "i32"}
 
 
 @pytest.mark.parametrize("fmt,gated,kind", [("nvfp4", True, "kind::mxf4nvf4.block_scale.scale_vec::4X"),
                                             ("mxfp4", False, "kind::mxf8f6f4.block_scale.scale_vec::1X")])
 def test_sm100a_block_scaled_mma_and_verifier_clean(fmt, gated, kind):
-    const = dict(FMT=fmt, PATH_SCALED=True, GATED=gated, HAS_BIAS=True, ACT="silu", BLOCK_M=128, BLOCK_N=64,
-                 BLOCK_K=128)
+    const = dict(FMT=fmt, PATH_SCALED=True, SWAP=False, GATED=gated, HAS_BIAS=True, ACT="silu", BLOCK_M=128,
+                 BLOCK_N=64, BLOCK_K=128)
     c = bwtriton.compile(moe.moe_gemm_kernel, signature=_signature(fmt, gated), constexprs=const, target="sm_100a",
                          num_warps=8)
     mmas = [line for line in c.asm["ptx"].splitlines() if "tcgen05.mma" in line]
     assert mmas and all(kind in line for line in mmas)
     verify = c.reports["verify-tcgen05"]
     assert verify["counts"]["error"] == 0 and not [f for f in verify["findings"] if f.get("severity") == "error"]
+
+
+# ------------------------------------------------------------------------------ shared memory, before launch
+
+#: Expert layers of the models the benchmark runs (E, k, hidden, intermediate): Mixtral 8x7B, gpt-oss-20b,
+#: Qwen1.5-MoE-A2.7B; token counts from decode to prefill.
+LAYERS = [(8, 2, 4096, 14336), (32, 4, 2880, 2880), (60, 4, 2048, 1408)]
+TOKENS = (1, 16, 64, 4096)
+TARGET_PATHS = (("sm_90a", "dequant", 132), ("sm_100a", "block_scaled", 148))
+
+
+def _picked_configs():
+    """Every (target, path, fmt, gated, config) the host side launches for the layers and token counts above."""
+    from bwtriton.targets import get_target
+    seen = {}
+    for target, path, sms in TARGET_PATHS:
+        limit = get_target(target).max_shared_bytes
+        for e, k, hidden, inter in LAYERS:
+            for t in TOKENS:
+                bm = moe.pick_block_m(t * k, e, path)
+                for fmt in ("nvfp4", "mxfp4"):
+                    for gated, n, kk in ((True, inter, hidden), (False, hidden, inter)):
+                        kk = -(-kk // moe.K_TILE) * moe.K_TILE
+                        cfg = moe.gemm_config(moe.max_tiles(t * k, e, bm), bm, n, kk, gated, path, sms)
+                        cfg = moe.fit_shared(cfg, fmt, path, gated, limit)
+                        key = (target, path, fmt, gated, dataclasses.replace(cfg, split_k=1))
+                        seen.setdefault(key, (t, cfg))
+    return seen
+
+
+def _tile_bytes(cfg, fmt: str, path: str, gated: bool) -> int:
+    """The pipelined operand bytes alone, from the tile sizes: a floor under any correct bound."""
+    w_cols = cfg.block_n * (2 if gated else 1)
+    per_stage = w_cols * cfg.block_k // 2 + w_cols * cfg.block_k // (16 if fmt == "nvfp4" else 32)
+    return cfg.num_stages * per_stage
+
+
+def test_every_launched_config_fits_shared_memory_of_sm90a_and_sm100a():
+    """Each config the host picks, compiled for its target on the CPU: the shared memory Triton allocates (its
+    own count, not ours) is within the target's limit and within `moe.shared_bytes`, the bound the host checks
+    before launching; and the bound is at least the pipelined weight tiles (stages x codes and scales)."""
+    from bwtriton.targets import get_target
+    configs = _picked_configs()
+    assert {key[0] for key in configs} == {"sm_90a", "sm_100a"} and len(configs) >= 8
+    for (target, path, fmt, gated, _), (t, cfg) in configs.items():
+        limit = get_target(target).max_shared_bytes
+        const = dict(FMT=fmt, PATH_SCALED=path == "block_scaled", SWAP=cfg.swap, GATED=gated, HAS_BIAS=True,
+                     ACT="silu", BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
+        c = bwtriton.compile(moe.moe_gemm_kernel, signature=_signature(fmt, gated), constexprs=const, target=target,
+                             num_warps=cfg.num_warps, num_stages=cfg.num_stages, check_limits=False)
+        need, bound = c.metadata["shared"], moe.shared_bytes(cfg, fmt, path, gated)
+        what = f"{target} {path} {fmt} {'gate_up' if gated else 'down'} T={t} {cfg}"
+        assert need <= limit, f"{what}: Triton allocates {need} B of shared memory, over the {limit} B limit"
+        assert _tile_bytes(cfg, fmt, path, gated) <= need <= bound, f"{what}: need {need} B, bound {bound} B"
+
+
+def test_routing_kernel_shared_memory_bound_and_fallback():
+    """The routing kernel's shared memory (Triton's count, sm_90a) is within `routing_kernel_shared_bytes`; a
+    prefill routing (4096 tokens, top-2 of 8: a 8192 x 16 table, 256 KiB by Triton's count) does not fit the
+    227 KiB of sm_90a, so plan_routing takes the torch ops for it, and decode routings fit."""
+    from bwtriton.targets import get_target
+    sig = {"idx_ptr": "*i64", "w_ptr": "*fp32", "sorted_token": "*i32", "sorted_weight": "*fp32",
+           "inverse": "*i64", "expert_end": "*i32", "tile_expert": "*i32", "tile_row": "*i32", "num_pairs": "i32",
+           "num_tiles": "i32"}
+    limit = get_target("sm_90a").max_shared_bytes
+    for pairs, experts in ((128, 8), (256, 60), (64, 128)):
+        block, eb = moe.routing_kernel_blocks(pairs, experts)
+        tb = max(16, triton_next_pow2(moe.max_tiles(pairs, experts, 16)))
+        c = bwtriton.compile(moe.routing_plan_kernel, signature=sig, target="sm_90a",
+                             constexprs=dict(TOP_K=2, E=experts, BLOCK=block, EB=eb, TB=tb, BLOCK_M=16),
+                             num_warps=8 if block * eb > 8192 else 4, check_limits=False)
+        assert c.metadata["shared"] <= moe.routing_kernel_shared_bytes(pairs, experts) <= limit
+    assert not moe.routing_kernel_fits(4096 * 2, 8, limit)
+    assert moe.routing_kernel_fits(64 * 2, 8, limit) and moe.routing_kernel_fits(64 * 4, 60, limit)
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
 
 
 # ----------------------------------------------------------------------------------------- emulated sm_100a
@@ -272,12 +350,20 @@ def test_emulated_block_scaled_moe_matches_float64(fmt, routing, bias, hidden, i
 
 @pytest.mark.emulated
 @pytest.mark.usefixtures("emulated_b200")
-def test_emulated_dequant_path_matches_float64(monkeypatch):
-    """The Hopper path's kernel (bf16 activations, in-register weight dequant, 16-row tiles, and the 32-column
-    blocks decode's down projection gets on a GPU) run on the emulated B200: the same Triton source as on the
-    H200, so its indexing and epilogue are checked without a GPU."""
-    monkeypatch.setattr(moe, "_block_n", lambda *args: 32)
-    x, idx, wts, w = _setup("mxfp4", "ragged", seed=4, bias=True, activation="swiglu_oai")
+@pytest.mark.parametrize("fmt,activation,inter,block_m,split", [("mxfp4", "swiglu_oai", 384, None, 2),
+                                                                 ("nvfp4", "silu", 512, None, 4),
+                                                                 ("mxfp4", "silu", 128, 64, 1)])
+def test_emulated_dequant_path_matches_float64(monkeypatch, fmt, activation, inter, block_m, split):
+    """The Hopper path's kernel run on the emulated B200 (the same Triton source as on the H200, so its indexing,
+    K slices and epilogue are checked without a GPU): decode tiles (16 rows, swapped: weight rows as the MMA's M)
+    with the down projection split along K (384 = 3 K steps over 2 slices: an uneven split; 512 over 4), and the
+    prefill tile (64 rows, unswapped)."""
+    if block_m is not None:
+        monkeypatch.setattr(moe, "pick_block_m", lambda *args: block_m)
+    x, idx, wts, w = _setup(fmt, "ragged", seed=4, bias=True, activation=activation, inter=inter)
+    plan = moe.plan_routing(idx, wts, E, moe.pick_block_m(idx.numel(), E, "dequant"))
+    down = moe.launch_config(x, plan, w, False, "dequant")
+    assert (down.swap, down.split_k) == (block_m is None, split)
     _assert_moe_matches(x, idx, wts, w, "dequant")
 
 

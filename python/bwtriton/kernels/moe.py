@@ -31,6 +31,7 @@ Two paths (`path`):
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,9 +40,11 @@ import triton
 import triton.language as tl
 
 from ..errors import InputError
-from ..language.quant import dequantize_mxfp4_tile, quantize_mxfp8_tile, quantize_nvfp4_tile
-from ._common import dequant_nvfp4_bf16, tcgen05_block_scaled
+from ..language.quant import quantize_mxfp8_tile, quantize_nvfp4_tile
+from ..targets import B200_SM_COUNT, get_target, max_shared_bytes, target_for_capability
+from ._common import _e2m1x4_to_bf16, dequant_nvfp4_bf16, tcgen05_block_scaled
 from ._launcher import CachedLauncher
+from .mixed_gemm import _mma_k_order
 
 __all__ = ["pad_k", "MoEWeights", "RoutingPlan", "route_topk", "plan_routing", "moe_gate_up", "moe_down", "unpermute",
            "moe_experts", "moe_experts_grouped_mm", "default_path", "ACTIVATIONS", "PATHS"]
@@ -145,29 +148,43 @@ def max_tiles(num_pairs: int, num_experts: int, block_m: int) -> int:
     return max(1, min(num_pairs, num_pairs // block_m + num_experts))
 
 
-#: Largest (pairs, experts) block, BLOCK * EB (both padded to powers of two), that the one-launch routing kernel
-#: builds its one-hot table for: 64 Ki int32 cells over 8 warps is ~64 registers per thread. Decode routings
-#: (T <= 64 tokens, k <= 8, E <= 128) fit; bigger ones use the torch ops, whose ~30 launches are noise next to a
-#: prefill GEMM but would cost more than the expert GEMMs themselves at decode.
-ROUTING_KERNEL_MAX_CELLS = 1 << 16
+def routing_kernel_blocks(num_pairs: int, num_experts: int) -> tuple[int, int]:
+    """(BLOCK, EB): the pairs and experts axes of `routing_plan_kernel`'s one-hot table, powers of two >= 16."""
+    return max(16, triton.next_power_of_2(max(1, num_pairs))), max(16, triton.next_power_of_2(num_experts))
+
+
+def routing_kernel_shared_bytes(num_pairs: int, num_experts: int) -> int:
+    """An upper bound on the routing kernel's shared memory: the column prefix sums and the reductions over the
+    [BLOCK, EB] int32 one-hot table (and the [TB <= BLOCK, EB] tile table) exchange at most the whole table
+    through shared memory, 4 bytes a cell (checked against Triton's allocation in the MoE tests)."""
+    block, eb = routing_kernel_blocks(num_pairs, num_experts)
+    return 4 * block * eb
+
+
+def routing_kernel_fits(num_pairs: int, num_experts: int, limit: int) -> bool:
+    """Whether the one-launch routing kernel fits `limit` bytes of shared memory (the target's). Decode routings
+    fit (64 tokens x top-8 over 64 experts: 128 KiB); prefill ones take the torch ops, whose ~30 launches are
+    noise next to a prefill GEMM but would cost more than the expert GEMMs themselves at decode."""
+    return routing_kernel_shared_bytes(num_pairs, num_experts) <= limit
 
 
 def plan_routing(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, num_experts: int, block_m: int, *,
                  method: str = "auto") -> RoutingPlan:
     """Sort the (token, expert) pairs by expert (stable) and build the tile table on the routing's device, with no
     host synchronisation (the plan's shapes depend only on T, k, E and block_m). method: 'torch' (torch ops),
-    'kernel' (one Triton launch, `routing_plan_kernel`) or 'auto' (the kernel on a GPU when the routing is small
-    enough, `ROUTING_KERNEL_MAX_CELLS`)."""
+    'kernel' (one Triton launch, `routing_plan_kernel`) or 'auto' (the kernel on a GPU when its table fits the
+    target's shared memory, `routing_kernel_fits`)."""
     if top_k_index.dim() != 2 or top_k_weights.shape != top_k_index.shape:
         raise InputError(f"moe routing: top_k_index and top_k_weights must both be [tokens, k], got "
                          f"{tuple(top_k_index.shape)} and {tuple(top_k_weights.shape)}")
     if method not in ("auto", "torch", "kernel"):
         raise InputError(f"plan_routing: method must be 'auto', 'torch' or 'kernel', got {method!r}")
-    fits = triton.next_power_of_2(max(1, top_k_index.numel())) * triton.next_power_of_2(num_experts) \
-        <= ROUTING_KERNEL_MAX_CELLS
+    limit = device_target(top_k_index.device).max_shared_bytes
+    fits = routing_kernel_fits(top_k_index.numel(), num_experts, limit)
     if method == "kernel" and not fits:
-        raise InputError(f"plan_routing: {top_k_index.numel()} pairs over {num_experts} experts exceed the routing "
-                         f"kernel's table ({ROUTING_KERNEL_MAX_CELLS} cells); use method='torch'")
+        raise InputError(f"plan_routing: {top_k_index.numel()} pairs over {num_experts} experts need "
+                         f"{routing_kernel_shared_bytes(top_k_index.numel(), num_experts)} bytes of shared memory "
+                         f"in the routing kernel, over the target's {limit}; use method='torch'")
     if method == "kernel" or (method == "auto" and fits and top_k_index.is_cuda):
         return _plan_kernel(top_k_index, top_k_weights, num_experts, block_m)
     return _plan_torch(top_k_index, top_k_weights, num_experts, block_m)
@@ -250,8 +267,7 @@ def _plan_kernel(top_k_index, top_k_weights, num_experts: int, block_m: int) -> 
                        inverse=torch.empty(pairs, dtype=torch.int64, device=device),
                        expert_end=torch.empty(num_experts, **i32), tile_expert=torch.empty(n_tiles, **i32),
                        tile_row=torch.empty(n_tiles, **i32), block_m=block_m, num_tokens=t, top_k=k)
-    block = max(16, triton.next_power_of_2(max(1, pairs)))
-    eb = max(16, triton.next_power_of_2(num_experts))
+    block, eb = routing_kernel_blocks(pairs, num_experts)
     tb = max(16, triton.next_power_of_2(n_tiles))
     _PLAN.launch(("plan", pairs, k, num_experts, block_m, idx.dtype, wts.dtype), (1,), device,
                  (idx, wts, plan.sorted_token, plan.sorted_weight, plan.inverse, plan.expert_end, plan.tile_expert,
@@ -262,8 +278,11 @@ def _plan_kernel(top_k_index, top_k_weights, num_experts: int, block_m: int) -> 
 
 
 def unpermute(y: torch.Tensor, plan: RoutingPlan, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """[T*k, H] rows in expert order -> [T, H]: each token's k (already weighted) expert outputs summed in fp32."""
-    return y[plan.inverse].view(plan.num_tokens, plan.top_k, -1).float().sum(1).to(dtype)
+    """[T*k, H] rows in expert order (or [S, T*k, H]: S partial sums of each row) -> [T, H]: each token's k
+    (already weighted) expert outputs summed in fp32."""
+    if y.dim() == 2:
+        return y[plan.inverse].view(plan.num_tokens, plan.top_k, -1).float().sum(1).to(dtype)
+    return y[:, plan.inverse].view(y.shape[0], plan.num_tokens, plan.top_k, -1).float().sum((0, 2)).to(dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- kernel
@@ -277,25 +296,59 @@ def _a_tile(a_ptr, a_rows, row_ok, stride_a, k0, K_A, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _w_dot(acc, a_q, a_s, a, w_data, w_scales, w_rows, k0, K, FMT: tl.constexpr, PATH_SCALED: tl.constexpr,
-           BLOCK_K: tl.constexpr):
-    """acc += A_tile @ W[w_rows, k0:k0+BLOCK_K]^T (W in its stored format)."""
+def dequant_mxfp4_bf16(packed, scales):
+    """uint8 [R, KH] (two E2M1 codes per byte, element 2i low) and uint8 UE8M0 scales [R, 2*KH//32] -> bf16
+    [R, 2*KH] equal to e2m1 * 2^(s-127) exactly for s <= 252 (above, the product overflows bf16 as it does fp32).
+    The scale's bf16 bits are s << 7 (bf16 has fp32's 8-bit exponent); s = 0 is 2^-127, the subnormal 0x0040.
+    The codes go through `_e2m1x4_to_bf16` (~4 instructions per weight) like NVFP4's."""
+    R: tl.constexpr = packed.shape[0]
+    KH: tl.constexpr = packed.shape[1]
+    e = scales.to(tl.int16)
+    bits = tl.where(e == 0, 0x40, e << 7).to(tl.int16)
+    s = bits.to(tl.bfloat16, bitcast=True)
+    s = tl.reshape(tl.broadcast_to(s[:, :, None], (R, KH // 16, 16)), (R, KH))  # one scale per byte (16 per block)
+    lo, hi = _e2m1x4_to_bf16(packed, s)
+    return tl.reshape(tl.join(lo, hi), (R, 2 * KH))
+
+
+@triton.jit
+def _w_tile(w_data, w_scales, w_rows, k0, K, FMT: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(codes uint8 [rows, BLOCK_K/2], block scales [rows, BLOCK_K/vec]) of W[w_rows, k0:k0+BLOCK_K]."""
     VEC: tl.constexpr = 16 if FMT == "nvfp4" else 32
     rkh = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     rkb = k0 // VEC + tl.arange(0, BLOCK_K // VEC)
     wq = tl.load(w_data + w_rows[:, None].to(tl.int64) * (K // 2) + rkh[None, :])
     ws = tl.load(w_scales + w_rows[:, None].to(tl.int64) * (K // VEC) + rkb[None, :])
+    return wq, ws
+
+
+@triton.jit
+def _w_bf16(wq, ws, FMT: tl.constexpr):
+    """The weight tile dequantized exactly to bf16 (e2m1 * block scale; the per-tensor scale is the epilogue's)."""
+    if FMT == "nvfp4":
+        wb = dequant_nvfp4_bf16(wq, ws)
+    else:
+        wb = dequant_mxfp4_bf16(wq, ws)
+    return wb
+
+
+@triton.jit
+def _w_dot(acc, a_q, a_s, a, w_data, w_scales, w_rows, k0, K, FMT: tl.constexpr, PATH_SCALED: tl.constexpr,
+           SWAP: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += A_tile @ W[w_rows, k0:k0+BLOCK_K]^T (W in its stored format); SWAP: acc^T += W_tile @ A_tile^T, the
+    dequantized weight as the MMA's register A operand (sm_90a: wgmma with A from registers) and the few token
+    rows as its N dimension, with K reordered in both operands (`mixed_gemm._mma_k_order`: vector fragment loads,
+    no product changes)."""
+    wq, ws = _w_tile(w_data, w_scales, w_rows, k0, K, FMT, BLOCK_K)
     if PATH_SCALED:
         if FMT == "nvfp4":
             acc = tl.dot_scaled(a_q, a_s, "e2m1", wq.T, ws, "e2m1", acc)
         else:
             acc = tl.dot_scaled(a_q, a_s, "e4m3", wq.T, ws, "e2m1", acc)
+    elif SWAP:
+        acc = tl.dot(_mma_k_order(_w_bf16(wq, ws, FMT)), tl.trans(_mma_k_order(a)), acc)
     else:
-        if FMT == "nvfp4":
-            wb = dequant_nvfp4_bf16(wq, ws)
-        else:
-            wb = dequantize_mxfp4_tile(wq, ws).to(tl.bfloat16)
-        acc = tl.dot(a, wb.T, acc)
+        acc = tl.dot(a, _w_bf16(wq, ws, FMT).T, acc)
     return acc
 
 
@@ -326,11 +379,13 @@ def _activation(g, u, ACT: tl.constexpr, alpha, limit):
 @triton.jit
 def moe_gemm_kernel(a_ptr, stride_a, sorted_token, sorted_weight, expert_end, tile_expert, tile_row,
                     w_data, w_scales, w_global, bias_ptr, s_enc_ptr, out_ptr, N, K, K_A, act_alpha, act_limit,
-                    FMT: tl.constexpr, PATH_SCALED: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One (tile, N block) of a grouped expert GEMM. GATED: gate/up, A = tokens (gathered through sorted_token),
-    weight [E, 2N, K], out = bf16 h [rows, N]. Otherwise down: A = rows of h, weight [E, N, K],
-    out = fp32 [rows, N] times the row's routing weight. K is the weights' padded width, K_A <= K the A width."""
+                    num_rows, split_blocks, FMT: tl.constexpr, PATH_SCALED: tl.constexpr, SWAP: tl.constexpr,
+                    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One (tile, N block, K slice) of a grouped expert GEMM. GATED: gate/up, A = tokens (gathered through
+    sorted_token), weight [E, 2N, K], out = bf16 h [rows, N]. Otherwise down: A = rows of h, weight [E, N, K],
+    out = fp32 [S, rows, N] (S = the grid's K slices of `split_blocks` BLOCK_K steps each; gate/up has one) times
+    the row's routing weight, the bias added by slice 0. K is the weights' padded width, K_A <= K the A width."""
     tile = tl.program_id(0)
     e = tl.load(tile_expert + tile)
     row0 = tl.load(tile_row + tile)
@@ -359,11 +414,19 @@ def moe_gemm_kernel(a_ptr, stride_a, sorted_token, sorted_weight, expert_end, ti
         if PATH_SCALED:
             if FMT == "nvfp4":
                 s_enc = tl.load(s_enc_ptr)
-        acc = tl.zeros((BLOCK_M, W_COLS), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        k_slice = tl.program_id(2)
+        k_lo = k_slice * split_blocks * BLOCK_K
+        k_hi = tl.minimum(k_lo + split_blocks * BLOCK_K, K)
+        if SWAP:
+            acc = tl.zeros((W_COLS, BLOCK_M), dtype=tl.float32)
+        else:
+            acc = tl.zeros((BLOCK_M, W_COLS), dtype=tl.float32)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             a = _a_tile(a_ptr, a_rows, row_ok, stride_a, k0, K_A, BLOCK_K)
             a_q, a_s = _quantize_a(a, s_enc, FMT, PATH_SCALED)
-            acc = _w_dot(acc, a_q, a_s, a, w_d, w_s, w_rows, k0, K, FMT, PATH_SCALED, BLOCK_K)
+            acc = _w_dot(acc, a_q, a_s, a, w_d, w_s, w_rows, k0, K, FMT, PATH_SCALED, SWAP, BLOCK_K)
+        if SWAP:
+            acc = tl.trans(acc)
         x_dec = 1.0
         if PATH_SCALED:
             if FMT == "nvfp4":
@@ -380,9 +443,10 @@ def moe_gemm_kernel(a_ptr, stride_a, sorted_token, sorted_weight, expert_end, ti
         else:
             y = acc * (tl.load(w_global + e) * x_dec)
             if HAS_BIAS:
-                y += tl.load(bias_ptr + e * N + n)[None, :]
+                y += tl.load(bias_ptr + e * N + n)[None, :] * (k_slice == 0).to(tl.float32)
             y = y * tl.load(sorted_weight + rows, mask=row_ok, other=0.0)[:, None]
-            tl.store(out_ptr + rows[:, None].to(tl.int64) * N + n[None, :], y, mask=row_ok[:, None])
+            out = out_ptr + k_slice.to(tl.int64) * num_rows * N
+            tl.store(out + rows[:, None].to(tl.int64) * N + n[None, :], y, mask=row_ok[:, None])
 
 
 _GEMM = CachedLauncher(moe_gemm_kernel)
@@ -395,27 +459,106 @@ def default_path(device: torch.device) -> str:
     return "block_scaled" if tcgen05_block_scaled(device) else "dequant"
 
 
+def device_target(device: torch.device):
+    """The `targets.Target` kernels on `device` compile for: the GPU's, or the emulated B200 (sm_100a) for CPU
+    tensors."""
+    if device.type == "cuda":
+        from ._device import device_capability  # CUDA-only query; CPU (emulated) launches never make it
+        return target_for_capability(device_capability(device))
+    return get_target("sm_100a")
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        from ._device import sm_count  # CUDA-only query, as above
+        return sm_count(device)
+    return B200_SM_COUNT
+
+
 def pick_block_m(num_pairs: int, num_experts: int, path: str) -> int:
     """Rows per tile: Triton 3.6 emits the block-scaled tcgen05 MMA only for 128-row tiles (at 64 it upcasts the
-    operands to bf16 and runs kind::f16), so the block-scaled path always takes 128; the bf16 mma path goes down
-    to 16 for decode, where an expert holds a handful of rows and a 128-row tile would be mostly padding."""
+    operands to bf16 and runs kind::f16), so the block-scaled path always takes 128. The dequant path takes at
+    least twice an expert's mean row count (16 .. 64), so that a ragged routing's busier experts still fit one
+    tile: each extra tile of an expert streams its whole weight again, which is what decode pays for."""
     per_expert = num_pairs / max(1, num_experts)
     if path == "block_scaled":
         return 128
-    return 16 if per_expert <= 16 else (32 if per_expert <= 32 else 64)
+    return 16 if per_expert <= 8 else (32 if per_expert <= 16 else 64)
 
 
-def _block_n(n: int, block_m: int, n_tiles: int, device: torch.device, path: str) -> int:
-    """Output columns per program. Decode's down projection has few tiles and a small N (the hidden size), so
-    BLOCK_N 64 would leave one program per SM streaming a long K with a handful of warps: halve it on the dequant
-    path when the grid would hold fewer than two programs per SM."""
-    if n % 128 == 0 and block_m >= 64:
-        return 128
-    if path == "dequant" and device.type == "cuda":
-        from ._device import sm_count  # CUDA-only fact; CPU (emulated) launches keep 64
-        if n_tiles * (n // 64) < 2 * sm_count(device):
-            return 32
-    return 64
+@dataclass(frozen=True)
+class GemmConfig:
+    """How one projection launches: tile (block_m token rows x block_n output features x block_k), pipeline depth,
+    warps, `swap` (dequant path: weight as the MMA's M side, tokens as its N side) and `split_k` K slices (down
+    projection only: the partial sums go to separate [S, rows, H] planes that `unpermute` adds)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_stages: int
+    num_warps: int
+    swap: bool = False
+    split_k: int = 1
+
+
+#: Most K slices the down projection is split into at decode.
+MAX_SPLIT_K = 8
+
+
+def gemm_config(num_tiles: int, block_m: int, n: int, k: int, gated: bool, path: str, num_sms: int) -> GemmConfig:
+    """The launch config of one projection (before `fit_shared`). Decode tiles (block_m <= 32) on the dequant
+    path are swapped, 4 stages deep, and the down projection is split along K until the grid has >= 2 CTAs per
+    SM (its N, the hidden size, gives few CTAs); the rest keeps 64/128-row tiles with 128-wide N blocks."""
+    if path == "dequant" and block_m <= 32:
+        block_n = 64 if gated or n % 128 else 128
+        split = 1
+        blocks = k // K_TILE
+        while not gated and num_tiles * (n // block_n) * split < 2 * num_sms and 2 * split <= min(MAX_SPLIT_K,
+                                                                                                   blocks):
+            split *= 2
+        return GemmConfig(block_m, block_n, K_TILE, 4, 4, swap=True, split_k=split)
+    block_n = 128 if n % 128 == 0 and block_m >= 64 else 64
+    return GemmConfig(block_m, block_n, K_TILE, 3, 4 if block_m <= 32 else 8)
+
+
+def shared_bytes(cfg: GemmConfig, fmt: str, path: str, gated: bool) -> int:
+    """An upper bound on the shared memory one CTA of `cfg` needs (Triton allocates the pipelined operands, the
+    MMA operand staging and the epilogue's layout conversion; `tests/kernels/test_kernels_moe.py` checks the bound
+    against what Triton reports for sm_90a and sm_100a): per stage the bf16 A tile, the weight codes (1/2 byte)
+    and block scales (1 byte per 16 or 32); plus the MMA operand that is not read from global memory as it is
+    (the dequantized bf16 weight, or on the swapped path the x^T tile; the quantized A and its scales on the
+    block-scaled path); the epilogue's fp32 tile reuses the ring's space after the K loop."""
+    w_cols = cfg.block_n * (2 if gated else 1)
+    vec = _FMT_VEC[fmt]
+    bm, bk = cfg.block_m, cfg.block_k
+    ring = cfg.num_stages * (bm * bk * 2 + w_cols * bk // 2 + w_cols * bk // vec)
+    if path == "block_scaled":
+        staging = bm * bk + bm * bk // 16
+    elif cfg.swap:
+        staging = bm * bk * 2
+    else:
+        staging = w_cols * bk * 2
+    return max(ring + staging, bm * w_cols * 4)
+
+
+def fit_shared(cfg: GemmConfig, fmt: str, path: str, gated: bool, limit: int) -> GemmConfig:
+    """`cfg` with as many pipeline stages (at most its own) as fit `limit` bytes of shared memory (the target's,
+    `targets.max_shared_bytes`), checked before the launch; an InputError when not even one stage fits."""
+    for stages in range(cfg.num_stages, 0, -1):
+        fitted = dataclasses.replace(cfg, num_stages=stages)
+        if shared_bytes(fitted, fmt, path, gated) <= limit:
+            return fitted
+    raise InputError(f"moe_experts: the {cfg.block_m}x{cfg.block_n}x{cfg.block_k} tile needs "
+                     f"{shared_bytes(dataclasses.replace(cfg, num_stages=1), fmt, path, gated)} bytes of shared memory "
+                     f"with one stage, over the target's {limit}; use a smaller hidden/intermediate block")
+
+
+def launch_config(a: torch.Tensor, plan: RoutingPlan, w: MoEWeights, gated: bool, path: str) -> GemmConfig:
+    """The config `_launch` runs for this projection on `a`'s device (its SM count and shared-memory limit)."""
+    n = w.intermediate if gated else w.hidden
+    k = 2 * (w.gate_up_data if gated else w.down_data).shape[-1]
+    cfg = gemm_config(plan.tile_expert.numel(), plan.block_m, n, k, gated, path, _num_sms(a.device))
+    return fit_shared(cfg, w.fmt, path, gated, device_target(a.device).max_shared_bytes)
 
 
 _UNUSED_SCALE: dict[torch.device, torch.Tensor] = {}
@@ -433,28 +576,29 @@ def _encode_scale(a: torch.Tensor, w: MoEWeights, path: str) -> torch.Tensor:
 
 
 def _launch(a: torch.Tensor, plan: RoutingPlan, w: MoEWeights, gated: bool, path: str) -> torch.Tensor:
+    """h [rows, I] bf16 (gated) or the down projection's fp32 partial sums [S, rows, H]."""
     n = w.intermediate if gated else w.hidden
     k_a = a.shape[1]
     data, scales, glob, bias = ((w.gate_up_data, w.gate_up_scales, w.gate_up_global, w.gate_up_bias) if gated
                                 else (w.down_data, w.down_scales, w.down_global, w.down_bias))
     rows = plan.sorted_token.numel()
-    out = torch.empty(rows, n, dtype=torch.bfloat16 if gated else torch.float32, device=a.device)
-    s_enc = _encode_scale(a, w, path)
-    block_m = plan.block_m
-    block_n = _block_n(n, block_m, plan.tile_expert.numel(), a.device, path)
+    cfg = launch_config(a, plan, w, gated, path)
     k = 2 * data.shape[-1]
-    block_k = 128
-    grid = (plan.tile_expert.numel(), n // block_n)
+    split_blocks = -(-(k // cfg.block_k) // cfg.split_k)
+    shape = (rows, n) if gated else (cfg.split_k, rows, n)
+    out = torch.empty(shape, dtype=torch.bfloat16 if gated else torch.float32, device=a.device)
+    s_enc = _encode_scale(a, w, path)
+    grid = (plan.tile_expert.numel(), n // cfg.block_n, cfg.split_k)
     scale_arg = scales if w.fmt == "nvfp4" else scales.view(torch.uint8)
     bias_arg = bias if bias is not None else glob
-    key = ("moe", w.fmt, path, gated, bias is not None, w.activation, n, k, k_a, a.stride(0), block_m, block_n)
+    key = ("moe", w.fmt, path, gated, bias is not None, w.activation, n, k, k_a, a.stride(0), rows, cfg)
     _GEMM.launch(key, grid, a.device,
                  (a, a.stride(0), plan.sorted_token, plan.sorted_weight, plan.expert_end, plan.tile_expert,
                   plan.tile_row, data, scale_arg, glob, bias_arg, s_enc, out, n, k, k_a, float(w.swiglu_alpha),
-                  float(w.swiglu_limit)),
-                 dict(FMT=w.fmt, PATH_SCALED=path == "block_scaled", GATED=gated, HAS_BIAS=bias is not None,
-                      ACT=w.activation, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                      num_warps=4 if block_m <= 32 else 8))
+                  float(w.swiglu_limit), rows, split_blocks),
+                 dict(FMT=w.fmt, PATH_SCALED=path == "block_scaled", SWAP=cfg.swap, GATED=gated,
+                      HAS_BIAS=bias is not None, ACT=w.activation, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                      BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages))
     return out
 
 
@@ -485,7 +629,8 @@ def moe_gate_up(x: torch.Tensor, plan: RoutingPlan, w: MoEWeights, path: str) ->
 
 def moe_down(h: torch.Tensor, plan: RoutingPlan, w: MoEWeights, path: str) -> torch.Tensor:
     """y [T*k, H] fp32 in expert order: (h_row @ down_e^T + bias_e) * routing weight of the row."""
-    return _launch(h, plan, w, False, path)
+    y = _launch(h, plan, w, False, path)
+    return y[0] if y.shape[0] == 1 else y.sum(0)
 
 
 def _bf16_weights(data: torch.Tensor, scales: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -545,4 +690,4 @@ def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch
     block_m = pick_block_m(top_k_index.numel(), w.num_experts, path)
     plan = plan_routing(top_k_index, top_k_weights, w.num_experts, block_m)
     h = moe_gate_up(x, plan, w, path)
-    return unpermute(moe_down(h, plan, w, path), plan, x.dtype)
+    return unpermute(_launch(h, plan, w, False, path), plan, x.dtype)
