@@ -12,7 +12,11 @@
    `bwtriton.models.quantize_`: prefill tokens/s (batch 1, 2048 tokens), decode tokens/s (batch 1, one token
    against a 1024-token static KV cache, CUDA graph replay), weight memory, peak memory, output relative error.
 
-Kernel times are CUDA-graph replays (`_timing.graph_ms`); a row whose operation cannot be captured says "eager".
+Kernel times are CUDA-graph replays (`_timing.graph_ms`); the per-expert loop syncs with the host (torch.where),
+so it is timed eagerly without a capture attempt ("eager"). A capture that fails inside torch leaves the default
+CUDA generator in capture mode (torch's CUDAGraph::capture_end throws at cudaStreamEndCapture before the
+generator's capture epilogue), and every later CUDA RNG call then raises "Offset increment outside graph capture
+encountered unexpectedly"; `_reset_generator_capture_state` runs one trivial capture after any failed one.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
+import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import graph_ms  # noqa: E402
@@ -105,7 +110,7 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
         row: dict[str, Any] = {"shape": cfg["name"], "tokens": t, "experts": e, "top_k": k, "hidden": h, "inter": i}
         with torch.no_grad():
             base = ref._loop(x, idx, wts)
-            _timed(row, "bf16_loop", lambda: ref._loop(x, idx, wts))
+            _timed(row, "bf16_loop", lambda: ref._loop(x, idx, wts), syncs=True)
             _timed(row, "bf16_grouped_mm", lambda: ref._grouped(x, idx, wts))
             for fmt, mod in ours.items():
                 if _timed(row, fmt, lambda m=mod: m(x, idx, wts)):
@@ -122,15 +127,38 @@ def moe_rows(cfg: dict, tokens: list[int]) -> list[dict]:
     return rows
 
 
-def _timed(row: dict, name: str, fn: Callable[[], Any]) -> bool:
-    """row[name_ms], row[name_timer] = graph-replay time of fn; on failure row[name_error] and False, so one
-    failing variant (e.g. a torch without `_grouped_mm` for these shapes) leaves the others' numbers."""
+def _reset_generator_capture_state() -> None:
+    """One successful capture (a one-element add): its capture epilogue takes the default CUDA generator out of
+    the capture mode a failed capture left it in (see the module docstring)."""
+    torch.cuda.synchronize()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    cell = torch.zeros(1, device="cuda")
+    with torch.cuda.graph(graph, stream=stream):
+        cell.add_(1)
+    torch.cuda.synchronize()
+
+
+def _replay_ms(fn: Callable[[], Any], target_ms: float) -> tuple[float, str]:
+    """`graph_ms` of fn, and the generator reset when its capture failed (timer "eager")."""
+    ms, timer = graph_ms([fn], target_ms=target_ms, replays=3)
+    if timer != "graph":
+        _reset_generator_capture_state()
+    return ms, timer
+
+
+def _timed(row: dict, name: str, fn: Callable[[], Any], *, syncs: bool = False) -> bool:
+    """row[name_ms], row[name_timer] = graph-replay time of fn (`syncs`: an operation that syncs with the host,
+    timed eagerly); on failure row[name_error] and False, so one failing variant leaves the others' numbers."""
     try:
-        row[f"{name}_ms"], row[f"{name}_timer"] = graph_ms([fn], target_ms=20.0, replays=3)
+        if syncs:
+            row[f"{name}_ms"], row[f"{name}_timer"] = float(triton.testing.do_bench(fn, warmup=5, rep=40)), "eager"
+        else:
+            row[f"{name}_ms"], row[f"{name}_timer"] = _replay_ms(fn, 20.0)
         return True
     except Exception as exc:  # noqa: BLE001 - recorded in the table instead
         row[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         torch.cuda.synchronize()
+        _reset_generator_capture_state()
         return False
 
 
@@ -234,14 +262,14 @@ def model_rows(cfg: dict, prefill_tokens: int = 2048, context: int = 1024) -> li
 
 def _model_row(cfg, name, model, x_pre, x_dec, caches, ref_pre, ref_dec) -> dict:
     out_pre, out_dec = model(x_pre), model(x_dec, caches)  # also tunes the kernels outside capture
-    torch.cuda.synchronize()
+    _reset_generator_capture_state()  # in case a tuner's own timing capture failed
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     model(x_pre)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
-    pre_ms, pre_timer = graph_ms([lambda: model(x_pre)], target_ms=30.0, replays=3)
-    dec_ms, dec_timer = graph_ms([lambda: model(x_dec, caches)], target_ms=30.0, replays=3)
+    pre_ms, pre_timer = _replay_ms(lambda: model(x_pre), 30.0)
+    dec_ms, dec_timer = _replay_ms(lambda: model(x_dec, caches), 30.0)
     return {"model": cfg["name"], "variant": name, "layers": cfg["layers"], "weights_MB": _bytes(model) / 1e6,
             "peak_MB": peak / 1e6, "activation_peak_MB": (peak - base) / 1e6,
             "prefill_tokens": x_pre.shape[1], "prefill_ms": pre_ms, "prefill_tok_s": x_pre.shape[1] / pre_ms * 1e3,
@@ -275,7 +303,8 @@ def markdown(result: dict) -> str:
                   ("x", "prefill_speedup", ".2f"), ("decode tok/s", "decode_tok_s", ".0f"),
                   ("x", "decode_speedup", ".2f"), ("weights MB", "weights_MB", ".0f"),
                   ("weights x", "weight_ratio", ".2f"), ("peak MB", "peak_MB", ".0f"),
-                  ("prefill rel err", "prefill_rel_err", ".3f"), ("decode rel err", "decode_rel_err", ".3f")]
+                  ("prefill rel err", "prefill_rel_err", ".3f"), ("decode rel err", "decode_rel_err", ".3f"),
+                  ("prefill timer", "prefill_timer", ""), ("decode timer", "decode_timer", "")]
     out = f"# bwtriton models benchmark\n\n{result['device']}, torch {result['torch']}, {result['elapsed_s']:.0f} s\n\n"
     out += "## MoE layer (experts only; ms per layer)\n\n" + _md_table(result["moe"], moe_cols)
     out += "\n## Whole model (batch 1)\n\n" + _md_table(result["models"], model_cols)
@@ -297,6 +326,7 @@ MODELS = [dict(name="llama-8b-like", layers=4, hidden=4096, heads=32, kv_heads=8
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench_models")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds after which later jobs are skipped")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -307,8 +337,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     moe_jobs = [("moe", lambda c=c: moe_rows(c, [1, 16, 64, 4096])) for c in MOE_SHAPES]
     jobs = moe_jobs[:1] + [("models", lambda c=c: model_rows(c)) for c in MODELS] + moe_jobs[1:]
     for section, job in jobs:
-        if time.time() - start > BUDGET_S:
-            result["errors"].append(f"skipped a {section} job: time budget {BUDGET_S:.0f} s spent")
+        if time.time() - start > args.budget:
+            result["errors"].append(f"skipped a {section} job: time budget {args.budget:.0f} s spent")
             continue
         try:
             result[section] += job()
