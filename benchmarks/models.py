@@ -346,11 +346,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             result["errors"].append(f"{section}: {type(exc).__name__}: {str(exc)[:300]}")
             print("ERROR", result["errors"][-1], flush=True)
         torch.cuda.empty_cache()
+        _write(out, result, start)  # after every job: a run cut short by a timeout keeps what it measured
+    print(markdown(result))
+    return 0
+
+
+def _write(out: Path, result: dict, start: float) -> None:
     result["elapsed_s"] = time.time() - start
     (out / "models.json").write_text(json.dumps(result, indent=1))
     (out / "models.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
 
 
 if __name__ == "__main__":
