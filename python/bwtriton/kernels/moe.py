@@ -23,11 +23,14 @@ Two paths (`path`):
   sm_100a runs as tcgen05 block-scaled MMAs (kind::mxf4nvf4 / kind::mxf8f6f4).
 * 'dequant' (Hopper and others): A stays bf16, the weight tile is dequantized exactly to bf16 in registers
   (e2m1 * block scale fits bf16; NVFP4's per-tensor scale goes on the fp32 accumulator) and `tl.dot` runs on the
-  bf16 tensor cores.
+  bf16 tensor cores. Decode tiles are swapped (the weight as the MMA's register A operand, the tokens as its N
+  side) and the down projection is split along K into partial-sum planes (`gemm_config`).
 * 'grouped_mm' (a prefill option where torch has `torch._grouped_mm`): the whole layer's weights dequantized
   exactly to bf16 once per call (transient memory: the bf16 weight size), then torch's bf16 grouped GEMM on the
   expert-sorted rows; per-expert scales, biases, activation and routing weights applied in torch. The dequant
   costs O(weights) against the GEMM's O(T k weights), so it only pays with many rows per expert.
+
+Every launch is checked against the target's shared memory first (`fit_shared`, `routing_kernel_fits`).
 """
 from __future__ import annotations
 
