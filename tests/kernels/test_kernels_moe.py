@@ -367,6 +367,34 @@ def test_emulated_dequant_path_matches_float64(monkeypatch, fmt, activation, int
     _assert_moe_matches(x, idx, wts, w, "dequant")
 
 
+@pytest.mark.emulated
+@pytest.mark.usefixtures("emulated_b200")
+def test_emulated_mxfp4_dequant_is_exact_for_every_code_and_scale():
+    """`dequant_mxfp4_bf16` (the UE8M0 scale as bf16 bits) against `QuantizedTensor.dequantize`, bit for bit: every
+    byte value (both nibbles, signs, zero codes) and every scale exponent 0 .. 252 (0 is the subnormal 2^-127;
+    252 puts e2m1's largest value, 6, at 1.5 * 2^127, the top of bf16's range)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def dequant_kernel(p_ptr, s_ptr, o_ptr, R: tl.constexpr, KH: tl.constexpr):
+        r = tl.arange(0, R)
+        packed = tl.load(p_ptr + r[:, None] * KH + tl.arange(0, KH)[None, :])
+        scales = tl.load(s_ptr + r[:, None] * (KH // 16) + tl.arange(0, KH // 16)[None, :])
+        out = moe.dequant_mxfp4_bf16(packed, scales)
+        tl.store(o_ptr + r[:, None] * (2 * KH) + tl.arange(0, 2 * KH)[None, :], out)
+
+    rows, kh = 256, 32
+    packed = ((torch.arange(rows)[:, None] * 7 + torch.arange(kh)[None, :] * 37) % 256).to(torch.uint8)
+    scales = torch.stack((torch.arange(rows) % 253, (torch.arange(rows) * 11 + 5) % 253), 1).to(torch.uint8)
+    assert set(scales.reshape(-1).tolist()) == set(range(253))
+    out = torch.empty(rows, 2 * kh, dtype=torch.bfloat16)
+    dequant_kernel[(1,)](packed, scales, out, R=rows, KH=kh)
+    ref = QuantizedTensor(data=packed, scales=scales.view(torch.float8_e8m0fnu), scale_layout="plain",
+                          global_scale=None, format="mxfp4", shape=(rows, 2 * kh)).dequantize(torch.float32)
+    assert torch.equal(out.view(torch.int16), ref.to(torch.bfloat16).view(torch.int16))
+
+
 # ------------------------------------------------------------------------------------------------------ GPU
 
 def _cuda(x, idx, wts, w):
