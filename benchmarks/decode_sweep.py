@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 #: (TILES_PER_THREAD, CHUNKS_PER_STEP, num_warps) of the fragw grid; splits 1 .. 16 each.
-FRAGW_GRID = ((1, 2, 4), (2, 2, 4), (1, 2, 8), (1, 1, 4), (1, 4, 4))
-FRAGW_SPLITS = (1, 2, 4, 8, 16)
+FRAGW_GRID = ((1, 2, 4), (2, 2, 4), (1, 2, 8), (1, 4, 4))
+FRAGW_SPLITS = (2, 4, 8, 16)
 
 
 def _states(m: int, n: int, k: int) -> list[dict]:
@@ -39,11 +39,11 @@ def _states(m: int, n: int, k: int) -> list[dict]:
     return out
 
 
-def _configs(m: int, n: int, k: int, num_sms: int, grid: bool) -> list[dict]:
-    dec = __import__("bwtriton.kernels.decode", fromlist=["x"])
-    wide = dec._wide
-    cands = dec.decode_candidates(m, n, k, num_sms)
-    if grid and m <= wide.WIDE_MAX_M:
+def _configs(m: int, n: int, k: int) -> list[dict]:
+    """The fragw grid at this shape."""
+    wide = __import__("bwtriton.kernels.decode", fromlist=["x"])._wide
+    cands = []
+    if m <= wide.WIDE_MAX_M:
         for t, c, w in FRAGW_GRID:
             for s in FRAGW_SPLITS:
                 cfg = wide.wide_candidate(m, n, k, t, c, w, s)
@@ -64,7 +64,7 @@ def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True) -> dic
     peer_ms, _ = graph_ms([lambda s=s: F.linear(s["x"], s["w_bf16"]) for s in states], target_ms=rep_ms)
     rows = []
     ref = F.linear(states[0]["x"].double(), states[0]["w_q"].dequantize(torch.float64))
-    for cfg in _configs(m, n, k, num_sms, grid):
+    for cfg in _configs(m, n, k) if grid else []:
         label = dec.config_label(cfg)
         try:
             out = dec.nvfp4_decode_matmul(states[0]["x"], states[0]["w_q"], config=cfg)
@@ -74,11 +74,16 @@ def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True) -> dic
             rows.append({"config": label, "cfg": cfg, "us": 1e3 * ms, "ratio": peer_ms / ms, "err": err, "timer": timer})
         except Exception as exc:  # noqa: BLE001 - one failing config must not end the sweep
             rows.append({"config": label, "error": f"{type(exc).__name__}: {exc}"[:200]})
+    if grid:  # the tuner's own candidates are the 't' jobs
+        return {"m": m, "n": n, "k": k, "cublas_us": 1e3 * peer_ms, "rows": rows, "auto_us": float("nan"),
+                "auto_ratio": float("nan"), "auto_config": None, "tuning": {}}
     auto_ms, _ = graph_ms([lambda s=s: dec.nvfp4_decode_matmul(s["x"], s["w_q"]) for s in states],
                           target_ms=rep_ms)
     tuned = dec.tuned_decode_config(m, n, k, device_index=torch.cuda.current_device())
+    log = next((t for key, t in dec.TUNING_LOG.items() if key[1:4] == (m, n, k)), {})
     return {"m": m, "n": n, "k": k, "cublas_us": 1e3 * peer_ms, "rows": rows, "auto_us": 1e3 * auto_ms,
-            "auto_ratio": peer_ms / auto_ms, "auto_config": dec.config_label(tuned) if tuned else None}
+            "auto_ratio": peer_ms / auto_ms, "auto_config": dec.config_label(tuned) if tuned else None,
+            "tuning": log}
 
 
 def linear_shape(m: int, n: int, k: int, rep_ms: float) -> dict:
@@ -113,6 +118,10 @@ def markdown(decode_rows: list[dict], linear_rows: list[dict]) -> str:
         for x in r["rows"]:
             if "error" in x:
                 out.append(f"| {x['config']} | ERROR | | {x['error'][:90]} |")
+        if r.get("tuning"):
+            out.append("")
+            out.append("tuner (one weight copy, L2-warm): " + ", ".join(
+                f"{name} {us:.1f}" for name, us in sorted(r["tuning"].items(), key=lambda kv: kv[1])[:8]))
         out.append("")
     out += ["### W4A4 nvfp4_linear (auto form, calibrated x scale)", "", "| M | N | K | us ours | us cuBLAS | ratio |"
             " tuner's best form |", "|---|---|---|---|---|---|---|"]
@@ -126,8 +135,8 @@ def markdown(decode_rows: list[dict], linear_rows: list[dict]) -> str:
 def main(argv: "list[str] | None" = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
-    p.add_argument("--jobs", default="g8192x8192:64,128 g4096x4096:64,128 t8192x8192:16 t7168x16384:64 "
-                                     "t4096x7168:64 t7168x2048:16,64 t28672x4096:64 l4096x4096:16,64 l8192x8192:64")
+    p.add_argument("--jobs", default="g8192x8192:64,128 g4096x4096:64 t8192x8192:64 t7168x2048:16 "
+                                     "l4096x4096:16,64 t28672x4096:64 g4096x7168:64 t8192x8192:128")
     p.add_argument("--rep-ms", type=float, default=10.0)
     p.add_argument("--budget-s", type=float, default=240.0, help="stop starting new shapes after this long")
     args = p.parse_args(argv)

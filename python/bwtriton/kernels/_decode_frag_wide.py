@@ -229,7 +229,7 @@ def wide_args(x64: torch.Tensor, fw, out: torch.Tensor, alpha: torch.Tensor, bia
               device: torch.device) -> tuple:
     """The kernel's positional arguments (the order of `nvfp4_frag_wide_kernel`)."""
     n, k = fw.shape
-    return (x64, fw.words.view(torch.int64), fw.scales.view(torch.int32), out, alpha, bias, lane_tables(device),
+    return (x64, fw.words64, fw.scales32, out, alpha, bias, lane_tables(device),
             x64.shape[0], n, k, x64.stride(0), out.stride(0), split)
 
 
