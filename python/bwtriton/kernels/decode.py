@@ -502,16 +502,26 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
                                                     out_dtype)
     grid = (n // _block_n(cfg), split, 1)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
+    tables = (_frag.lane_tables if path == "frag" else _wide.lane_tables)(device)
+    # On the GPU the compiled launcher reads only x.data_ptr(), so x goes in as is where its int64 view would be
+    # plain (row stride a multiple of 4 elements; the plan key fixes the stride and 16-byte alignment): one torch
+    # view op less per call. The emulator's launcher checks dtypes, so it gets the view.
+    raw_x = device.type == "cuda"
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         w_data, w_scales = data_ref(), scales_ref()
         out = alloc((m, n), dtype=buf_dtype, device=device)
         b = out if bias is None else bias
         if path in ("frag", "fragw"):
-            x64 = view_as_words(x, torch.int64)
             fw = _frag.frag_weight_of(w_data, w_scales, layout, shape)  # a lookup; a repack after in-place edits
-            make_args = _frag.frag_args if path == "frag" else _wide.wide_args
-            run_entry(entry, grid, device, make_args(x64, fw, out, alpha, b, split, device))
+            sx = x.stride(0)
+            if raw_x and sx % 4 == 0 and x.stride(1) == 1:
+                xw, sxw = x, sx // 4
+            else:
+                xw = view_as_words(x, torch.int64)
+                sxw = xw.stride(0)
+            run_entry(entry, grid, device, (xw, fw.words64, fw.scales32, out, alpha, b, tables, m, n, k, sxw, n,
+                                            split))
         elif path == "gemv":
             xp = view_as_words(x, torch.int32)
             run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, xp.stride(0), w_stride, n))
