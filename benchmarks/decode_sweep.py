@@ -3,8 +3,9 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 
     PYTHONPATH=python python benchmarks/decode_sweep.py --out DIR [--jobs "g8192x8192:64,128 t4096x7168:16 l4096x4096:1"]
 
-A job is NxK:M,M.. with a prefix: g = every config the decode tuner would try plus a grid of the scaled-weight
-frag kernel ('fragw': tiles per thread x chunks per step x warps x split), t = the tuner's configs only, l = the
+A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
+per step x warps x split), w = a grid of mixed-input wgmma configs, t = the auto path (the tuner's configs, its
+log beside), l = the
 W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio against F.linear. The tuner's own choice (timed on one
 weight copy, L2-warm) is shown beside the rotated-weight best.
 """
@@ -52,7 +53,23 @@ def _configs(m: int, n: int, k: int) -> list[dict]:
     return cands
 
 
-def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True) -> dict:
+#: (BLOCK_N, BLOCK_K, num_warps, num_stages, BLOCK_M or None, split_div) of the wgmma grid ('w' jobs): smaller
+#: tiles (more CTAs per SM, so that one CTA's decode overlaps another's MMAs), deeper rings, wider tiles.
+WGMMA_GRID = ((64, 64, 4, 4, None, 1), (128, 64, 8, 5, None, 1), (128, 64, 8, 3, None, 2), (256, 64, 8, 3, None, 1),
+              (128, 64, 8, 4, 64, 1), (64, 128, 4, 4, None, 1))
+
+
+def _wgmma_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
+    mixed = __import__("bwtriton.kernels.mixed_gemm", fromlist=["x"])
+    cands = []
+    for bn, bk, w, st, bm, div in WGMMA_GRID:
+        cfg = mixed.mixed_config(m, n, k, bn, bk, w, st, num_sms=num_sms, block_m=bm, split_div=div)
+        if cfg is not None and cfg not in cands:
+            cands.append(cfg)
+    return cands
+
+
+def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True, kind: str = "g") -> dict:
     """Times of every config and of cuBLAS at one shape."""
     import torch
     import torch.nn.functional as F
@@ -64,7 +81,8 @@ def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True) -> dic
     peer_ms, _ = graph_ms([lambda s=s: F.linear(s["x"], s["w_bf16"]) for s in states], target_ms=rep_ms)
     rows = []
     ref = F.linear(states[0]["x"].double(), states[0]["w_q"].dequantize(torch.float64))
-    for cfg in _configs(m, n, k) if grid else []:
+    configs = _configs(m, n, k) if kind == "g" else _wgmma_configs(m, n, k, num_sms) if kind == "w" else []
+    for cfg in configs:
         label = dec.config_label(cfg)
         try:
             out = dec.nvfp4_decode_matmul(states[0]["x"], states[0]["w_q"], config=cfg)
@@ -160,7 +178,7 @@ def main(argv: "list[str] | None" = None) -> int:
         if kind == "l":
             linear_rows.append(linear_shape(m, n, k, args.rep_ms))
         else:
-            decode_rows.append(sweep_shape(m, n, k, args.rep_ms, grid=kind == "g"))
+            decode_rows.append(sweep_shape(m, n, k, args.rep_ms, grid=kind in "gw", kind=kind))
         torch.cuda.empty_cache()
         print(f"[{time.time() - t0:6.1f}s] {kind} M={m} N={n} K={k} done", flush=True)
         (out / "sweep.md").write_text(markdown(decode_rows, linear_rows))

@@ -314,8 +314,11 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     # (N = K = 8192: 15.2 against 31.8 us at M = 1, 23.0 against 33.8 us at M = 16)
     mixed = _mixed.mixed_candidates(m, n, k, num_sms) if m > _frag.FRAG_MAX_M else []
     frag_on = os.environ.get("BWTRITON_DECODE_FRAG") != "0"
-    # the scaled-weight frag kernel: from M = 8 up (below, the frag kernel's post-MMA scaling costs no more)
-    wide = _wide.wide_candidates(m, n, k) if frag_on and 8 <= m <= _wide.WIDE_MAX_M else []
+    # the scaled-weight frag kernel, tuned only on request (BWTRITON_DECODE_FRAGW=1): on the H200 it never won
+    # (N = K = 8192: 58 against 49 us for wgmma at M = 64, 104 against 85 at M = 128, a tie with frag at M = 16;
+    # docs/nvfp4_hopper.md), and each candidate is a compile on a shape's first call
+    wide_on = frag_on and os.environ.get("BWTRITON_DECODE_FRAGW") == "1"
+    wide = _wide.wide_candidates(m, n, k) if wide_on and 8 <= m <= _wide.WIDE_MAX_M else []
     if m > MAX_DECODE_M:
         mixed = wide + mixed
     if m >= DEQUANT_GEMM_MIN_M:
@@ -503,9 +506,10 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     grid = (n // _block_n(cfg), split, 1)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
     tables = (_frag.lane_tables if path == "frag" else _wide.lane_tables)(device)
-    # On the GPU the compiled launcher reads only x.data_ptr(), so x goes in as is where its int64 view would be
-    # plain (row stride a multiple of 4 elements; the plan key fixes the stride and 16-byte alignment): one torch
-    # view op less per call. The emulator's launcher checks dtypes, so it gets the view.
+    # On the GPU the compiled launcher reads only x.data_ptr(), so x goes in as is where its int32 / int64 view
+    # would be plain (row stride a multiple of 2 / 4 elements; the plan key fixes the stride and 16-byte
+    # alignment): one torch view op (2-3 us on the H200's host) less per call. The emulator's launcher checks
+    # dtypes, so it gets the view.
     raw_x = device.type == "cuda"
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
@@ -523,8 +527,13 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
             run_entry(entry, grid, device, (xw, fw.words64, fw.scales32, out, alpha, b, tables, m, n, k, sxw, n,
                                             split))
         elif path == "gemv":
-            xp = view_as_words(x, torch.int32)
-            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, xp.stride(0), w_stride, n))
+            sx = x.stride(0)
+            if raw_x and sx % 2 == 0 and x.stride(1) == 1:
+                xp, sxp = x, sx // 2
+            else:
+                xp = view_as_words(x, torch.int32)
+                sxp = xp.stride(0)
+            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, sxp, w_stride, n))
         else:
             run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, b, m, n, k, x.stride(0), n))
         return out.to(out_dtype) if split > 1 else out
