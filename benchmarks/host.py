@@ -31,6 +31,9 @@ def _cases() -> list[tuple[str, Callable, str, Callable]]:
     x16 = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
     a_q = quantize_nvfp4(torch.randn(128, 256, device="cuda"))
     gs = float(x16.float().abs().max()) / 2688
+    from bwtriton.nn import NVFP4Linear
+    dense = torch.nn.Linear(256, 256, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    layer = NVFP4Linear.from_linear(dense, x_global_scale=gs)
     return [
         ("matmul bf16 128^3", lambda: matmul(a, b), "torch.matmul", lambda: torch.matmul(a, b)),
         ("nvfp4_decode_matmul M=1 N=K=256", lambda: nvfp4_decode_matmul(x1, w_q), "torch.matmul bf16",
@@ -39,6 +42,8 @@ def _cases() -> list[tuple[str, Callable, str, Callable]]:
          "torch.nn.functional.linear bf16", lambda: torch.nn.functional.linear(x16, w_bf16)),
         ("nvfp4_linear M=16 N=K=256 (x scale from amax)", lambda: nvfp4_linear(x16, w_q),
          "torch.nn.functional.linear bf16", lambda: torch.nn.functional.linear(x16, w_bf16)),
+        ("NVFP4Linear M=16 N=K=256 forward (eager)", lambda: layer(x16), "torch.nn.Linear bf16 forward",
+         lambda: dense(x16)),
         ("nvfp4_matmul 128x256x256", lambda: nvfp4_matmul(a_q, w_q), "torch.matmul bf16",
          lambda: torch.matmul(a_q.dequantize(torch.bfloat16), w_bf16.T)),
     ]
