@@ -510,7 +510,7 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     # would be plain (row stride a multiple of 2 / 4 elements; the plan key fixes the stride and 16-byte
     # alignment): one torch view op (2-3 us on the H200's host) less per call. The emulator's launcher checks
     # dtypes, so it gets the view.
-    raw_x = device.type == "cuda"
+    raw_x = _launcher_reads_only_data_ptr(device)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         w_data, w_scales = data_ref(), scales_ref()
@@ -539,6 +539,12 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
         return out.to(out_dtype) if split > 1 else out
 
     return replay
+
+
+def _launcher_reads_only_data_ptr(device: torch.device) -> bool:
+    """Whether a tensor argument of another dtype than the kernel's pointer type launches as its bytes (Triton's
+    CUDA launcher calls only data_ptr(); the emulator's checks the dtype)."""
+    return device.type == "cuda"
 
 
 def _block_n(cfg: dict) -> int:
