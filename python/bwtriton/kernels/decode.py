@@ -6,6 +6,9 @@ mma.sync kernel below and the frag kernel (`_decode_frag`); above M = 16 the mix
 (`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
 the kernel; any M with an explicit config); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
 (graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8).
+'fragw' (`_decode_frag_wide`, M <= 128: the frag weight with its scale folded into the A fragments, every MMA
+accumulating in place) is exact but measured slower than wgmma at M = 64 / 128 and level with frag at M = 16, so
+the tuner times it only with BWTRITON_DECODE_FRAGW=1 (docs/nvfp4_hopper.md has the numbers and the ncu limit).
 The history below is about the small-M kernels.
 
 With M this small the GEMM is bound by reading the weight, so the kernel is built to move as few bytes as
