@@ -1,12 +1,12 @@
 """Sweep of the weight-only decode paths' configs per shape against cuBLAS bf16 `F.linear`, all under CUDA-graph
 replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown + JSON):
 
-    PYTHONPATH=python python benchmarks/decode_sweep.py --out DIR [--jobs "g8192x8192:64,128 t4096x7168:16 l4096x4096:1"]
+    PYTHONPATH=python python benchmarks/decode_sweep.py --out DIR [--jobs "g8192x8192:64 t4096x7168:16 l4096x4096:1"]
 
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, t = the auto path (the tuner's configs, its
-log beside), l = the
-W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio against F.linear. The tuner's own choice (timed on one
+log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
+against F.linear. The tuner's own choice (timed on one
 weight copy, L2-warm) is shown beside the rotated-weight best.
 """
 from __future__ import annotations
@@ -89,7 +89,8 @@ def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True, kind: 
             err = ((out.double() - ref).norm() / ref.norm()).item()
             ms, timer = graph_ms([lambda s=s, c=cfg: dec.nvfp4_decode_matmul(s["x"], s["w_q"], config=c)
                                   for s in states], target_ms=rep_ms)
-            rows.append({"config": label, "cfg": cfg, "us": 1e3 * ms, "ratio": peer_ms / ms, "err": err, "timer": timer})
+            rows.append({"config": label, "cfg": cfg, "us": 1e3 * ms, "ratio": peer_ms / ms, "err": err,
+                         "timer": timer})
         except Exception as exc:  # noqa: BLE001 - one failing config must not end the sweep
             rows.append({"config": label, "error": f"{type(exc).__name__}: {exc}"[:200]})
     if grid:  # the tuner's own candidates are the 't' jobs

@@ -104,8 +104,9 @@ def host_parts(calls: int = 2000) -> list[tuple[str, float]]:
     layer = NVFP4Linear.from_linear(torch.nn.Linear(256, 256, bias=False).cuda(), x_global_scale=gs)
     parts = [
         ("NVFP4Linear M=16 forward (eager: direct kernel call)", lambda: layer(x16)),
-        ("torch.ops.bwtriton.nvfp4_linear M=16 (the op, as torch.compile runs it)", lambda: torch.ops.bwtriton.nvfp4_linear(
-            x16, layer.weight_data, layer.weight_scales, layer.weight_global_scale, None, gs, "plain")),
+        ("torch.ops.bwtriton.nvfp4_linear M=16 (the op, as torch.compile runs it)",
+         lambda: torch.ops.bwtriton.nvfp4_linear(x16, layer.weight_data, layer.weight_scales,
+                                                 layer.weight_global_scale, None, gs, "plain")),
         ("torch.empty((1, 256), bf16, cuda)", lambda: torch.empty((1, 256), dtype=torch.bfloat16, device=dev)),
         ("torch.cuda raw stream handle", lambda: launcher._current_stream(dev)),
         ("F.linear M=1 N=K=256 (peer)", lambda: torch.nn.functional.linear(x1, w_bf16)),

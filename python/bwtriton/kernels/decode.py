@@ -590,8 +590,8 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
                          f"'dequant_gemm' (or no config)")
     if path not in _PATHS:
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' / 'fragw' (mma.sync; "
-                         f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM) or 'dequant_gemm' (bf16 "
-                         f"weight + matmul), got {path!r}")
+                         f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM) or "
+                         f"'dequant_gemm' (bf16 weight + matmul), got {path!r}")
     if path == "dequant_gemm":
         defaults = {"SPLIT_K": 1}
     elif path == "wgmma":
