@@ -6,8 +6,7 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
-against F.linear. The tuner's own choice (timed on one
-weight copy, L2-warm) is shown beside the rotated-weight best.
+against F.linear; for 't' jobs the tuner's own times (one weight copy, L2-warm) beside the rotated-weight one.
 """
 from __future__ import annotations
 
