@@ -31,6 +31,9 @@ def _cases() -> list[tuple[str, Callable, str, Callable]]:
     x16 = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
     a_q = quantize_nvfp4(torch.randn(128, 256, device="cuda"))
     gs = float(x16.float().abs().max()) / 2688
+    from bwtriton.nn import NVFP4Linear
+    dense = torch.nn.Linear(256, 256, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    layer = NVFP4Linear.from_linear(dense, x_global_scale=gs)
     return [
         ("matmul bf16 128^3", lambda: matmul(a, b), "torch.matmul", lambda: torch.matmul(a, b)),
         ("nvfp4_decode_matmul M=1 N=K=256", lambda: nvfp4_decode_matmul(x1, w_q), "torch.matmul bf16",
@@ -39,6 +42,8 @@ def _cases() -> list[tuple[str, Callable, str, Callable]]:
          "torch.nn.functional.linear bf16", lambda: torch.nn.functional.linear(x16, w_bf16)),
         ("nvfp4_linear M=16 N=K=256 (x scale from amax)", lambda: nvfp4_linear(x16, w_q),
          "torch.nn.functional.linear bf16", lambda: torch.nn.functional.linear(x16, w_bf16)),
+        ("NVFP4Linear M=16 N=K=256 forward (eager)", lambda: layer(x16), "torch.nn.Linear bf16 forward",
+         lambda: dense(x16)),
         ("nvfp4_matmul 128x256x256", lambda: nvfp4_matmul(a_q, w_q), "torch.matmul bf16",
          lambda: torch.matmul(a_q.dequantize(torch.bfloat16), w_bf16.T)),
     ]
@@ -70,6 +75,49 @@ def host_markdown(rows: list[dict]) -> str:
             f"<={r['target_us']:g} {'ok' if r['us_ours'] <= r['target_us'] else 'MISS'}"
         out.append(f"| {r['case']} | {r['us_ours']:.1f} | {r['peer_name']} | {r['us_peer']:.1f} | {goal} |")
     return "\n".join(out) + "\n"
+
+
+def host_parts(calls: int = 2000) -> list[tuple[str, float]]:
+    """On a GPU: microseconds per call of the pieces of a replayed decode / linear call (M = 1 / 16, N = K = 256),
+    each in its own loop, beside torch's own allocation and F.linear: where the host time of a call goes."""
+    import importlib
+
+    import torch
+
+    from bwtriton.formats import quantize_nvfp4
+    from bwtriton.kernels import nvfp4_decode_matmul, nvfp4_linear
+    from bwtriton.torch_ops import quantized_nvfp4
+    launcher = importlib.import_module("bwtriton.kernels._launcher")
+    decode = importlib.import_module("bwtriton.kernels.decode")
+    w = torch.randn(256, 256, device="cuda")
+    w_q, w_bf16 = quantize_nvfp4(w), w.to(torch.bfloat16)
+    x1 = torch.randn(1, 256, device="cuda", dtype=torch.bfloat16)
+    x16 = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
+    gs = float(x16.float().abs().max()) / 2688
+    nvfp4_decode_matmul(x1, w_q)
+    cfg = decode.tuned_decode_config(1, 256, 256, device_index=x1.device.index)
+    out, entry = decode._decode("t", x1, w_q, cfg, torch.bfloat16, x1.device)
+    replay = decode.make_replay(w_q, cfg, entry, 1, torch.bfloat16, x1.device)
+    alpha = decode.decode_scale_arg(w_q, x1.device)
+    dev = x1.device
+    from bwtriton.nn import NVFP4Linear
+    layer = NVFP4Linear.from_linear(torch.nn.Linear(256, 256, bias=False).cuda(), x_global_scale=gs)
+    parts = [
+        ("NVFP4Linear M=16 forward (eager: direct kernel call)", lambda: layer(x16)),
+        ("torch.ops.bwtriton.nvfp4_linear M=16 (the op, as torch.compile runs it)",
+         lambda: torch.ops.bwtriton.nvfp4_linear(x16, layer.weight_data, layer.weight_scales,
+                                                 layer.weight_global_scale, None, gs, "plain")),
+        ("torch.empty((1, 256), bf16, cuda)", lambda: torch.empty((1, 256), dtype=torch.bfloat16, device=dev)),
+        ("torch.cuda raw stream handle", lambda: launcher._current_stream(dev)),
+        ("F.linear M=1 N=K=256 (peer)", lambda: torch.nn.functional.linear(x1, w_bf16)),
+        (f"decode replay ({decode.config_label(cfg)})", lambda: replay(x1, alpha, None)),
+        ("nvfp4_decode_matmul M=1 (plan)", lambda: nvfp4_decode_matmul(x1, w_q)),
+        ("nvfp4_linear M=16 calibrated (plan)", lambda: nvfp4_linear(x16, w_q, x_global_scale=gs)),
+        ("nvfp4_linear M=16 amax (plan)", lambda: nvfp4_linear(x16, w_q)),
+        ("torch.ops nvfp4_linear, new QuantizedTensor", lambda: nvfp4_linear(
+            x16, quantized_nvfp4(w_q.data, w_q.scales, w_q.global_scale, "plain"), x_global_scale=gs)),
+    ]
+    return [(name, host_us(fn, calls=calls)) for name, fn in parts]
 
 
 # --------------------------------------------------------------------------------- Python share, no GPU needed
@@ -157,7 +205,10 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
 
 
 if __name__ == "__main__":
-    if "--python-only" in sys.argv:
+    if "--parts" in sys.argv:
+        for name, us in host_parts():
+            print(f"{name}: {us:.1f} us/call")
+    elif "--python-only" in sys.argv:
         for row in python_overhead_rows():
             print(f"{row['case']}: {row['python_us']:.1f} us Python, {row['launches']} launches, "
                   f"torch ops {row['torch_ops']}")

@@ -81,8 +81,25 @@ class NVFP4Linear(torch.nn.Module):
         if x.dtype != torch.bfloat16:
             raise InputError(f"NVFP4Linear: input must be bfloat16, got {x.dtype}; convert with "
                              f"x.to(torch.bfloat16) (the layer's output is bf16 too)")
+        if x.is_cuda and not torch.compiler.is_compiling():
+            return self._forward_cuda(x)
         return torch.ops.bwtriton.nvfp4_linear(x, self.weight_data, self.weight_scales, self.weight_global_scale,
                                                self.bias, self.x_global_scale, self.scale_layout)
+
+    def _forward_cuda(self, x: torch.Tensor) -> torch.Tensor:
+        """The custom op's GPU branch called directly (eager mode): the op's dispatch and the QuantizedTensor it
+        builds per call are host time a layer pays on every token, ~10 us against a few for the kernel's plan. The
+        weight wrapper is kept until a buffer is replaced (`.to()`, `load_state_dict(assign=True)`)."""
+        from .kernels import nvfp4_linear as kernel  # heavy: imports Triton (this module must import without it)
+        buffers = (self.weight_data, self.weight_scales, self.weight_global_scale)
+        cached = self.__dict__.get("_weight_q_cache")
+        if cached is None or any(a is not b for a, b in zip(cached[0], buffers)):
+            cached = self.__dict__["_weight_q_cache"] = (buffers, self.weight_q)
+        x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        out = kernel(x2, cached[1], self.bias, x_global_scale=self.x_global_scale)
+        return out if x.dim() == 2 else out.reshape(*x.shape[:-1], self.out_features)
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"scale_layout": self.scale_layout, "x_global_scale": self.x_global_scale}

@@ -163,3 +163,38 @@ def test_emulated_frag_decode_with_bias_split_and_out_dtype(m, split, out_dtype)
     assert out.dtype == out_dtype and out.shape == (m, n)
     w = w_q.dequantize(torch.float64) / w_q.global_scale.double() * 0.375  # alpha replaces the global scale
     assert_close_to_reference(out, x.double(), w, bias)
+
+
+def test_emulated_fragw_decode_is_exact_on_every_code_and_scale():
+    """The scaled-weight frag kernel (`_decode_frag_wide`): e2m1 * 2^120 tables times the scale byte << 4 read as
+    bf16 (scale * 2^-120) must give every byte value and every UE4M3 scale, subnormals included, exactly; one-hot
+    activations in several 8-row blocks pick single weights (fp32 output), rows past M are not written."""
+    from bwtriton.formats import QuantizedTensor
+    gen = torch.Generator().manual_seed(19)
+    n, k = 64, 512
+    data = torch.stack([torch.randperm(256, generator=gen)[torch.arange(k // 2) % 256] for _ in range(n)])
+    scale_bytes = torch.randint(0, 0x7F, (n, k // 16), generator=gen, dtype=torch.uint8)  # 0x7F is NaN
+    scale_bytes[:, :8] = torch.arange(8, dtype=torch.uint8)  # zero and the subnormals
+    w_q = QuantizedTensor(data=data.to(torch.uint8), scales=scale_bytes.view(torch.float8_e4m3fn),
+                          scale_layout="plain", global_scale=torch.tensor(0.75), format="nvfp4", shape=(n, k))
+    dense = w_q.dequantize(torch.float64)
+    cols = torch.tensor([0, 1, 2, 3, 17, 40, 100, 127, 255, 256, 300, 383, 384, 450, 510, 511, 5, 77, 200, 333])
+    x = torch.zeros(len(cols), k, dtype=torch.bfloat16)
+    x[torch.arange(len(cols)), cols] = 1.0
+    out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config={"path": "fragw", "SPLIT_K": 1})
+    assert torch.equal(out.double(), dense[:, cols].T)
+
+
+@pytest.mark.parametrize("m,split,tiles", [(24, 2, 1), (64, 1, 2)])
+def test_emulated_fragw_decode_with_bias_and_split(m, split, tiles):
+    gen = torch.Generator().manual_seed(20)
+    n, k = 128, 512
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, generator=gen) * 0.05)
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+    alpha = torch.tensor([0.375])
+    cfg = {"path": "fragw", "TILES_PER_THREAD": tiles, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": split}
+    out, _ = decode._decode("t", x, w_q, cfg, torch.bfloat16, x.device, alpha, bias)
+    assert out.shape == (m, n)
+    w = w_q.dequantize(torch.float64) / w_q.global_scale.double() * 0.375
+    assert_close_to_reference(out, x.double(), w, bias)

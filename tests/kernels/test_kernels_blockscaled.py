@@ -231,7 +231,7 @@ def test_decode_gemv_two_steps(split):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gemv", "frag"])
+@pytest.mark.parametrize("path", ["gemv", "frag", "fragw"])
 def test_decode_decodes_every_byte_and_scale_exactly(path):
     """All 256 weight bytes (both nibbles, signed zero, subnormal 0.5) in every row, UE4M3 scales down to the
     subnormal 2^-9, one-hot activations: out[0, n] picks single weights, so the fp32 result must equal the
@@ -253,7 +253,7 @@ def test_decode_decodes_every_byte_and_scale_exactly(path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gemv", "mma", "frag"])
+@pytest.mark.parametrize("path", ["gemv", "mma", "frag", "fragw"])
 def test_decode_paths_agree_at_llm_shape(path):
     """N = K = 8192 (the benchmark shape) through both paths with their default configs."""
     torch.manual_seed(8)
@@ -306,6 +306,21 @@ def test_every_decode_candidate_is_correct(m):
     ref_w = w_q.dequantize(torch.float64)
     cands = decode.decode_candidates(m, n, k, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
     for cfg in cands:
+        out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
+        assert_close_to_reference(out, x.double(), ref_w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [24, 64, 128])
+def test_every_fragw_candidate_is_correct(m):
+    """The scaled-weight frag kernel's tuner configs (split-K, 1-2 tiles per thread, 4-8 warps) at 3-16
+    activation blocks, rows past M in the last block."""
+    torch.manual_seed(21)
+    n, k = 512, 4096
+    x = torch.randn(m - 3, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    ref_w = w_q.dequantize(torch.float64)
+    for cfg in decode._wide.wide_candidates(m, n, k):
         out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
         assert_close_to_reference(out, x.double(), ref_w)
 

@@ -286,7 +286,8 @@ def cpu_launch(monkeypatch):
     # Forget the fake entries and the CPU plans, so no later test can meet them.
     mm = importlib.import_module("bwtriton.kernels.matmul")
     dq = importlib.import_module("bwtriton.kernels.nvfp4_dequant")
-    for launcher in (decode._GEMV_LAUNCHER, decode._MMA_LAUNCHER, linear._FUSED, linear._QUANT, linear._PDL_GEMM,
+    for launcher in (decode._GEMV_LAUNCHER, decode._MMA_LAUNCHER, decode._FRAG_LAUNCHER, decode._WIDE_LAUNCHER,
+                     linear._FUSED, linear._QUANT, linear._PDL_GEMM,
                      mm._LAUNCHER, dq._QDQ, dq._AMAX, dq._DEQUANT):
         for key in [key for key, entry in launcher._entries.items() if entry[0] is rec]:
             del launcher._entries[key]
@@ -485,3 +486,29 @@ def test_linear_plan_is_keyed_on_the_weight_tensors(cpu_launch, monkeypatch):
     del q
     gc.collect()
     assert len(linear._PLANS) == plans
+
+
+@pytest.mark.parametrize("path,word", [("gemv", 2), ("frag", 4), ("fragw", 4)])
+@pytest.mark.parametrize("row_stride", [None, 2048 + 2])
+def test_decode_replay_passes_x_itself_where_its_word_view_is_plain(cpu_launch, monkeypatch, path, word,
+                                                                      row_stride):
+    """On the GPU the replay hands x to the launcher as is (no view op per call), with its row stride in words;
+    a row stride the word view cannot express (2050 elements for int64 words) takes the copying view."""
+    monkeypatch.setattr(decode, "_launcher_reads_only_data_ptr", lambda device: True)
+    m, n, k = 3, 256, 2048
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    cfg = {"gemv": lambda: decode.default_config(m, n, k),
+           "frag": lambda: decode._user_config("t", {"path": "frag", "SPLIT_K": 1}, m, n, k, 132),
+           "fragw": lambda: decode._user_config("t", {"path": "fragw", "SPLIT_K": 1}, m, n, k, 132)}[path]()
+    base = torch.randn(m, row_stride or k).bfloat16()
+    x = base[:, :k]
+    _, entry = decode._decode("t", x, w_q, cfg, torch.bfloat16, x.device)
+    replay = decode.make_replay(w_q, cfg, entry, m, torch.bfloat16, x.device)
+    replay(x, decode.decode_scale_arg(w_q, x.device), None)
+    args = cpu_launch.runs[-1]
+    stride_at = 10 if path == "frag" or path == "fragw" else 9
+    if row_stride is None or row_stride % word == 0:
+        assert args[0] is x and args[stride_at] == x.stride(0) // word
+    else:
+        assert args[0].dtype == (torch.int32 if word == 2 else torch.int64) and args[0].is_contiguous()
+        assert args[stride_at] == k // word

@@ -171,3 +171,19 @@ def test_linear_op_under_cuda_graph_replay():
     graph.replay()
     torch.testing.assert_close(out, layer(x), rtol=0, atol=0)
     assert not torch.equal(out, eager)
+
+
+@pytest.mark.gpu
+def test_eager_forward_is_the_op_and_follows_replaced_buffers():
+    """The eager CUDA forward calls the kernel directly with a cached weight wrapper: it must equal the custom op
+    bit for bit (3-D input, bias), and a buffer replaced by load_state_dict(assign=True) must be used at once."""
+    torch.manual_seed(4)
+    layer = bnn.NVFP4Linear.from_linear(torch.nn.Linear(256, 128).cuda(), x_global_scale=0.002)
+    x = torch.randn(2, 4, 256, device="cuda").bfloat16()
+    op = torch.ops.bwtriton.nvfp4_linear(x, layer.weight_data, layer.weight_scales, layer.weight_global_scale,
+                                         layer.bias, layer.x_global_scale, layer.scale_layout)
+    torch.testing.assert_close(layer(x), op, rtol=0, atol=0)
+    other = bnn.NVFP4Linear.from_linear(torch.nn.Linear(256, 128).cuda(), x_global_scale=0.002)
+    layer.load_state_dict(other.state_dict(), assign=True)
+    torch.testing.assert_close(layer(x), other(x), rtol=0, atol=0)
+    assert not torch.equal(layer(x), op)

@@ -95,6 +95,8 @@ class FragWeight:
         self.scales = torch.cat([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
         self.shape = (n, k)
         self.versions = (data._version, scales._version)
+        # the kernels' views, made once: a view is a torch op (~1 us of host time) on every call otherwise
+        self.words64, self.scales32 = self.words.view(torch.int64), self.scales.view(torch.int32)
 
 
 #: Repacked copies by id of the weight's data tensor (a WeakKeyDictionary would compare tensor keys with ==,
@@ -348,7 +350,7 @@ def frag_args(x64: torch.Tensor, fw: FragWeight, out: torch.Tensor, alpha: torch
               split: int, device: torch.device) -> tuple:
     """The kernel's positional arguments (the order of `nvfp4_frag_kernel`)."""
     n, k = fw.shape
-    return (x64, fw.words.view(torch.int64), fw.scales.view(torch.int32), out, alpha, bias, lane_tables(device),
+    return (x64, fw.words64, fw.scales32, out, alpha, bias, lane_tables(device),
             x64.shape[0], n, k, x64.stride(0), out.stride(0), split)
 
 

@@ -6,6 +6,9 @@ mma.sync kernel below and the frag kernel (`_decode_frag`); above M = 16 the mix
 (`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
 the kernel; any M with an explicit config); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
 (graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8).
+'fragw' (`_decode_frag_wide`, M <= 128: the frag weight with its scale folded into the A fragments, every MMA
+accumulating in place) is exact but measured slower than wgmma at M = 64 / 128 and level with frag at M = 16, so
+the tuner times it only with BWTRITON_DECODE_FRAGW=1 (docs/nvfp4_hopper.md has the numbers and the ncu limit).
 The history below is about the small-M kernels.
 
 With M this small the GEMM is bound by reading the weight, so the kernel is built to move as few bytes as
@@ -58,6 +61,7 @@ from ._validate import InputChecker, check_bf16_activations, check_out_dtype, ch
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_as_words
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 from . import _decode_frag as _frag
+from . import _decode_frag_wide as _wide
 from . import mixed_gemm as _mixed
 from .matmul import matmul
 from .nvfp4_dequant import dequantize_nvfp4_bf16
@@ -312,11 +316,20 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     # wgmma only past the frag path's range: at M <= 16 the frag / GEMV kernels measured 2x faster on the H200
     # (N = K = 8192: 15.2 against 31.8 us at M = 1, 23.0 against 33.8 us at M = 16)
     mixed = _mixed.mixed_candidates(m, n, k, num_sms) if m > _frag.FRAG_MAX_M else []
+    frag_on = os.environ.get("BWTRITON_DECODE_FRAG") != "0"
+    # the scaled-weight frag kernel, tuned only on request (BWTRITON_DECODE_FRAGW=1): on the H200 it never won
+    # (N = K = 8192: 58 against 49 us for wgmma at M = 64, 104 against 85 at M = 128, a tie with frag at M = 16;
+    # docs/nvfp4_hopper.md), and each candidate is a compile on a shape's first call
+    wide_on = frag_on and os.environ.get("BWTRITON_DECODE_FRAGW") == "1"
+    wide = _wide.wide_candidates(m, n, k) if wide_on and 8 <= m <= _wide.WIDE_MAX_M else []
+    if m > MAX_DECODE_M:
+        mixed = wide + mixed
     if m >= DEQUANT_GEMM_MIN_M:
         mixed = mixed + [{"path": "dequant_gemm", "SPLIT_K": 1}]
     if m > MAX_DECODE_M:  # the CUDA-core and mma.sync kernels are built for decode shapes only
         return mixed
-    cands = [] if os.environ.get("BWTRITON_DECODE_FRAG") == "0" else _frag.frag_candidates(m, n, k)
+    cands = [] if not frag_on else _frag.frag_candidates(m, n, k)
+    cands += wide
     if m <= GEMV_TUNE_MAX_M:
         for rows, groups, two_steps, *warps in _GEMV_SHAPES:
             if _gemv_fits(m, rows, groups, two_steps):
@@ -353,7 +366,8 @@ TUNING_FAILURES: dict[tuple, dict[str, str]] = {}
 _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
 _FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
-_PATHS = ("gemv", "mma", "frag", "wgmma", "dequant_gemm")
+_WIDE_LAUNCHER = CachedLauncher(_wide.nvfp4_frag_wide_kernel, pipeline=False)
+_PATHS = ("gemv", "mma", "frag", "fragw", "wgmma", "dequant_gemm")
 
 #: Smallest M for which the tuner also tries dequantizing the weight to bf16 and running the bf16 GEMM
 #: (`kernels.matmul`): 2 bytes per weight written and read back per call, paid off only where the GEMM is long.
@@ -377,8 +391,8 @@ def config_label(cfg: dict) -> str:
         return _mixed.mixed_label(cfg)
     if cfg["path"] == "dequant_gemm":
         return "dequant_gemm (bf16 weight + kernels.matmul)"
-    if cfg["path"] == "frag":
-        return (f"frag T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
+    if cfg["path"] in ("frag", "fragw"):
+        return (f"{cfg['path']} T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
                 f"split{cfg['SPLIT_K']}")
     if cfg["path"] == "gemv":
         return (f"gemv R{cfg['ROWS_PER_THREAD']} G{cfg.get('GROUPS_PER_THREAD', 2)} T{cfg['THREADS_N']}"
@@ -494,18 +508,35 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
                                                     out_dtype)
     grid = (n // _block_n(cfg), split, 1)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
+    tables = (_frag.lane_tables if path == "frag" else _wide.lane_tables)(device)
+    # On the GPU the compiled launcher reads only x.data_ptr(), so x goes in as is where its int32 / int64 view
+    # would be plain (row stride a multiple of 2 / 4 elements; the plan key fixes the stride and 16-byte
+    # alignment): one torch view op (2-3 us on the H200's host) less per call. The emulator's launcher checks
+    # dtypes, so it gets the view.
+    raw_x = _launcher_reads_only_data_ptr(device)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         w_data, w_scales = data_ref(), scales_ref()
         out = alloc((m, n), dtype=buf_dtype, device=device)
         b = out if bias is None else bias
-        if path == "frag":
-            x64 = view_as_words(x, torch.int64)
+        if path in ("frag", "fragw"):
             fw = _frag.frag_weight_of(w_data, w_scales, layout, shape)  # a lookup; a repack after in-place edits
-            run_entry(entry, grid, device, _frag.frag_args(x64, fw, out, alpha, b, split, device))
+            sx = x.stride(0)
+            if raw_x and sx % 4 == 0 and x.stride(1) == 1:
+                xw, sxw = x, sx // 4
+            else:
+                xw = view_as_words(x, torch.int64)
+                sxw = xw.stride(0)
+            run_entry(entry, grid, device, (xw, fw.words64, fw.scales32, out, alpha, b, tables, m, n, k, sxw, n,
+                                            split))
         elif path == "gemv":
-            xp = view_as_words(x, torch.int32)
-            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, xp.stride(0), w_stride, n))
+            sx = x.stride(0)
+            if raw_x and sx % 2 == 0 and x.stride(1) == 1:
+                xp, sxp = x, sx // 2
+            else:
+                xp = view_as_words(x, torch.int32)
+                sxp = xp.stride(0)
+            run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, sxp, w_stride, n))
         else:
             run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, b, m, n, k, x.stride(0), n))
         return out.to(out_dtype) if split > 1 else out
@@ -513,8 +544,14 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     return replay
 
 
+def _launcher_reads_only_data_ptr(device: torch.device) -> bool:
+    """Whether a tensor argument of another dtype than the kernel's pointer type launches as its bytes (Triton's
+    CUDA launcher calls only data_ptr(); the emulator's checks the dtype)."""
+    return device.type == "cuda"
+
+
 def _block_n(cfg: dict) -> int:
-    if cfg["path"] == "frag":
+    if cfg["path"] in ("frag", "fragw"):
         return _frag.frag_block_n(cfg)
     if cfg["path"] == "gemv":
         return cfg["ROWS_PER_THREAD"] * cfg["THREADS_N"] * cfg["num_warps"]
@@ -545,13 +582,16 @@ def _validated(op: str, x, w_q, out_dtype) -> tuple[int, int, int, torch.device]
 def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) -> dict:
     user = dict(config)
     path = user.pop("path", "gemv" if m <= GEMV_MAX_M else "mma" if m <= MAX_DECODE_M else "wgmma")
+    if path == "fragw" and m > _wide.WIDE_MAX_M:
+        raise InputError(f"{op}: the fragw path takes M <= {_wide.WIDE_MAX_M}, got M={m}; use path 'wgmma' or "
+                         f"'dequant_gemm' (or no config)")
     if path in ("gemv", "mma") and m > MAX_DECODE_M:
         raise InputError(f"{op}: the {path} path takes M <= {MAX_DECODE_M}, got M={m}; use path 'wgmma' or "
                          f"'dequant_gemm' (or no config)")
     if path not in _PATHS:
-        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' (mma.sync; 'frag' with "
-                         f"a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM) or 'dequant_gemm' (bf16 "
-                         f"weight + matmul), got {path!r}")
+        raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' / 'fragw' (mma.sync; "
+                         f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM) or "
+                         f"'dequant_gemm' (bf16 weight + matmul), got {path!r}")
     if path == "dequant_gemm":
         defaults = {"SPLIT_K": 1}
     elif path == "wgmma":
@@ -564,6 +604,11 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
         defaults = cands[0] if cands else _frag.frag_candidate(m, n, k, 1, 1, 4, 1)
         if defaults is None:
             raise InputError(f"{op}: the frag path takes M <= {_frag.FRAG_MAX_M}, got M={m}; use path 'mma'")
+        defaults = {key: v for key, v in defaults.items() if key != "path"}
+    elif path == "fragw":
+        defaults = _wide.wide_candidate(m, n, k, 1, 1, 4, 1)
+        if defaults is None:
+            raise InputError(f"{op}: the fragw path needs N % 64 == 0 and K % 64 == 0, got N={n}, K={k}")
         defaults = {key: v for key, v in defaults.items() if key != "path"}
     elif path == "gemv":
         defaults = dict(gemv_config(m, n, k, num_sms), GROUPS_PER_THREAD=2)
@@ -603,7 +648,7 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
     kwargs["HAS_BIAS"] = bias is not None
     b = out if bias is None else bias
-    if cfg["path"] == "frag":
+    if cfg["path"] in ("frag", "fragw"):
         entry = _launch_frag(op, x, w_q, out, alpha, b, cfg, bias is not None)
     elif cfg["path"] == "gemv":
         entry = _launch_gemv(op, x, w_q, out, alpha, b, kwargs, blocked)
@@ -637,12 +682,15 @@ def _launch_frag(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
     m, k = x.shape
     n = w_q.shape[0]
     block_n, split = _frag.frag_block_n(cfg), cfg["SPLIT_K"]
-    if m > _frag.FRAG_MAX_M or n % block_n or k % (64 * cfg["CHUNKS_PER_STEP"] * split):
+    wide = cfg["path"] == "fragw"
+    max_m = _wide.WIDE_MAX_M if wide else _frag.FRAG_MAX_M
+    if m > max_m or n % block_n or k % (64 * cfg["CHUNKS_PER_STEP"] * split):
         raise InputError(f"{op}: frag config {cfg} does not tile M={m}, N={n}, K={k}: M must be <= "
-                         f"{_frag.FRAG_MAX_M}, N a multiple of 16*TILES_PER_THREAD*num_warps={block_n}, K of "
+                         f"{max_m}, N a multiple of 16*TILES_PER_THREAD*num_warps={block_n}, K of "
                          f"64*CHUNKS_PER_STEP*SPLIT_K={64 * cfg['CHUNKS_PER_STEP'] * split}")
     x64 = view_as_words(x, torch.int64)
-    args = _frag.frag_args(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
-    kwargs = _frag.frag_kwargs(cfg, m, has_bias)
-    key = ("frag", m, n, k, x64.stride(0), out.dtype, bias.dtype, tuple(sorted(kwargs.items())), split)
-    return _FRAG_LAUNCHER.launch(key, (n // block_n, split), x.device, args, kwargs)
+    mod, launcher = (_wide, _WIDE_LAUNCHER) if wide else (_frag, _FRAG_LAUNCHER)
+    args = (mod.wide_args if wide else mod.frag_args)(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
+    kwargs = (mod.wide_kwargs if wide else mod.frag_kwargs)(cfg, m, has_bias)
+    key = (cfg["path"], m, n, k, x64.stride(0), out.dtype, bias.dtype, tuple(sorted(kwargs.items())), split)
+    return launcher.launch(key, (n // block_n, split), x.device, args, kwargs)
