@@ -34,7 +34,7 @@ import triton.testing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import graph_ms  # noqa: E402
 
-from bwtriton.kernels.moe import plan_routing, route_topk  # noqa: E402
+from bwtriton.kernels.moe_routing import plan_routing, route_topk  # noqa: E402
 from bwtriton.models import MoEExperts, quantize_  # noqa: E402
 
 BUDGET_S = 170.0

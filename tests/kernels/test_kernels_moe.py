@@ -21,7 +21,7 @@ import bwtriton  # noqa: E402
 from bwtriton.errors import InputError  # noqa: E402
 from bwtriton.formats import (QuantizedTensor, nvfp4_global_encode_scale, quantize_mxfp8,  # noqa: E402
                               quantize_nvfp4_with_encode_scale)
-from bwtriton.kernels import moe  # noqa: E402
+from bwtriton.kernels import moe, moe_routing  # noqa: E402
 from bwtriton.models import quantize_moe_weights  # noqa: E402
 
 E, HIDDEN, INTER = 4, 128, 128
@@ -89,10 +89,10 @@ def _check(got, ref, bound, what):
 
 def _assert_moe_matches(x, idx, wts, w, path):
     """Run the three stages and check each against the float64 reference; return the final output."""
-    plan = moe.plan_routing(idx, wts, w.num_experts, moe.pick_block_m(idx.numel(), w.num_experts, path))
+    plan = moe_routing.plan_routing(idx, wts, w.num_experts, moe.pick_block_m(idx.numel(), w.num_experts, path))
     h = moe.moe_gate_up(x, plan, w, path)
     y = moe.moe_down(h, plan, w, path).cpu()
-    out = moe.unpermute(y.to(h.device), plan).cpu()
+    out = moe_routing.unpermute(y.to(h.device), plan).cpu()
     x, idx, wts, w, h, inverse = x.cpu(), idx.cpu(), wts.cpu(), _on(w, "cpu"), h.cpu(), plan.inverse.cpu()
     gu = _dequant(w.gate_up_data, w.gate_up_scales, w.gate_up_global, w.fmt, w.hidden)
     dn = _dequant(w.down_data, w.down_scales, w.down_global, w.fmt, w.intermediate)
@@ -132,7 +132,7 @@ def _assert_moe_matches(x, idx, wts, w, path):
 def test_plan_routing_covers_every_row_once(routing, block_m):
     idx = torch.tensor(ROUTINGS[routing])
     wts = torch.rand(idx.shape)
-    plan = moe.plan_routing(idx, wts, E, block_m)
+    plan = moe_routing.plan_routing(idx, wts, E, block_m)
     flat = idx.reshape(-1)
     counts = torch.bincount(flat, minlength=E)
     assert plan.expert_end.tolist() == torch.cumsum(counts, 0).tolist()
@@ -148,7 +148,7 @@ def test_plan_routing_covers_every_row_once(routing, block_m):
             assert r0 >= end - int(counts[e])  # the tile starts inside its expert's rows
             covered[r0:min(r0 + block_m, end)] += 1
     assert covered.tolist() == [1] * flat.numel()
-    assert plan.tile_expert.numel() == moe.max_tiles(flat.numel(), E, block_m)
+    assert plan.tile_expert.numel() == moe_routing.max_tiles(flat.numel(), E, block_m)
 
 
 _PLAN_FIELDS = ("sorted_token", "sorted_weight", "inverse", "expert_end", "tile_expert", "tile_row")
@@ -162,12 +162,12 @@ def test_emulated_routing_kernel_equals_torch_plan():
     sizes."""
     gen = torch.Generator().manual_seed(6)
     logits = torch.randn(8, 60, generator=gen) + torch.where(torch.arange(60) < 6, 4.0, 0.0)
-    skewed = moe.route_topk(logits, 4)[::-1]
+    skewed = moe_routing.route_topk(logits, 4)[::-1]
     cases = [(torch.tensor(ROUTINGS[r]), torch.rand(6, len(ROUTINGS[r][0]), generator=gen), e, bm)
              for r in ROUTINGS for e, bm in ((4, 2), (5, 16))] + [(*skewed, 60, 1)]
     for idx, wts, e, bm in cases:
-        a = moe.plan_routing(idx, wts, e, bm, method="kernel")
-        b = moe.plan_routing(idx, wts, e, bm, method="torch")
+        a = moe_routing.plan_routing(idx, wts, e, bm, method="kernel")
+        b = moe_routing.plan_routing(idx, wts, e, bm, method="torch")
         for f in _PLAN_FIELDS:
             x, y = getattr(a, f), getattr(b, f)
             assert x.dtype == y.dtype and torch.equal(x, y), f"{f} differs for E={e}, block_m={bm}"
@@ -176,13 +176,13 @@ def test_emulated_routing_kernel_equals_torch_plan():
 def test_routing_kernel_size_limit_is_an_input_error():
     idx = torch.zeros(1024, 8, dtype=torch.int64)
     with pytest.raises(InputError, match="method='torch'"):
-        moe.plan_routing(idx, torch.ones(1024, 8), 64, 64, method="kernel")
-    assert moe.plan_routing(idx, torch.ones(1024, 8), 64, 64).tile_expert.numel() == 1024 * 8 // 64 + 64
+        moe_routing.plan_routing(idx, torch.ones(1024, 8), 64, 64, method="kernel")
+    assert moe_routing.plan_routing(idx, torch.ones(1024, 8), 64, 64).tile_expert.numel() == 1024 * 8 // 64 + 64
 
 
 def test_route_topk_renormalizes():
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]])
-    w, i = moe.route_topk(logits, 2)
+    w, i = moe_routing.route_topk(logits, 2)
     assert i.tolist() == [[2, 1]]
     p = torch.softmax(logits, -1)[0]
     assert torch.allclose(w, torch.stack((p[2], p[1])).unsqueeze(0) / (p[2] + p[1]))
@@ -195,7 +195,7 @@ def test_moe_input_errors():
     with pytest.raises(InputError, match="path must be"):
         moe.moe_experts(x, idx, wts, w, path="cutlass")
     with pytest.raises(InputError, match=r"\[tokens, k\]"):
-        moe.plan_routing(idx.reshape(-1), wts, E, 16)
+        moe_routing.plan_routing(idx.reshape(-1), wts, E, 16)
     odd = quantize_moe_weights(torch.randn(2, 128, 96), torch.randn(2, 96, 64), "mxfp4")
     with pytest.raises(InputError, match="hidden size 96 must be a multiple of 64"):
         moe.moe_experts(torch.zeros(2, 96, dtype=torch.bfloat16), idx[:2] % 2, wts[:2], odd, path="dequant")
@@ -273,7 +273,7 @@ def _picked_configs():
                 for fmt in ("nvfp4", "mxfp4"):
                     for gated, n, kk in ((True, inter, hidden), (False, hidden, inter)):
                         kk = -(-kk // moe.K_TILE) * moe.K_TILE
-                        cfg = moe.gemm_config(moe.max_tiles(t * k, e, bm), bm, n, kk, gated, path, sms)
+                        cfg = moe.gemm_config(moe_routing.max_tiles(t * k, e, bm), bm, n, kk, gated, path, sms)
                         cfg = moe.fit_shared(cfg, fmt, path, gated, limit)
                         key = (target, path, fmt, gated, dataclasses.replace(cfg, split_k=1))
                         seen.setdefault(key, (t, cfg))
@@ -316,14 +316,14 @@ def test_routing_kernel_shared_memory_bound_and_fallback():
            "num_tiles": "i32"}
     limit = get_target("sm_90a").max_shared_bytes
     for pairs, experts in ((128, 8), (256, 60), (64, 128)):
-        block, eb = moe.routing_kernel_blocks(pairs, experts)
-        tb = max(16, triton_next_pow2(moe.max_tiles(pairs, experts, 16)))
-        c = bwtriton.compile(moe.routing_plan_kernel, signature=sig, target="sm_90a",
+        block, eb = moe_routing.routing_kernel_blocks(pairs, experts)
+        tb = max(16, triton_next_pow2(moe_routing.max_tiles(pairs, experts, 16)))
+        c = bwtriton.compile(moe_routing.routing_plan_kernel, signature=sig, target="sm_90a",
                              constexprs=dict(TOP_K=2, E=experts, BLOCK=block, EB=eb, TB=tb, BLOCK_M=16),
                              num_warps=8 if block * eb > 8192 else 4, check_limits=False)
-        assert c.metadata["shared"] <= moe.routing_kernel_shared_bytes(pairs, experts) <= limit
-    assert not moe.routing_kernel_fits(4096 * 2, 8, limit)
-    assert moe.routing_kernel_fits(64 * 2, 8, limit) and moe.routing_kernel_fits(64 * 4, 60, limit)
+        assert c.metadata["shared"] <= moe_routing.routing_kernel_shared_bytes(pairs, experts) <= limit
+    assert not moe_routing.routing_kernel_fits(4096 * 2, 8, limit)
+    assert moe_routing.routing_kernel_fits(64 * 2, 8, limit) and moe_routing.routing_kernel_fits(64 * 4, 60, limit)
 
 
 def triton_next_pow2(n: int) -> int:
@@ -361,7 +361,7 @@ def test_emulated_dequant_path_matches_float64(monkeypatch, fmt, activation, int
     if block_m is not None:
         monkeypatch.setattr(moe, "pick_block_m", lambda *args: block_m)
     x, idx, wts, w = _setup(fmt, "ragged", seed=4, bias=True, activation=activation, inter=inter)
-    plan = moe.plan_routing(idx, wts, E, moe.pick_block_m(idx.numel(), E, "dequant"))
+    plan = moe_routing.plan_routing(idx, wts, E, moe.pick_block_m(idx.numel(), E, "dequant"))
     down = moe.launch_config(x, plan, w, False, "dequant")
     assert (down.swap, down.split_k) == (block_m is None, split)
     _assert_moe_matches(x, idx, wts, w, "dequant")
@@ -420,7 +420,7 @@ def test_gpu_moe_prefill_ragged_many_tokens():
     w = quantize_moe_weights(torch.randn(8, 512, 256, generator=gen) * 0.05, torch.randn(8, 256, 256,
                                                                                         generator=gen) * 0.05, "nvfp4")
     logits = torch.randn(512, 8, generator=gen) + torch.tensor([3.0, 2.0, 1.0, 0, 0, 0, 0, -1e9])
-    wts, idx = moe.route_topk(logits, 2)
+    wts, idx = moe_routing.route_topk(logits, 2)
     x = torch.randn(512, 256, generator=gen).bfloat16()
     x, idx, wts, w = _cuda(x, idx, wts, w)
     from bwtriton.models._ops import reference_experts
