@@ -63,10 +63,15 @@ def test_table_counts_per_library_and_marks_failures(tmp_path):
     kernels = [_record(name="good"), _record(name="bad", verifier_errors=1, numerics_pass=False, tcgen05=True,
                                              emulator_error="DeadlockError: stuck", protocol_failure=True)]
     results = [tp.CaseResult("lib", "c", False, 1.0, "y: 3/4 outside", ["lib:good", "lib:bad"])]
-    table = tp.render_table(results, kernels, [{"library": "lib", "case": "c", "equal": True}])
-    assert "| lib | 2 | 1 | 2 | 1 | 1 | 1 (50%) | 0 |" in table
+    table = tp.render_table(results, kernels, [{"library": "lib", "case": "c", "equal": True, "plain_pass": True,
+                                                "bwtriton_pass": True}])
+    assert "| lib | 2 | 1 | 2 | 1 | 1 | 1 (50%) | 0 | 1 / 1 / 1 |" in table
     assert "| lib | `bad` | c | yes | yes | 1 / 0 | **no** | yes | DeadlockError: stuck |" in table
     assert "`lib:c`: y: 3/4 outside" in table
+    only_ours = tp.render_table(results, kernels, [{"library": "lib", "case": "c", "equal": False,
+                                                    "plain_pass": False, "bwtriton_pass": True}])
+    assert "| lib | 2 | 1 | 2 | 1 | 1 | 1 (50%) | 0 | 0 / 0 / 1 |" in only_ours
+    assert "| **no** | plain fails, bwtriton passes |" in only_ours
     doc = tmp_path / "doc.md"
     doc.write_text(f"intro\n{tp.BEGIN}\nold\n{tp.END}\noutro\n")
     tp.write_docs(doc, table)
