@@ -987,14 +987,14 @@ def run_gpu_parallel(cases: Sequence[Case], jobs: int, out: Path, log: Callable[
     return rows
 
 
-def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: Optional[Path] = None
-            ) -> list[dict]:
+def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: Optional[Path] = None,
+            all_configs: bool = False) -> list[dict]:
     """On a CUDA GPU: each case under plain Triton and under `bwtriton.enable()`; outputs compared bitwise.
-    With `out`, gpu.json is rewritten after every case, so a crash (plain Triton aborts on some forms) keeps the
-    rows so far."""
+    Autotuned kernels take their first config unless `all_configs`. With `out`, gpu.json is rewritten after
+    every case, so a crash (plain Triton aborts on some forms) keeps the rows so far."""
     _need_cuda()
     rows = []
-    with launched_kernels() as launched:
+    with launched_kernels() as launched, contextlib.nullcontext() if all_configs else first_config_only():
         for i, c in enumerate(cases, 1):
             launched.clear()
             t0 = time.perf_counter()
@@ -1196,7 +1196,7 @@ def _main(args: argparse.Namespace) -> int:
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
         rows = (run_gpu_parallel(cases, args.jobs, args.out, all_configs=args.all_configs) if args.jobs
-                else run_gpu(cases, out=args.out))
+                else run_gpu(cases, out=args.out, all_configs=args.all_configs))
         for lib in sorted({c.library for c in cases}):
             print(gpu_summary(lib, rows))
         return 0 if all(r["within_spread"] or not r["plain_pass"] for r in rows) else 1
