@@ -5,6 +5,7 @@ them, compile for sm_100a through the default passes, verify, run on the emulate
 
     third_party.py run [--library gemlite,fla,liger] [--case NAME...] [--sample] [--out DIR] [--docs FILE]
     third_party.py run --gpu --out DIR          on a CUDA GPU: plain Triton vs bwtriton.enable(), per case
+    third_party.py run --gpu --jobs 16 --out DIR  the same, each case in its own processes, 16 at a time
     third_party.py table --emulated DIR/emulated.json [--gpu-results DIR/gpu.json] --docs docs/third_party.md
     third_party.py list                          the cases, per library
 
@@ -23,8 +24,10 @@ import contextlib
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -705,7 +708,7 @@ def recording(recorder: Recorder, drv: Any, all_configs: bool) -> Iterator[None]
                 raise
             recorder.launched(self, None)
 
-    real_compile, real_prune, real_bench = JITFunction._do_compile, Autotuner.prune_configs, Autotuner._bench
+    real_compile = JITFunction._do_compile
 
     def do_compile(self: Any, key: Any, signature: Any, device: Any, constexprs: Any, *rest: Any) -> Any:
         try:
@@ -714,19 +717,31 @@ def recording(recorder: Recorder, drv: Any, all_configs: bool) -> Iterator[None]
             recorder.compile_failed(self.fn.__name__, constexprs, exc)
             raise
 
-    def first_config(self: Any, kwargs: dict) -> list:
-        return real_prune(self, kwargs)[:1]
-
     drv.launcher_cls = RecordingLauncher
     JITFunction._do_compile = do_compile
-    if not all_configs:  # one config each, and no emulated benchmarking of it
-        Autotuner.prune_configs = first_config
-        Autotuner._bench = lambda self, *args, config, **kwargs: [0.0, 0.0, 0.0]
     try:
-        yield
+        with contextlib.nullcontext() if all_configs else first_config_only():
+            yield
     finally:
         drv.launcher_cls = base
         JITFunction._do_compile = real_compile
+
+
+@contextlib.contextmanager
+def first_config_only() -> Iterator[None]:
+    """Autotuned kernels take their first (pruned) config and benchmark nothing: on the emulator that saves
+    emulated benchmarking, on a GPU it makes plain Triton and bwtriton run the same config (a timing-picked one
+    could differ between the two and change the summation order)."""
+    real_prune, real_bench = Autotuner.prune_configs, Autotuner._bench
+
+    def first_config(self: Any, kwargs: dict) -> list:
+        return real_prune(self, kwargs)[:1]
+
+    Autotuner.prune_configs = first_config
+    Autotuner._bench = lambda *args, **kwargs: [0.0, 0.0, 0.0]  # no names: kernel arguments arrive as keywords
+    try:
+        yield
+    finally:
         Autotuner.prune_configs, Autotuner._bench = real_prune, real_bench
 
 
@@ -860,14 +875,30 @@ def within_spread(plain: Sequence[Check], again: Sequence[Check], ours: Sequence
     return True
 
 
-def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: Optional[Path] = None
-            ) -> list[dict]:
-    """On a CUDA GPU: each case under plain Triton and under `bwtriton.enable()`; outputs compared bitwise.
-    With `out`, gpu.json is rewritten after every case, so a crash (plain Triton aborts on some forms) keeps the
-    rows so far."""
-    if not torch.cuda.is_available():
-        raise UsageError("--gpu needs a CUDA GPU (torch.cuda.is_available() is False); drop --gpu to use the "
-                         "emulated B200")
+def gpu_row(c: Case, plain: tuple, again: Sequence[Check], ours: tuple, kernels: Sequence[str],
+            seconds: float) -> dict:
+    """One case's GPU result: `plain` and `ours` are (passed, message, checks) of plain Triton and of
+    `bwtriton.enable()`, `again` the checks of a second plain run."""
+    (plain_ok, plain_msg, plain_checks), (bw_ok, bw_msg, bw_checks) = plain, ours
+    equal = same_outputs(plain_checks, bw_checks)
+    deterministic = same_outputs(plain_checks, again)
+    within = equal or (not deterministic and within_spread(plain_checks, again, bw_checks))
+    return {"library": c.library, "case": c.name, "kernels": list(kernels), "plain_pass": plain_ok,
+            "plain_message": plain_msg, "bwtriton_pass": bw_ok, "bwtriton_message": bw_msg, "equal": equal,
+            "plain_deterministic": deterministic, "within_spread": within, "seconds": seconds}
+
+
+def _log_gpu_row(i: int, n: int, row: dict, log: Callable[[str], None]) -> None:
+    msg = row["plain_message"] or row["bwtriton_message"]
+    log(f"[{i}/{n}] {row['library']}:{row['case']}: plain {'pass' if row['plain_pass'] else 'FAIL'}, bwtriton "
+        f"{'pass' if row['bwtriton_pass'] else 'FAIL'}, "
+        f"{'equal' if row['equal'] else 'within plain run-to-run spread' if row['within_spread'] else 'DIFFERENT'}"
+        + (f" -- {msg}" if msg else ""))
+
+
+@contextlib.contextmanager
+def launched_kernels() -> Iterator[list[str]]:
+    """The names of the Triton kernels launched inside the block, in first-launch order."""
     launched: list[str] = []
     real_run = JITFunction.run
 
@@ -876,9 +907,94 @@ def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: O
             launched.append(self.fn.__name__)
         return real_run(self, *args, **kwargs)
 
-    rows = []
     JITFunction.run = run
     try:
+        yield launched
+    finally:
+        JITFunction.run = real_run
+
+
+def _need_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise UsageError("--gpu needs a CUDA GPU (torch.cuda.is_available() is False); drop --gpu to use the "
+                         "emulated B200")
+
+
+def gpu_worker(case_name: str, mode: str, result: Path, all_configs: bool = False) -> int:
+    """One case in this process: plain Triton twice (`mode` plain) or under `bwtriton.enable()`; the outputs go
+    to `result` (torch.save) for `run_gpu_parallel`. Autotuned kernels take their first config unless
+    `all_configs`."""
+    _need_cuda()
+    (c,) = select_cases(None, [case_name], sample=False)
+    t0 = time.perf_counter()
+    with launched_kernels() as launched, contextlib.nullcontext() if all_configs else first_config_only():
+        if mode == "plain":
+            ok, msg, _, checks = run_case(c)
+            again = run_case(c)[3]
+        else:
+            with bwtriton.enable():
+                ok, msg, _, checks = run_case(c)
+            again = []
+    outputs = [[(x.label, torch.as_tensor(x.got).detach().cpu()) for x in cs] for cs in (checks, again)]
+    torch.save({"ok": ok, "msg": msg, "checks": outputs[0], "again": outputs[1], "kernels": list(launched),
+                "seconds": time.perf_counter() - t0}, result)
+    return 0
+
+
+def _worker_result(c: Case, mode: str, folder: Path, timeout_s: float, all_configs: bool) -> dict:
+    """Run `gpu-worker` for one (case, mode) in a fresh process; a process that dies (plain Triton's LLVM
+    aborts) or overruns is a failed run with its reason."""
+    path = folder / f"{c.library}.{c.name}.{mode}.pt"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "gpu-worker", "--case", f"{c.library}:{c.name}",
+           "--mode", mode, "--result", str(path)] + (["--all-configs"] if all_configs else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "msg": f"no result within {timeout_s:.0f}s", "checks": [], "again": [], "kernels": []}
+    if proc.returncode != 0 or not path.exists():
+        tail = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()][-1:] or [""]
+        return {"ok": False, "msg": f"process exited with status {proc.returncode}: {tail[0][:240]}",
+                "checks": [], "again": [], "kernels": []}
+    return torch.load(path, weights_only=False)
+
+
+def _as_checks(outputs: Sequence[tuple]) -> list[Check]:
+    return [Check(label, got, got, 0.0, 0.0) for label, got in outputs]
+
+
+def run_gpu_parallel(cases: Sequence[Case], jobs: int, out: Path, log: Callable[[str], None] = progress,
+                     timeout_s: float = 200.0, all_configs: bool = False) -> list[dict]:
+    """`run_gpu` with each case's plain and bwtriton runs in processes of their own, `jobs` at a time (they
+    share Triton's cache): a plain-Triton abort ends only its own process, and compiles use every core.
+    Autotuned kernels take their first config unless `all_configs`. gpu.json is rewritten as rows come in,
+    in case order."""
+    _need_cuda()
+    folder = out / "gpu_outputs"
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {(c.name, c.library, mode): pool.submit(_worker_result, c, mode, folder, timeout_s, all_configs)
+                   for c in cases for mode in ("plain", "bwtriton")}
+        rows = []
+        for i, c in enumerate(cases, 1):
+            plain = futures[c.name, c.library, "plain"].result()
+            ours = futures[c.name, c.library, "bwtriton"].result()
+            rows.append(gpu_row(c, (plain["ok"], plain["msg"], _as_checks(plain["checks"])),
+                                _as_checks(plain["again"]), (ours["ok"], ours["msg"], _as_checks(ours["checks"])),
+                                plain["kernels"] or ours["kernels"], time.perf_counter() - t0))
+            _log_gpu_row(i, len(cases), rows[-1], log)
+            (out / "gpu.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: Optional[Path] = None,
+            all_configs: bool = False) -> list[dict]:
+    """On a CUDA GPU: each case under plain Triton and under `bwtriton.enable()`; outputs compared bitwise.
+    Autotuned kernels take their first config unless `all_configs`. With `out`, gpu.json is rewritten after
+    every case, so a crash (plain Triton aborts on some forms) keeps the rows so far."""
+    _need_cuda()
+    rows = []
+    with launched_kernels() as launched, contextlib.nullcontext() if all_configs else first_config_only():
         for i, c in enumerate(cases, 1):
             launched.clear()
             t0 = time.perf_counter()
@@ -886,21 +1002,11 @@ def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: O
             _, _, _, again = run_case(c)  # a second plain run: atomics make some kernels run-to-run different
             with bwtriton.enable():
                 bw_ok, bw_msg, _, ours = run_case(c)
-            equal = same_outputs(plain, ours)
-            deterministic = same_outputs(plain, again)
-            within = equal or (not deterministic and within_spread(plain, again, ours))
-            rows.append({"library": c.library, "case": c.name, "kernels": list(launched), "plain_pass": plain_ok,
-                         "plain_message": plain_msg, "bwtriton_pass": bw_ok, "bwtriton_message": bw_msg,
-                         "equal": equal, "plain_deterministic": deterministic, "within_spread": within,
-                         "seconds": time.perf_counter() - t0})
+            rows.append(gpu_row(c, (plain_ok, plain_msg, plain), again, (bw_ok, bw_msg, ours), launched,
+                                time.perf_counter() - t0))
             if out is not None:
                 (out / "gpu.json").write_text(json.dumps(rows, indent=1))
-            log(f"[{i}/{len(cases)}] {c.library}:{c.name}: plain {'pass' if plain_ok else 'FAIL'}, bwtriton "
-                f"{'pass' if bw_ok else 'FAIL'}, "
-                f"{'equal' if equal else 'within plain run-to-run spread' if within else 'DIFFERENT'}"
-                + (f" -- {plain_msg or bw_msg}" if plain_msg or bw_msg else ""))
-    finally:
-        JITFunction.run = real_run
+            _log_gpu_row(i, len(cases), rows[-1], log)
     return rows
 
 
@@ -933,30 +1039,48 @@ def _yn(v: Optional[bool]) -> str:
     return "-" if v is None else ("yes" if v else "**no**")
 
 
+def _gpu_counts(rows: Sequence[dict]) -> str:
+    if not rows:
+        return "-"
+    plain = [r for r in rows if r["plain_pass"]]
+    return f"{sum(r.get('within_spread', r['equal']) for r in plain)} / {len(plain)} / {len(rows)}"
+
+
+def _gpu_cell(rows: Sequence[dict]) -> str:
+    """A kernel's H200 column over the cases that launched it: equal where plain Triton works; a kernel only
+    bwtriton runs is said so."""
+    if not rows:
+        return "-"
+    plain = [r for r in rows if r["plain_pass"]]
+    if plain:
+        return _yn(all(r.get("within_spread", r["equal"]) for r in plain))
+    return "plain fails, bwtriton passes" if all(r["bwtriton_pass"] for r in rows) else "**no**"
+
+
 def render_table(results: Sequence[CaseResult], kernels: Sequence[KernelRecord],
                  gpu_rows: Optional[Sequence[dict]] = None) -> str:
     """The generated part of docs/third_party.md: summary per library, then one row per kernel."""
     gpu_by_case = {(r["library"], r["case"]): r for r in gpu_rows or []}
     lines = ["| library | kernels | tcgen05.mma | compiled | zero verifier errors | emulated pass | clean | "
-             "disagreements |", "|---|---|---|---|---|---|---|---|"]
+             "disagreements | H200 cases: equal / plain works / run |", "|---|---|---|---|---|---|---|---|---|"]
     for lib in sorted({k.library for k in kernels} | {r.library for r in results}):
         ks = [k for k in kernels if k.library == lib]
         clean = sum(k.clean for k in ks)
         lines.append(f"| {lib} | {len(ks)} | {sum(k.tcgen05 for k in ks)} | {sum(k.compiled for k in ks)} | "
                      f"{sum(k.compiled and k.verifier_errors == 0 for k in ks)} | "
                      f"{sum(bool(k.numerics_pass) and not k.emulator_error for k in ks)} | "
-                     f"{clean} ({100.0 * clean / max(1, len(ks)):.0f}%) | {sum(bool(k.disagreement) for k in ks)} |")
+                     f"{clean} ({100.0 * clean / max(1, len(ks)):.0f}%) | {sum(bool(k.disagreement) for k in ks)} | "
+                     f"{_gpu_counts([r for r in gpu_rows or [] if r['library'] == lib])} |")
     lines += ["", "| library | kernel | cases | tcgen05.mma | compiled | verifier errors / warnings | emulated pass | "
               "H200 equal | note |", "|---|---|---|---|---|---|---|---|---|"]
     for k in sorted(kernels, key=lambda k: (k.library, k.name, k.hash)):
-        gpu = [gpu_by_case.get((k.library, c)) for c in k.cases]
-        gpu_eq = None if not any(gpu) else all(g.get("within_spread", g["equal"]) for g in gpu if g)
+        gpu = [g for g in (gpu_by_case.get((k.library, c)) for c in k.cases) if g]
         emu_ok = bool(k.numerics_pass) and not k.emulator_error
         note = k.disagreement or k.compile_error or k.emulator_error or (
             "" if emu_ok else "numerics outside tolerance")
         lines.append(f"| {k.library} | `{k.name}` | {', '.join(k.cases)} | {'yes' if k.tcgen05 else ''} | "
                      f"{_yn(k.compiled)} | "
-                     f"{k.verifier_errors} / {k.verifier_warnings} | {_yn(emu_ok)} | {_yn(gpu_eq)} | "
+                     f"{k.verifier_errors} / {k.verifier_warnings} | {_yn(emu_ok)} | {_gpu_cell(gpu)} | "
                      f"{note.replace('|', '/')} |")
     failed = [r for r in results if not r.passed]
     if failed:
@@ -1016,6 +1140,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="any access outside a tensor faults (BWTRITON_EMU_STRICT_BOUNDS=1): finds reads past tensors "
                         "that the emulator's read slack otherwise serves")
     r.add_argument("--gpu", action="store_true", help="on a CUDA GPU: plain Triton vs bwtriton.enable()")
+    r.add_argument("--jobs", type=int, default=0,
+                   help="with --gpu: run each case's plain and bwtriton runs in processes of their own, this many "
+                        "at a time (needs --out)")
     r.add_argument("--out", type=Path, help="folder for emulated.json / gpu.json (and the kernels' PTX)")
     r.add_argument("--docs", type=Path, help="update the table in this markdown file (e.g. docs/third_party.md)")
     t = sub.add_parser("table", help="render the docs table from saved results")
@@ -1023,6 +1150,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--gpu-results", type=Path, help="gpu.json from `run --gpu --out`")
     t.add_argument("--docs", type=Path, help="markdown file to update (default: print)")
     sub.add_parser("list", help="the cases, per library")
+    w = sub.add_parser("gpu-worker", help="one case in this process, for `run --gpu --jobs` (not for direct use)")
+    w.add_argument("--case", required=True)
+    w.add_argument("--mode", choices=("plain", "bwtriton"), required=True)
+    w.add_argument("--result", type=Path, required=True)
+    w.add_argument("--all-configs", action="store_true")
     return p
 
 
@@ -1039,6 +1171,8 @@ def _main(args: argparse.Namespace) -> int:
         for c in CASES:
             print(f"{c.library}:{c.name}{'  (sample)' if c.sample else ''}")
         return 0
+    if args.command == "gpu-worker":
+        return gpu_worker(args.case, args.mode, args.result, args.all_configs)
     if args.command == "table":
         results, kernels = load_emulated(args.emulated)
         rows = json.loads(args.gpu_results.read_text()) if args.gpu_results else None
@@ -1057,9 +1191,12 @@ def _main(args: argparse.Namespace) -> int:
         if args.docs:
             raise UsageError("--docs with --gpu: render the table afterwards with `table --emulated ... "
                              "--gpu-results DIR/gpu.json --docs ...`")
+        if args.jobs < 0 or (args.jobs and not args.out):
+            raise UsageError("--jobs N (N >= 1) keeps each case's outputs in files: give --out DIR too")
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
-        rows = run_gpu(cases, out=args.out)
+        rows = (run_gpu_parallel(cases, args.jobs, args.out, all_configs=args.all_configs) if args.jobs
+                else run_gpu(cases, out=args.out, all_configs=args.all_configs))
         for lib in sorted({c.library for c in cases}):
             print(gpu_summary(lib, rows))
         return 0 if all(r["within_spread"] or not r["plain_pass"] for r in rows) else 1

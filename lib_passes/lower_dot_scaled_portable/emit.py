@@ -215,19 +215,25 @@ def dequant_f32(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale: Op
 
 
 def split_bf16(em: TtirEmitter, value: str, ty: TensorType) -> list[tuple[str, TensorType]]:
-    """f32 values of <= 16 significant bits -> [hi, lo] bf16 with hi + lo == value exactly.
+    """f32 values of <= 16 significant bits -> [hi, lo] bf16 with hi + lo == value exactly (`split_f32`)."""
+    bf16 = ty.with_(elem="bf16")
+    return [(em.cast("truncf", part, ty, bf16), bf16) for part, _ in split_f32(em, value, ty)]
+
+
+def split_f32(em: TtirEmitter, value: str, ty: TensorType) -> list[tuple[str, TensorType]]:
+    """f32 values of <= 16 significant bits -> [hi, lo], f32 tensors of bf16 values, hi + lo == value exactly.
 
     hi keeps the top 16 bits of the f32 pattern (sign, exponent, 7 mantissa bits: a bf16 value, so the
     truncation to bf16 is exact); value - hi is exact in f32 and has the remaining <= 8 significant bits, so it
     is a bf16 value too, down to bf16's smallest subnormal 2^-133. Where the value is +-inf, lo (inf - inf) is
     NaN: it is replaced by 0 so the sum stays inf (a NaN value keeps its quiet bit in hi)."""
-    i32, bf16, i1 = ty.with_(elem="i32"), ty.with_(elem="bf16"), ty.with_(elem="i1")
+    i32, i1 = ty.with_(elem="i32"), ty.with_(elem="i1")
     bits = em.bitcast(value, ty, i32)
     hi = em.bitcast(em.int_binary_const("andi", bits, -65536, i32), i32, ty)
     lo = em.binary("subf", value, hi, ty)
     is_num = em.op(f"arith.cmpf oeq, {lo}, {lo} : {ty}")
     lo = em.op(f"arith.select {is_num}, {lo}, {em.splat_float(0.0, ty)} : {i1}, {ty}")
-    return [(em.cast("truncf", hi, ty, bf16), bf16), (em.cast("truncf", lo, ty, bf16), bf16)]
+    return [(hi, ty), (lo, ty)]
 
 
 def to_dot_terms(em: TtirEmitter, value: str, ty: TensorType, compute_elem: str,
@@ -240,6 +246,22 @@ def to_dot_terms(em: TtirEmitter, value: str, ty: TensorType, compute_elem: str,
         return [(value, ty)]
     out = ty.with_(elem=compute_elem)
     return [(em.cast("truncf", value, ty, out), out)]
+
+
+def stack_along_k(em: TtirEmitter, parts: list[tuple[str, TensorType]]) -> tuple[str, TensorType]:
+    """2 or 4 rows-major [rows, K] tensors -> one [rows, len(parts) * K] whose K columns interleave them: column
+    2k + j is part j's column k (4 parts: column 4k + 2i + h is part 2h + i's). Both operands of a dot stacked
+    this way in the same part order pair part j of one with part j of the other, so one `tt.dot` over the
+    stacked K sums exactly the products of the separate dots."""
+    if len(parts) not in (2, 4):
+        raise ValueError(f"stack_along_k takes 2 or 4 parts, not {len(parts)}")
+    (p0, ty), (p1, _) = parts[:2]
+    joined, jty = em.join(p0, p1, ty)
+    if len(parts) == 4:
+        upper, _ = em.join(parts[2][0], parts[3][0], ty)
+        joined, jty = em.join(joined, upper, jty)
+    rows, k = ty.shape
+    return em.reshape(joined, jty, (rows, k * len(parts)))
 
 
 def dequant_operand(em: TtirEmitter, value: str, ty: TensorType, fmt: str, scale: Optional[str],

@@ -17,8 +17,9 @@ The rewrite runs on TTIR, before `make_ttgir` sees the op, and emits per operand
 each byte along K or along M/N, decode them and the scales with integer ops (exact; no fp8 instructions for fp4,
 so sm_80 works too), multiply by the scale broadcast over its K-block in f32 and round to the dot's operand type
 (exact: `dot_plan` picks a type that holds every dequantized value, or splits a side no type holds into exact bf16
-hi + lo terms), then plain `tt.dot`s (one per term pair, chained) with the original fp32 accumulator. Triton
-pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
+hi + lo terms), then plain `tt.dot`s with the original fp32 accumulator: one per term pair, chained, or on
+tcgen05 targets one over the term pairs stacked along K, so that a split needs one TMEM accumulator
+(`stacks_terms`). Triton pipelines the packed loads and dequantizes in registers, as for mixed-precision matmul.
 
 Which ops on targets with native block-scaled MMA (sm_100a, sm_103a, sm_120a): NVFP4 dots Triton lowers natively
 (e2m1 x e2m1, UE4M3 on both sides, k-packed, tile M a multiple of 128) and M/N-packed MXFP4 with e8m0 scales on
@@ -33,7 +34,7 @@ from bwtriton.mlir import reparse
 from bwtriton.mlir.dot_scaled import DotScaledOp, parse_dot_scaled
 
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
-from .emit import UNSCALED_FORMATS, TtirEmitter, dequant_f32, dequant_operand, to_dot_terms
+from .emit import UNSCALED_FORMATS, TtirEmitter, dequant_f32, dequant_operand, split_f32, stack_along_k, to_dot_terms
 
 UE4M3 = "f8E4M3FN"   # NVFP4 block scale element type as printed in TTIR
 E8M0 = "i8"          # MX block scale (uint8 holding the biased exponent)
@@ -104,28 +105,47 @@ def _exact_types(fmt: str, scale_elem: "str | None") -> set[str]:
 @dataclass(frozen=True)
 class DotPlan:
     """How a lowered dot feeds the MMA: operand type `elem` and, per side, how many `elem` terms sum to each
-    dequantized value (2: a bf16 hi + lo pair, `emit.split_bf16`); one `tt.dot` per pair of terms, chained
-    through the accumulator."""
+    dequantized value (2: a bf16 hi + lo pair, `emit.split_f32`). The term pairs are either one `tt.dot` each,
+    chained through the accumulator, or, `stacked`, interleaved along K into one `tt.dot` over pairs x K."""
 
     elem: str
     terms: tuple[int, int] = (1, 1)
+    stacked: bool = False
+
+    @property
+    def pairs(self) -> int:
+        return self.terms[0] * self.terms[1]
 
     def describe(self) -> str:
+        split = f"hi/lo split {self.terms[0]}x{self.terms[1]}"
         if self.terms == (1, 1):
             return f"{self.elem} tt.dot"
-        return f"{self.terms[0] * self.terms[1]} chained bf16 tt.dot (hi/lo split {self.terms[0]}x{self.terms[1]})"
+        if self.stacked:
+            return f"one bf16 tt.dot over {self.pairs}K ({split}, term pairs stacked along K)"
+        return f"{self.pairs} chained bf16 tt.dot ({split})"
 
 
-def dot_plan(op: DotScaledOp, one_scales: tuple[bool, bool] = (False, False)) -> DotPlan:
+def dot_plan(op: DotScaledOp, one_scales: tuple[bool, bool] = (False, False), stack: bool = False) -> DotPlan:
     """One operand type both sides fit (bf16 first: the fast path; then fp16; then f32 for a tf32 MMA), else
     bf16 with each side that bf16 cannot hold split in two exact bf16 terms (UE4M3-scaled bf16/fp16, or fp16
-    against one). `one_scales[i]`: side i's scale is the constant 1.0 (it is then dropped)."""
+    against one). `one_scales[i]`: side i's scale is the constant 1.0 (it is then dropped). `stack`: a split
+    plan takes one dot over the stacked term pairs (see `stacks_terms`)."""
     scales = tuple(None if one else s for s, one in zip(op.scale_elems, one_scales))
     a_fits, b_fits = _exact_types(op.a_format, scales[0]), _exact_types(op.b_format, scales[1])
     both = a_fits & b_fits
     if both:
         return DotPlan(next(t for t in ("bf16", "f16", "f32") if t in both))
-    return DotPlan("bf16", (1 if "bf16" in a_fits else 2, 1 if "bf16" in b_fits else 2))
+    return DotPlan("bf16", (1 if "bf16" in a_fits else 2, 1 if "bf16" in b_fits else 2), stacked=stack)
+
+
+def stacks_terms(target) -> bool:
+    """Whether split plans stack their term pairs along K on `target`. On tcgen05 targets each `tt.dot` of a
+    chain gets its own 128-column TMEM accumulator (Triton copies the running sum TMEM -> registers -> TMEM
+    between them) and the TMEM A operands come on top: a 2x2 split at a 128x128 tile needs 640 of the 512
+    columns. One dot over the stacked K needs one accumulator. Where the accumulator is in registers (wgmma,
+    mma.sync) the chain costs no extra storage, and stacking would double the B tile in shared memory (a 2x2
+    split at 128x128x128 on sm_90a: 266 KB of the 227 KB), so the chain stays."""
+    return target.has_tcgen05
 
 
 def compute_dtype(op: DotScaledOp) -> str:
@@ -142,17 +162,48 @@ def _side_terms(em: TtirEmitter, value: str, ty, fmt: str, scale, scale_ty, pack
     return to_dot_terms(em, exact, ety, plan.elem, 2)
 
 
-def lower_dot_scaled(op: DotScaledOp, prefix: str, one_scales: tuple[bool, bool] = (False, False)) -> str:
-    """TTIR text replacing `op`: both operands dequantized to [M, K] / [K, N] and one `tt.dot`, or one per pair
-    of terms when a side is split (`dot_plan`), each adding into the previous one's result (the hi x hi product
-    first). `one_scales` marks scales known to be 1.0."""
+def _side_f32_terms(em: TtirEmitter, value: str, ty, fmt: str, scale, scale_ty, packed_axis: int,
+                    terms: int) -> list:
+    """One operand, rows-major [rows, K'], -> f32 [rows, K] tensors of bf16 values summing to its exact
+    dequantization (one, or the hi + lo pair)."""
+    exact, ety = dequant_f32(em, value, ty, fmt, scale, scale_ty, packed_axis)
+    return split_f32(em, exact, ety) if terms == 2 else [(exact, ety)]
+
+
+def _lower_stacked(em: TtirEmitter, op: DotScaledOp, plan: DotPlan, a_scale, b_scale) -> str:
+    """One `tt.dot` over the term pairs stacked along K (`emit.stack_along_k`): the same products as the chained
+    dots, one accumulator. Stacked in f32 and rounded to bf16 after (exact: every term is a bf16 value), so the
+    dot's operands come from an elementwise op: Triton keeps the join/reshape in registers."""
+    a_terms = _side_f32_terms(em, op.a, op.a_type, op.a_format, *a_scale, 1 if op.lhs_k_pack else 0, plan.terms[0])
+    bt, bt_ty = em.trans(op.b, op.b_type, (1, 0))  # rhs as rows [N, K'], scales [N, K/g]
+    b_terms = _side_f32_terms(em, bt, bt_ty, op.b_format, *b_scale, 1 if op.rhs_k_pack else 0, plan.terms[1])
+    pairs = [(a, b) for a in a_terms for b in b_terms]
+    operands = []
+    for rows in ([a for a, _ in pairs], [b for _, b in pairs]):
+        stacked, sty = stack_along_k(em, rows)
+        bf16 = sty.with_(elem="bf16")
+        operands.append((em.cast("truncf", stacked, sty, bf16), bf16))
+    (a, a_ty), (b_rows, b_rows_ty) = operands
+    b, b_ty = em.trans(b_rows, b_rows_ty, (1, 0))
+    em.dot(a, b, op.acc, a_ty, b_ty, op.out_type, result=op.result)
+    return "".join(em.lines)
+
+
+def lower_dot_scaled(op: DotScaledOp, prefix: str, one_scales: tuple[bool, bool] = (False, False),
+                     stack: bool = False) -> str:
+    """TTIR text replacing `op`: both operands dequantized to [M, K] / [K, N] and one `tt.dot`; when a side is
+    split (`dot_plan`), one `tt.dot` per pair of terms, each adding into the previous one's result (the hi x hi
+    product first), or, `stack`, one `tt.dot` over the pairs stacked along K. `one_scales` marks scales known to
+    be 1.0."""
     if len(op.out_type.shape) != 2:
         raise ValueError(f"{op.result}: batched (rank-{len(op.out_type.shape)}) tt.dot_scaled is not lowered by "
                          "lower-dot-scaled-portable; use 2-D tiles (one tl.dot_scaled per batch entry)")
     em = TtirEmitter(prefix=prefix, indent=op.indent, loc=op.loc)
-    plan = dot_plan(op, one_scales)
+    plan = dot_plan(op, one_scales, stack)
     a_scale = (None, None) if one_scales[0] else (op.a_scale, op.a_scale_type)
     b_scale = (None, None) if one_scales[1] else (op.b_scale, op.b_scale_type)
+    if plan.stacked and plan.terms != (1, 1):
+        return _lower_stacked(em, op, plan, a_scale, b_scale)
     # lhs is [M, K'] already rows-major; packing is along K (axis 1) or M (axis 0).
     a_terms = _side_terms(em, op.a, op.a_type, op.a_format, *a_scale, 1 if op.lhs_k_pack else 0, plan, 0)
     if op.b_format in UNSCALED_FORMATS and b_scale[0] is None and plan.terms[1] == 1:
@@ -267,11 +318,12 @@ class LowerDotScaledPortable(Pass):
             else:
                 ones = (constants.is_one(op.a_scale, op.scale_elems[0]),
                         constants.is_one(op.b_scale, op.scale_elems[1]))
+                stack = stacks_terms(ctx.target)
                 try:
-                    out.append(lower_dot_scaled(op, prefix=f"bwds_{lowered}", one_scales=ones))
+                    out.append(lower_dot_scaled(op, prefix=f"bwds_{lowered}", one_scales=ones, stack=stack))
                 except ValueError as exc:
                     ctx.error(f"{exc} [{_form(op)} on {ctx.target.name}]")
-                entry["action"] = f"lowered to {dot_plan(op, ones).describe()}"
+                entry["action"] = f"lowered to {dot_plan(op, ones, stack).describe()}"
                 if any(ones):
                     entry["constant_one_scales"] = [side for side, one in zip(("lhs", "rhs"), ones) if one]
                 lowered += 1

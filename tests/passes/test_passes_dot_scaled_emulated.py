@@ -7,8 +7,10 @@ Two kinds of data per form:
   whatever the summation order (`exact_in_any_order` checks this on the data itself, with 2 bits of margin for
   tensor-core alignment): the result must equal the float64 reference bit for bit;
 * wide data (random codes over the formats' range, e8m0 2^-5..2^5): fp32 accumulation of exact products, error
-  <= (terms * K) * 2^-23 * (|A| @ |B|), where terms is the number of chained dots the hi/lo split adds (each
-  sums K exact products in fp32: K * 2^-24 relative to the absolute sum, doubled for truncating adders).
+  <= (terms * K) * 2^-23 * (|A| @ |B|), where terms is the number of term pairs the hi/lo split adds (on
+  sm_100a one dot over terms * K exact products in fp32: K * 2^-24 per K products relative to the absolute sum,
+  doubled for truncating adders).
+A split form with both sides split also runs at a 128x128 tile, where its chained lowering would not fit TMEM.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ pytestmark = [pytest.mark.emulated]
 #: scaled bf16/fp16 sides (UE4M3: hi/lo split; e8m0) against each kind of partner, both orders, mixed scales
 EMULATED_FORMS = [
     ("bf16", "ue4m3", True, "e2m1", "ue4m3", True),     # gemlite's NVFP4 form with a real activation scale
-    ("fp16", "ue4m3", True, "fp16", "ue4m3", True),     # both sides split: 4 chained dots
+    ("fp16", "ue4m3", True, "fp16", "ue4m3", True),     # both sides split: one dot over 4 term pairs
     ("e2m1", "ue4m3", True, "bf16", "ue4m3", True),     # rhs split (transposed route)
     ("bf16", "ue4m3", True, "fp16", None, True),        # unscaled fp16 split against a split side
     ("e2m1", "e8m0", False, "bf16", "ue4m3", True),     # M-packed MXFP4 x split bf16
@@ -141,3 +143,16 @@ def test_emulated_wide_data_within_fp32_accumulation_bound(form, emulated_b200):
     bound = split_terms(form) * K * 2.0 ** -23 * (a_ref.abs() @ b_ref.abs().T) + 1e-30
     err = (c.double() - ref).abs()
     assert (err <= bound).all(), f"max error {err.max().item()}, {int((err > bound).sum())} over the bound"
+
+
+@pytest.mark.parametrize("form", [("bf16", "ue4m3", True, "bf16", "ue4m3", True)], ids=form_id)
+def test_emulated_split_2x2_form_at_a_128x128_tile_is_bit_exact(form, emulated_b200):
+    gen = torch.Generator().manual_seed(11)
+    m = n = 128
+    k = 64  # at K = 128 the grid data's sums leave fp32's exact range (the precondition fails)
+    a, sa, a_ref = grid_operand(*form[:3], m, k, gen)
+    b, sb, b_ref = grid_operand(*form[3:], n, k, gen)
+    assert exact_in_any_order(a_ref, b_ref)
+    c = launch_form(form, (a, sa, b, sb), m, n, k, (128, 128, 32), "cpu")
+    ref = a_ref @ b_ref.T
+    assert torch.equal(c.double(), ref), (c.double() - ref).abs().max()

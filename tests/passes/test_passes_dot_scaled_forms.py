@@ -26,7 +26,7 @@ import triton.language as tl
 import bwtriton
 from bwtriton.mlir.dot_scaled import parse_dot_scaled
 from bwtriton.passes.lower_dot_scaled_portable import lower_dot_scaled, triton_lowers
-from bwtriton.passes.lower_dot_scaled_portable.lower_dot_scaled_portable import dot_plan
+from bwtriton.passes.lower_dot_scaled_portable.lower_dot_scaled_portable import dot_plan, stacks_terms
 from bwtriton.targets import get_target
 from test_nvfp4_lowering import _exact_in_tf32, _form_line, _random_operand, evaluate
 
@@ -104,6 +104,44 @@ def test_rewrite_of_every_form_feeds_the_mma_exact_operands(form):
     assert torch.equal(b_sum, b_ref.T), (b_sum - b_ref.T).abs().max()
     if plan.elem == "f32":
         assert all(_exact_in_tf32(env[name]) for name in lhs + rhs)
+
+
+SPLIT_FORMS = [f for f in FORMS if dot_plan(parse_dot_scaled(_form_line(f, 16, 8, 64))).terms != (1, 1)]
+
+
+def test_split_forms_are_68_and_12_split_both_sides():
+    plans = [dot_plan(parse_dot_scaled(_form_line(f, 16, 8, 64))) for f in SPLIT_FORMS]
+    assert len(SPLIT_FORMS) == 68 and sum(p.terms == (2, 2) for p in plans) == 12
+    assert stacks_terms(get_target("sm_100a")) and not stacks_terms(get_target("sm_90a"))
+
+
+@pytest.mark.parametrize("form", SPLIT_FORMS, ids=[form_id(f) for f in SPLIT_FORMS])
+def test_stacked_rewrite_of_split_forms_gives_each_product_exactly(form):
+    """The stacked lowering (tcgen05 targets): one `tt.dot` over pairs x K whose bf16 operands, grouped by the
+    original K index, multiply to exactly a[m, k] * b[k, n] (the products of the chained dots, summed over the
+    term pairs in float64, where 4 products of <= 8-bit factors add exactly)."""
+    m, n, k = 16, 8, 64
+    op = parse_dot_scaled(_form_line(form, m, n, k))
+    plan = dot_plan(op, stack=True)
+    text = lower_dot_scaled(op, prefix="t", stack=True)
+    lhs, rhs, dots = _dot_operands(text)
+    pairs = plan.terms[0] * plan.terms[1]
+    assert "tt.dot_scaled" not in text and len(dots) == 1 and plan.stacked
+    assert dots[0].strip().startswith("%out = tt.dot") and ", %acc," in dots[0]
+    assert f"tensor<{m}x{pairs * k}xbf16> * tensor<{pairs * k}x{n}xbf16>" in dots[0]
+    gen = torch.Generator().manual_seed(sum(map(ord, form_id(form))))
+    a, sa, a_ref = _random_operand(*form[:3], m, k, gen, _code_range(form[0], plan.elem))
+    b, sb, b_ref = _random_operand(*form[3:], n, k, gen, _code_range(form[3], plan.elem))
+    env = {"%a": a, "%b": b.T.contiguous(), "%acc": torch.zeros(m, n)}
+    env.update({"%sa": sa} if sa is not None else {})
+    env.update({"%sb": sb} if sb is not None else {})
+    env = evaluate(text.splitlines(), env)
+    a_st, b_st = env[lhs[0]], env[rhs[0]]
+    assert a_st.dtype == b_st.dtype == torch.bfloat16
+    a_pairs = a_st.double().reshape(m, k, pairs)           # column pairs * k + j: pair j of K index k
+    b_pairs = b_st.double().T.reshape(n, k, pairs)
+    products = torch.einsum("mkj,nkj->mnk", a_pairs, b_pairs)
+    assert torch.equal(products, torch.einsum("mk,nk->mnk", a_ref, b_ref)), form_id(form)
 
 
 def test_split_lo_terms_are_not_all_zero():
@@ -202,7 +240,7 @@ def check_compiled(form: tuple, target: str, tile=(64, 64, 128)) -> str:
     kind = kinds.pop()
     if entry["action"].startswith("lowered"):
         assert "tt.dot_scaled" not in r.asm["ttir"]
-        m = re.match(r"lowered to (?:\d+ chained )?(bf16|f16|f32) tt\.dot", entry["action"])
+        m = re.match(r"lowered to (?:\d+ chained |one )?(bf16|f16|f32) tt\.dot", entry["action"])
         assert m, entry
         elem = m[1]
         expected = {"sm_90a": {"bf16": "bf16", "f16": "f16", "f32": "tf32"},
@@ -210,6 +248,7 @@ def check_compiled(form: tuple, target: str, tile=(64, 64, 128)) -> str:
         assert kind == expected, (entry, kind)
         chained = int(entry["action"].split()[2]) if "chained" in entry["action"] else 1
         assert r.asm["ttir"].count(" tt.dot ") == chained
+        assert ("stacked along K" in entry["action"]) == (target == "sm_100a" and "split" in entry["action"])
     return kind
 
 
@@ -280,3 +319,20 @@ def test_unscaled_bf16_x_fp16_plain_triton_fails_and_bwtriton_uses_tf32(form):
         with pytest.raises(bwtriton.CompileError, match="PassManager::run failed"):
             compile_form(form, target, passes="none")
         assert check_compiled(form, target) == "tf32"
+
+
+#: both sides split (4 term pairs): an unscaled fp16 side against a split one, and two UE4M3-scaled bf16 sides
+SPLIT_2X2_SAMPLE = [("fp16", None, True, "fp16", "ue4m3", True), ("bf16", "ue4m3", True, "bf16", "ue4m3", True)]
+_SPLIT_2X2 = [f for f in SPLIT_FORMS if dot_plan(parse_dot_scaled(_form_line(f, 16, 8, 64))).terms == (2, 2)]
+_SPLIT_2X2_CASES = _SPLIT_2X2 if FULL else SPLIT_2X2_SAMPLE
+
+
+@pytest.mark.parametrize("form", _SPLIT_2X2_CASES, ids=[form_id(f) for f in _SPLIT_2X2_CASES])
+def test_split_2x2_forms_fit_tmem_at_128x128_tiles_on_sm100(form):
+    """Chained, these need 4 TMEM accumulators plus the TMEM A operands (640 columns of 512); stacked, one
+    accumulator and the stacked A operand: the plan fits, with one kind::f16 MMA over 4 x BK per iteration."""
+    r = compile_form(form, "sm_100a", tile=(128, 128, 128))
+    assert check_compiled(form, "sm_100a", tile=(128, 128, 128)) == "f16"
+    totals = r.reports["plan-tmem"]["totals"]
+    assert totals["fits"] and totals["used_columns"] <= 512 and not r.reports["plan-tmem"]["fallbacks"]
+    assert r.asm["ttir"].count(" tt.dot ") == 1 and "tensor<128x512xbf16> * tensor<512x128xbf16>" in r.asm["ttir"]

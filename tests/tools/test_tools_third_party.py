@@ -63,10 +63,15 @@ def test_table_counts_per_library_and_marks_failures(tmp_path):
     kernels = [_record(name="good"), _record(name="bad", verifier_errors=1, numerics_pass=False, tcgen05=True,
                                              emulator_error="DeadlockError: stuck", protocol_failure=True)]
     results = [tp.CaseResult("lib", "c", False, 1.0, "y: 3/4 outside", ["lib:good", "lib:bad"])]
-    table = tp.render_table(results, kernels, [{"library": "lib", "case": "c", "equal": True}])
-    assert "| lib | 2 | 1 | 2 | 1 | 1 | 1 (50%) | 0 |" in table
+    table = tp.render_table(results, kernels, [{"library": "lib", "case": "c", "equal": True, "plain_pass": True,
+                                                "bwtriton_pass": True}])
+    assert "| lib | 2 | 1 | 2 | 1 | 1 | 1 (50%) | 0 | 1 / 1 / 1 |" in table
     assert "| lib | `bad` | c | yes | yes | 1 / 0 | **no** | yes | DeadlockError: stuck |" in table
     assert "`lib:c`: y: 3/4 outside" in table
+    only_ours = tp.render_table(results, kernels, [{"library": "lib", "case": "c", "equal": False,
+                                                    "plain_pass": False, "bwtriton_pass": True}])
+    assert "| lib | 2 | 1 | 2 | 1 | 1 | 1 (50%) | 0 | 0 / 0 / 1 |" in only_ours
+    assert "| **no** | plain fails, bwtriton passes |" in only_ours
     doc = tmp_path / "doc.md"
     doc.write_text(f"intro\n{tp.BEGIN}\nold\n{tp.END}\noutro\n")
     tp.write_docs(doc, table)
@@ -119,3 +124,27 @@ def test_run_to_run_spread_of_atomics_is_not_a_difference():
     plain, again = out(1.0, 2.0), out(1.0, 2.5)  # two plain runs differ by 0.5 (atomics' order)
     assert not tp.same_outputs(plain, again)
     assert tp.within_spread(plain, again, out(1.0, 2.75)) and not tp.within_spread(plain, again, out(1.0, 4.0))
+
+
+def test_parallel_gpu_mode_survives_a_plain_triton_abort(tmp_path, monkeypatch):
+    """`--gpu --jobs`: each (case, mode) is a process of its own; a plain run whose process died is a failed
+    plain run with its exit status, the bwtriton run of the same case still counts, rows keep case order."""
+    cases = tp.select_cases(["liger"], ["rms_norm", "swiglu"], sample=False)
+    y = [("y", torch.tensor([1.0, 2.0]))]
+
+    def worker(c, mode, folder, timeout_s, all_configs):
+        assert folder == tmp_path / "gpu_outputs" and not all_configs
+        if c.name == "swiglu" and mode == "plain":
+            return {"ok": False, "msg": "process exited with status -6: LLVM ERROR", "checks": [], "again": [],
+                    "kernels": []}
+        return {"ok": True, "msg": "", "checks": y, "again": y if mode == "plain" else [], "kernels": [c.name]}
+
+    monkeypatch.setattr(tp, "_worker_result", worker)
+    monkeypatch.setattr(tp, "_need_cuda", lambda: None)
+    rows = tp.run_gpu_parallel(cases, 2, tmp_path, log=lambda line: None)
+    assert [r["case"] for r in rows] == ["rms_norm", "swiglu"]
+    assert rows[0]["plain_pass"] and rows[0]["bwtriton_pass"] and rows[0]["equal"]
+    assert not rows[1]["plain_pass"] and "status -6" in rows[1]["plain_message"] and rows[1]["bwtriton_pass"]
+    assert not rows[1]["equal"] and rows[1]["kernels"] == ["swiglu"]
+    assert (tmp_path / "gpu.json").exists()
+    assert tp.main(["run", "--gpu", "--jobs", "4", "--case", "liger:rms_norm"]) == 2  # --jobs needs --out
