@@ -56,6 +56,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from ..errors import InputError
+from ..targets import H100_SM_COUNT
 from ._device import sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_as_words
@@ -236,7 +237,7 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, out_ptr, alpha_ptr, bias_ptr, M, N, 
 GEMV_MAX_M = 4
 
 
-def decode_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+def decode_config(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> dict:
     """Tensor-core path launch config: BLOCK_N 32 weight rows per CTA (measured fastest on the H200 at N = K =
     8192 for M = 1, 4, 16: 46-49 us against 58-66 us for BLOCK_N 64), K split until there are >= 2 CTAs per SM."""
     block_m = max(16, triton.next_power_of_2(m))
@@ -248,7 +249,7 @@ def decode_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
             "num_stages": 4}
 
 
-def gemv_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+def gemv_config(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> dict:
     """CUDA-core path launch config. A warp covers 32 * 32 / THREADS_N weights of a row per step, so THREADS_N is
     the smallest of 1, 2, 4 that divides K into whole steps; 4 rows per thread share each activation load; K is
     split (fp32 atomics) only when N alone gives fewer than 2 CTAs per SM."""
@@ -308,7 +309,7 @@ def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int
     return None
 
 
-def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
+def decode_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
     (M <= GEMV_TUNE_MAX_M) and the mma.sync kernel's (M <= MAX_DECODE_M), then at every M the mixed-input wgmma
@@ -347,7 +348,7 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
     return cands + mixed
 
 
-def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+def default_config(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> dict:
     """The untuned choice (used under CUDA-graph capture before a shape was tuned, or with
     BWTRITON_DECODE_TUNE=0): GEMV for M <= GEMV_MAX_M, mma.sync up to MAX_DECODE_M, the wgmma mixed GEMM above."""
     if m > MAX_DECODE_M:
