@@ -87,7 +87,7 @@ def copy_bandwidth_report(nbytes: int = 1 << 30) -> dict[str, float]:
 
     * "torch copy_ (graph)": `dst.copy_(src)` captured in a CUDA graph. A same-dtype contiguous copy_ is a
       cudaMemcpyAsync, which capture turns into a graph *memcpy node*; the driver may run that on a copy engine
-      rather than as an SM kernel, and it gave 2769 GB/s on the H200 against ~4300 eager (issue 16).
+      rather than as an SM kernel, and it gave 2769 GB/s on the H200 against ~4300 eager.
     * "torch copy_ (eager)": the same call, back to back on a stream, timed with events.
     * "triton copy (graph)" / "triton copy (eager)": a streaming Triton kernel (16-byte loads and stores, one 32 KiB
       chunk per CTA), what our own memory-bound kernels are: the fair ceiling for the decode rows.

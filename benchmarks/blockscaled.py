@@ -9,7 +9,7 @@ Rows (each against what a user would run instead, `peers.py`, timed in the same 
 * decode: weight-only `nvfp4_decode_matmul` (bf16 x) against bf16 `F.linear` at M = 1, 16 on every shape and
   M = 4 .. 8192 on the square ones, with gemlite int4 g128 (and its NVFP4 weight-only path at M = 1, 8192^2) as
   extra peers. Unit: GB/s of *our* bytes (4.5 bits/weight) up to M = 128, TFLOP/s above; the ratio column is the
-  speedup either way; "of copy BW" compares ours with the card's copy bandwidth. Goals (issue 26): 3.0x and 85% of
+  speedup either way; "of copy BW" compares ours with the card's copy bandwidth. Goals: 3.0x and 85% of
   copy bandwidth at M <= 16, 1.5x at M = 64 - 128, 1.0x above.
 * GEMM: `nvfp4_matmul` vs torch dequantize + cuBLAS (the dequantization is part of the peer's time: that is what
   a torch user pays), `method='dot_scaled'` at 4096^3 as a self-comparison, and upstream Triton's own

@@ -1,4 +1,4 @@
-"""Speed of the CPU-side tools, as a table (no GPU needed): the emulator on the GEMM issue 13 names, the PTX
+"""Speed of the CPU-side tools, as a table (no GPU needed): the emulator on the reference GEMM shapes, the PTX
 parser on 10k+ lines, the verifier on a masked GEMM whose K is not known divisible by 16.
 
     PYTHONPATH=python python benchmarks/emulator.py [--out DIR]
@@ -82,7 +82,7 @@ def emulated_gemm_rows() -> list[Row]:
 
 
 def parse_and_verify_rows() -> list[Row]:
-    """The PTX parser on 10k+ lines and the verifier on a masked GEMM (the case issue 12 reported)."""
+    """The PTX parser on 10k+ lines and the verifier on a masked GEMM (K not known divisible by 16)."""
     import bwtriton
     from bwtriton.ptx import parse_ptx
     from bwtriton.verify import verify_ptx

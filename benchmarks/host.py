@@ -1,6 +1,6 @@
 """Host overhead rows: wall time per call of each bwtriton entry point and of its torch peer, on problems small
 enough that the GPU never holds the loop back, so the number is what Python, validation and the launch cost.
-Goal (issue 16): <= 20 us per call for matmul, nvfp4_decode_matmul and nvfp4_linear.
+Goal: <= 20 us per call for matmul, nvfp4_decode_matmul and nvfp4_linear.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The whole benchmark table in one command (issue 16), written as markdown + JSON (+ CSV, text, PNG):
+"""The whole benchmark table in one command, written as markdown + JSON (+ CSV, text, PNG):
 
     PYTHONPATH=python python benchmarks/run_all.py --out DIR [--quick] [--only decode,linear]
 

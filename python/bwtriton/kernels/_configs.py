@@ -81,7 +81,7 @@ def _hopper(in_bytes: float) -> list[GemmConfig]:
 
 
 def _hopper_fp8_extra() -> list[GemmConfig]:
-    """fp8-only Hopper candidates (issue 16: fp8 4096^3 at 0.72x of _scaled_mm while 8192^3 is at parity).
+    """fp8-only Hopper candidates (without them fp8 4096^3 ran at 0.72x of _scaled_mm while 8192^3 was at parity).
 
     At 4096^3 a 128x256 tile lives for only 32 K steps of 128, so what each tile pays once (filling the ring,
     then the epilogue store the MMAs do not overlap) is twice the share it is at 8192^3, and 512 tiles are 3.9
