@@ -5,7 +5,8 @@
 #     bash benchmarks/device_run.sh [OUT_DIR]      # default: $OUT, else ./device_out
 #
 # Budget on a fresh H200 (cold Triton cache): tests <= 4 min, benchmarks <= 5.7 min (each under `timeout`, 580 s in all).
-# Writes OUT_DIR/tests_*.log, OUT_DIR/bench/bench.{md,json,csv,txt} and prints the test totals and the table.
+# Writes OUT_DIR/tests_*.log, OUT_DIR/third_party{.log,_gpu.json} (with the thirdparty extra installed),
+# OUT_DIR/bench/bench.{md,json,csv,txt} and prints the test totals and the table.
 set -u
 OUT_DIR="${1:-${OUT:-device_out}}"
 mkdir -p "$OUT_DIR/bench"
@@ -22,6 +23,12 @@ timeout 240 "${PYTEST[@]}" tests/kernels/test_torch_ops.py tests/kernels/test_ke
 timeout 240 "${PYTEST[@]}" tests --ignore=tests/kernels/test_kernels_matmul.py --ignore=tests/kernels/test_kernels_blockscaled.py \
     --ignore=tests/kernels/test_torch_ops.py --ignore=tests/kernels/test_kernels_launcher.py --ignore=tests/formats/test_formats_cuda.py \
     --ignore=tests/examples/test_gpu_examples.py >"$OUT_DIR/tests_rest.log" 2>&1 &
+# the third-party H200 column (plain Triton vs bwtriton.enable(), tools/third_party.py) beside the tests, where the
+# `thirdparty` libraries are importable; only gpu.json comes back (the kernels' PTX stay in /tmp)
+if python -c "import gemlite, fla, liger_kernel" 2>/dev/null; then
+    (timeout 230 python tools/third_party.py run --gpu --jobs 6 --out /tmp/third_party >"$OUT_DIR/third_party.log" 2>&1;
+     cp /tmp/third_party/gpu.json "$OUT_DIR/third_party_gpu.json" 2>/dev/null) &
+fi
 wait
 for log in "$OUT_DIR"/tests_*.log; do
     echo "== $log: $(tail -n 1 "$log")"
