@@ -33,13 +33,7 @@ _SOURCES = {
 KERNELS = tuple(_SOURCES)
 
 #: (kernel, fault) -> why the verifier does not decide it yet
-NOT_YET = {
-    ("gluon_ws", "freeze_ready_phase"):
-        "Gluon computes the stage as i % STAGES through mul.hi/shr and strength-reduced addresses: the stage is "
-        "not a wrapping counter register, so the barrier is not recognised as rotating (per-iteration model)",
-    ("t09_persistent_desc_ws", "ld_lane_plus32"):
-        "the epilogue's TMEM address is base + loop-carried buffer * 128: the lane expression is not modelled",
-}
+NOT_YET: dict = {}
 
 
 @functools.lru_cache(maxsize=None)

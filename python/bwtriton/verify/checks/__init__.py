@@ -18,6 +18,7 @@ from .launch import check_cluster, check_leader_issue, check_cta_group, check_si
 from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier, check_ld_wait, check_proxy_fence,
                    check_st_wait, ld_wait_hazards)
 from .mbarrier_phase import check_arrival_count, check_parity_alternates
+from .phase_iterations import check_parity_per_iteration
 from .tma_store import check_tma_store_fence
 from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_st_shapes
 
@@ -31,7 +32,7 @@ ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
 
 #: checks of generic async-proxy / mbarrier rules, run on every function whether it uses tcgen05 or not
 UNGATED_CHECKS: tuple[Callable[[Ctx], None], ...] = (
-    check_tma_store_fence, check_parity_alternates, check_arrival_count,
+    check_tma_store_fence, check_parity_alternates, check_parity_per_iteration, check_arrival_count,
 )
 
 __all__ = ["ALL_CHECKS", "UNGATED_CHECKS", "Ctx", "LdHazard", "check_trap_only", "cta_group_of", "discover_tmem", "ld_wait_hazards"]
