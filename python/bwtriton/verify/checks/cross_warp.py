@@ -107,6 +107,8 @@ def _eval_first(ctx: Ctx, d: Instruction, depth: int) -> Optional[int]:
         return vals[0] if vals[2] else vals[1]
     if None in vals:
         return None
+    if op == "bfe" and len(vals) == 3 and d.types[:1] == ("u32",):
+        return (vals[0] >> vals[1]) & ((1 << vals[2]) - 1)   # Gluon's phase bit (i // STAGES) & 1
     if op == "mov" and len(vals) == 1:
         return vals[0]
     if op == "not" and len(vals) == 1:

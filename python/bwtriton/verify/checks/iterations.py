@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from bwtriton.ptx.cfg import back_edges
 from bwtriton.ptx.ir import Instruction, Operand
 
 from .context import Ctx
@@ -63,7 +64,12 @@ class LoopSimulation:
         self.ctx, self.body, self.header, self.latch = ctx, body, header, latch
         self.every = every_iteration   # blocks that run once in every iteration
         self.first = ctx.func.blocks[header].instructions[0] if ctx.func.blocks[header].instructions else None
+        self.rank = _iteration_order(ctx, body, header)
         self._memo: dict = {}
+
+    def _before(self, d: Instruction, pos: Instruction) -> bool:
+        """`d` runs before `pos` within one iteration (blocks in forward order from the header)."""
+        return (self.rank.get(d.block, -1), d.index) < (self.rank.get(pos.block, -1), pos.index)
 
     def operand(self, ins: Instruction, op: Operand, k: int) -> Optional[Affine]:
         """The value of `op` when `ins` (in the loop) runs in iteration k."""
@@ -74,9 +80,9 @@ class LoopSimulation:
             return None if base is None else _add(base, _const(op.offset or 0))
         if op.kind != "reg" or op.negated:
             return None
-        return self._reg(op.name, k, ins.index, 0)
+        return self._reg(op.name, k, ins, 0)
 
-    def _reg(self, reg: str, k: int, pos: int, depth: int) -> Optional[Affine]:
+    def _reg(self, reg: str, k: int, pos: Instruction, depth: int) -> Optional[Affine]:
         if depth > _DEPTH or k < 0:
             return None
         inside = [d for d in self.ctx.func.definitions(reg) if d.block in self.body]
@@ -87,7 +93,7 @@ class LoopSimulation:
         d = inside[0]
         if d.guard is not None or d.defs != (reg,) or d.block not in self.every:
             return None
-        if d.index < pos:
+        if self._before(d, pos):
             return self._eval(d, k, depth + 1)
         return self._entry(reg) if k == 0 else self._eval(d, k - 1, depth + 1)
 
@@ -105,23 +111,52 @@ class LoopSimulation:
         if c is not None:
             return _const(c)
         outside = [d for d in self.ctx.func.definitions(reg) if d.block not in self.body]
-        if len(outside) == 1 and outside[0].guard is None and outside[0].opcode == "mov" \
-                and len(outside[0].operands) == 2 and outside[0].operands[1].kind == "reg":
-            src = outside[0].operands[1].name
-            if not any(d.block in self.body for d in self.ctx.func.definitions(src)):
-                return self._invariant(src)
-        return None
+        if len(outside) != 1 or outside[0].guard is not None or outside[0].defs != (reg,):
+            return None
+        d = outside[0]
+        vals = []
+        for o in d.operands[1:]:
+            c = first_pass_value(self.ctx, d, o)
+            if c is not None:
+                vals.append(_const(c))
+            elif o.kind == "reg" and not o.negated and not any(x.block in self.body
+                                                               for x in self.ctx.func.definitions(o.name)):
+                vals.append(self._invariant(o.name))   # not written in the loop: one value for the whole run
+            else:
+                return None
+        return _apply(d, vals)
 
     def _eval(self, d: Instruction, k: int, depth: int) -> Optional[Affine]:
         key = (d.index, k)
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = None   # a cycle inside one iteration stays unknown
-        vals = [self._reg(o.name, k, d.index, depth) if o.kind == "reg" and not o.negated
+        vals = [self._reg(o.name, k, d, depth) if o.kind == "reg" and not o.negated
                 else _const(o.value) if o.kind == "imm" and isinstance(o.value, int) else None
                 for o in d.operands[1:]]
         self._memo[key] = None if None in vals and d.opcode != "selp" else _apply(d, vals)
         return self._memo[key]
+
+
+def _iteration_order(ctx: Ctx, body: frozenset, header: int) -> dict[int, int]:
+    """Block -> rank in a topological order of the loop body from its header (edges back to the header and
+    edges of inner loops left out), so that "earlier in the iteration" does not depend on block layout."""
+    back = {(u, v) for u, v in back_edges(ctx.func) if v in body}
+    indeg = {b: 0 for b in body}
+    for b in body:
+        for s in ctx.func.blocks[b].succs:
+            if s in body and (b, s) not in back:
+                indeg[s] += 1
+    order, ready = {}, [header]
+    while ready:
+        b = ready.pop()
+        order[b] = len(order)
+        for s in ctx.func.blocks[b].succs:
+            if s in body and (b, s) not in back:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    ready.append(s)
+    return order
 
 
 def _apply(d: Instruction, vals: list) -> Optional[Affine]:

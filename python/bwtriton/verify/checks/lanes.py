@@ -35,6 +35,9 @@ class _LaneNumbering(ThreadValueNumbering):
 
     def _reg(self, name: str, depth: int):
         rng = getattr(self.ctx.resolver, "stages", {}).get(name)
+        defs = self.func.definitions(name)
+        if rng is None and len(defs) > 1 and not self._one_group(name, defs):
+            rng = (0, 0xFFFFFFFF)   # a loop counter (Gluon's tile count t, buffer t % 2): any value
         if rng is not None:
             # a loop-carried accumulator-buffer / stage index: one leaf per register, bounded by its range
             return ("stage", name, rng[0], rng[1])

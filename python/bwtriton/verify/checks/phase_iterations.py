@@ -15,7 +15,7 @@ from bwtriton.ptx.ir import Function
 from .async_copy import _WAITS, barrier_operand, same_address
 from .context import Ctx
 from .iterations import LoopSimulation
-from .mbarrier_phase import natural_loops
+from .mbarrier_phase import natural_loops, spin_loop
 
 _ITERATIONS = 24   # covers two rounds of a ring of up to 12 stages
 
@@ -24,8 +24,8 @@ def _on_every_iteration(func: Function, body: frozenset, header: int, latch: int
     """Blocks of `body` that run in every iteration: on every header -> latch path and in no inner loop
     (spin loops, whose blocks hold only a wait and its branch, are not inner loops here)."""
     inner = set()
-    for (_, h), b in loops:
-        if h != header and b < body:
+    for (u, h), b in loops:
+        if h != header and b < body and not spin_loop(func, u, b):
             inner |= b
     out = set()
     for blk in body - inner:
@@ -53,6 +53,8 @@ def check_parity_per_iteration(ctx: Ctx) -> None:
     inits = [i for i in ctx.func.instructions if i.opcode in ("mbarrier.init", "mbarrier.inval")]
     flagged = {f.line for f in ctx.findings if f.check == "mbarrier-parity-stuck"}
     for (latch, header), body in loops:
+        if spin_loop(ctx.func, latch, body):
+            continue
         every = _on_every_iteration(ctx.func, body, header, latch, loops)
         sim = LoopSimulation(ctx, body, header, latch, every)
         events: dict = {}   # barrier value -> [(iteration, wait)]

@@ -12,6 +12,7 @@ from bwtriton.ptx.values import AbsVal
 
 from .async_copy import barrier_operand, same_address
 from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
+from .cross_warp import passes_at_once
 from .mma_operands import smem_reads as _smem_reads
 from .dataflow import may_have_run, run_dataflow, union_states
 
@@ -193,14 +194,20 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         if ins.opcode == "tcgen05.commit":
             return frozenset((x[0], "C", ins.index) if x[1] == "U" else x for x in st)
         if _is_mbarrier_wait(ins):
+            if passes_at_once(ctx, ins, any(x[1] == "W" for x in st)):
+                # the thread's first wait, with parity 1 on its first pass: returns at once (the phase before
+                # the first counts as complete), so it completes no commit
+                return st | {(-1, "W", -1)}
             # a wait on another barrier leaves the MMA pending, marked "X" (waited, but elsewhere)
-            return frozenset(x if x[1] == "U" else (x[0], "X", x[2]) for x in st
-                             if x[1] == "U" or not waits_for(ins, x[2]))
+            return frozenset(x if x[1] in "UW" else (x[0], "X", x[2]) for x in st
+                             if x[1] in "UW" or not waits_for(ins, x[2])) | {(-1, "W", -1)}
         if ins.opcode == "tcgen05.ld" and st and emit:
             addr = next((o for o in ins.operands if o.kind == "addr"), None)
             ref = tmem_ref(ctx, addr) if addr is not None else None
             shape, num = ld_shape_num(ins)
             for mi, status, commit in sorted(st):
+                if status == "W":
+                    continue   # the marker "this thread has waited before"
                 if not may_have_run(ctx, ctx.func.instructions[mi]):
                     continue  # the MMA's own guard is false on this path
                 mref, overlap = d_ref.get(mi), None
