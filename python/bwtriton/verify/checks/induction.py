@@ -32,7 +32,7 @@ from .mbarrier_phase import natural_loops, spin_loop
 _BOUND = 1 << 30
 _COUNTER = 1 << 24   # a loop-carried counter (iterations or tiles so far) stays below this
 _MAX_ITER = 1 << 20
-_TIMEOUT_MS = 300
+_TIMEOUT_MS = 1000
 
 
 class _Loop:
