@@ -147,9 +147,9 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
                 if undecided and IMPRECISE not in facts and ctx.facts_oracle.unsat_with(
                         facts, constraints(ins, inside=True)):
                     undecided = False   # every thread the value facts allow leaves its quarter: whichever runs
-                if not undecided and _stage_leaves(todo[ins.index][0], tr) and (tid is None or not ctx.facts_oracle.unsat_with(
+                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not ctx.facts_oracle.unsat_with(
                         facts, constraints(ins, inside=True) + [tr.tid() == tid])):
-                    undecided = True   # only some values of the loop-carried index leave the quarter
+                    return payload   # only some values of the loop-carried index leave the quarter: no claim
                 who = f" (e.g. thread {tid}, warp {tid // 32})" if tid is not None else ""
                 ctx.add("lane-quarter", "P8", "warning" if undecided else "error", ins,
                         f"{ins.opcode} lane computed from the thread index leaves the warp's lane quarter{who}: "
