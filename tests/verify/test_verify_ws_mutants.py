@@ -6,7 +6,8 @@ partitions under Triton 3.6's brx dispatch), the persistent warp-specialized GEM
 double-buffered accumulator), a Gluon tutorial-06/08-style kernel with explicit partitions (`gluon_ws`) and the
 corpus's Gluon 2-CTA (cta_group::2) MMA kernel (`gluon_two_ctas`), and a Gluon tutorial-11-style persistent kernel
 written after the rules (`gluon_persistent_ws`: 3-stage ring with one counter across tiles, two TMEM accumulator
-buffers with ready/empty barriers), the measurement on a kernel the rules were not tuned on. Every applicable (kernel, fault) pair must be
+buffers with ready/empty barriers; `_big`: BN = 256 and scalar masked stores, ~4.2k lines), the measurement on a
+kernel the rules were not tuned on. Every applicable (kernel, fault) pair must be
 an error, except those in `NOT_YET` (with why), so a change that catches one must move it. The caught rate is
 printed (pytest -s) and asserted.
 """
@@ -32,6 +33,7 @@ _SOURCES = {
     "gluon_ws": lambda: gluon_ws.compile_ptx(),
     "gluon_two_ctas": lambda: corpus_kernels._compile_gluon_two_ctas(),
     "gluon_persistent_ws": lambda: gluon_persistent_ws.compile_ptx(),
+    "gluon_persistent_ws_big": lambda: gluon_persistent_ws.compile_ptx(bn=256, masked=True),
 }
 KERNELS = tuple(_SOURCES)
 
