@@ -3,7 +3,8 @@
 Goal (verifier issue, round 3): <= 2 s CPU for a ~5k-line warp-specialized kernel. The rows are our
 tutorial-09-style persistent warp-specialized GEMM (Triton `warp_specialize`, tensor descriptors), the Gluon
 persistent warp-specialized kernel (and its BN = 256 variant with scalar masked stores, ~4.2k lines: the large
-row), the corpus's Gluon 2-CTA kernel, and the tutorial-08 grouped GEMM (~4.9k lines, not warp-specialized). Each row is the median of 3 runs of `verify_ptx` on the compiled PTX (time.process_time, so
+row), the corpus's Gluon 2-CTA kernel, and the tutorial-08 grouped GEMM (~4.9k lines, not warp-specialized).
+Each row is the median of 3 runs of `verify_ptx` on the compiled PTX (time.process_time, so
 the number does not depend on the other processes of the machine). Beside it, what the user waits for anyway:
 the CPU time of the same kernel's `bwtriton.compile` with the verify pass off (`-verify-tcgen05`; a cached
 compile shows as near 0).

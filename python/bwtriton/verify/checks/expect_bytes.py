@@ -109,12 +109,12 @@ def check_expect_bytes(ctx: Ctx) -> None:
         have = max(per_block.values())
         if have < need:
             pair = cta_group_of(group[0]) == 2
+            where = " across the CTA pair" if pair else ""
+            both = " (both CTAs: 2 x each CTA's bytes on the leader)" if pair else ""
             ctx.add("tma-bytes-short", "T4", "error", group[0],
-                    f"the MMAs after this wait (line {w.line}) read {need} bytes of shared memory"
-                    f"{' across the CTA pair' if pair else ''}, but the barrier's expect_tx counts at most {have}: "
-                    "the phase can complete while a TMA is still writing the tile; expect the bytes of every TMA "
-                    f"completing on it{' (both CTAs: 2 x each CTA' + chr(39) + 's bytes on the leader)' if pair else ''}",
-                    related=w.line)
+                    f"the MMAs after this wait (line {w.line}) read {need} bytes of shared memory{where}, but the "
+                    f"barrier's expect_tx counts at most {have}: the phase can complete while a TMA is still "
+                    f"writing the tile; expect the bytes of every TMA completing on it{both}", related=w.line)
 
 
 def check_multicast_mask(ctx: Ctx) -> None:

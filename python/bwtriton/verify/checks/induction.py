@@ -26,7 +26,7 @@ from bwtriton.ptx.values import AbsVal
 
 from .async_copy import barrier_operand
 from .context import Ctx
-from .iterations import _iteration_order
+from .iterations import iteration_order
 from .mbarrier_phase import natural_loops, spin_loop
 
 _BOUND = 1 << 30
@@ -38,7 +38,7 @@ _TIMEOUT_MS = 1000
 class _Loop:
     def __init__(self, ctx: Ctx, body: frozenset, header: int) -> None:
         self.ctx, self.body = ctx, body
-        self.rank = _iteration_order(ctx, body, header)
+        self.rank = iteration_order(ctx, body, header)
         self.n = z3.Int("iter_n")
         self.leaves: dict[str, object] = {}
         self.bounds: list = [self.n >= 0, self.n < _MAX_ITER]

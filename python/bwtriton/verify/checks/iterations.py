@@ -23,7 +23,7 @@ from bwtriton.ptx.cfg import back_edges
 from bwtriton.ptx.ir import Instruction, Operand
 
 from .context import Ctx
-from .cross_warp import first_pass_value
+from .first_pass import first_pass_value
 
 Affine = tuple   # (((register, coefficient), ...) sorted, constant)
 _MASK = 0xFFFFFFFF
@@ -64,7 +64,7 @@ class LoopSimulation:
         self.ctx, self.body, self.header, self.latch = ctx, body, header, latch
         self.every = every_iteration   # blocks that run once in every iteration
         self.first = ctx.func.blocks[header].instructions[0] if ctx.func.blocks[header].instructions else None
-        self.rank = _iteration_order(ctx, body, header)
+        self.rank = iteration_order(ctx, body, header)
         self._memo: dict = {}
 
     def _before(self, d: Instruction, pos: Instruction) -> bool:
@@ -138,7 +138,7 @@ class LoopSimulation:
         return self._memo[key]
 
 
-def _iteration_order(ctx: Ctx, body: frozenset, header: int) -> dict[int, int]:
+def iteration_order(ctx: Ctx, body: frozenset, header: int) -> dict[int, int]:
     """Block -> rank in a topological order of the loop body from its header (edges back to the header and
     edges of inner loops left out), so that "earlier in the iteration" does not depend on block layout."""
     back = {(u, v) for u, v in back_edges(ctx.func) if v in body}

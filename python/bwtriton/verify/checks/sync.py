@@ -12,7 +12,7 @@ from bwtriton.ptx.values import AbsVal
 
 from .async_copy import barrier_operand, same_address
 from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
-from .cross_warp import passes_at_once
+from .first_pass import passes_at_once
 from .mma_operands import smem_reads as _smem_reads
 from .dataflow import may_have_run, run_dataflow, union_states
 
