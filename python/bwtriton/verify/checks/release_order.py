@@ -13,12 +13,15 @@ token ("pending"); `tcgen05.wait::ld` turns it into "own reads complete"; a bloc
 `barrier.sync`, `bar.red`, `barrier.cluster.wait`) clears it. An `mbarrier.arrive` reached with a pending token
 is an error (the thread's own loads are not complete); reached with "own reads complete" it is an error when the
 arrive's guard is false for some thread on the same path (z3 finds one): that thread read the columns too and
-nothing orders its reads before the release. A barrier whose count leaves out some readers is not detected.
+nothing orders its reads before the release. Only releases some thread waits on before an MMA into the columns
+count (a single-tile kernel's last release hands the accumulator to no one). A barrier whose count leaves out
+some readers is not detected.
 """
 from __future__ import annotations
 
 from bwtriton.ptx.ir import Instruction
 
+from .async_copy import _WAITS, barrier_operand, same_address
 from .context import Ctx
 from .cross_warp import _overlap, _tmem_cols, _ld_cols, reaches
 from .dataflow import IMPRECISE, may_have_run, run_dataflow, union_states
@@ -60,7 +63,14 @@ def check_release_order(ctx: Ctx) -> None:
         if any(_overlap(cols, d_cols[m.index]) and not reaches(ctx, m, ld) and not reaches(ctx, ld, m)
                for m in mmas):
             readers.add(ld.index)   # reads another thread's accumulator: the epilogue
-    releases = {a.index for a in arrives if any(reaches(ctx, ins_at[r], a) for r in readers)}
+    # a release matters only if some thread waits on its barrier before an MMA into the columns (the next tile's
+    # MMA); a single-tile kernel's final release hands the accumulator to no one
+    waits = [i for i in ins_at if i.opcode in _WAITS]
+    writers = [m for m in mmas if any(_overlap(d_cols[m.index], _tmem_cols(ctx, next(
+        (o for o in ins_at[r].operands if o.kind == "addr"), None), _ld_cols(ins_at[r]))) for r in readers)]
+    releases = {a.index for a in arrives if any(reaches(ctx, ins_at[r], a) for r in readers)
+                and any(reaches(ctx, w, m) and same_address(ctx, barrier_operand(w), barrier_operand(a)) is not False
+                        for w in waits for m in writers)}
     if not releases:
         return
 
