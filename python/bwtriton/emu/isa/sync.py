@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...ptx.ir import Instruction
-from ..machine.async_engine import engine_of
+from ..machine.async_engine import Clock, clock_of, engine_of
 from ..errors import EmulationError, UnsupportedInstructionError
 from ..machine.memory import MBarrier, split_cluster_address
 from ..machine.program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, as_lanes
@@ -78,13 +78,16 @@ def _trap(ins: Instruction) -> Callable:
 
 # --- CTA barriers ----------------------------------------------------------------------------------------
 class NamedBarrier:
+    """A named barrier: threads arrived in the current generation, the generation, the expected count, and per
+    recent generation the clock its arrivals carried (what every released waiter observes)."""
+
     __slots__ = ("arrived", "gen", "expected", "obs")
 
     def __init__(self) -> None:
         self.arrived = 0
         self.gen = 0
         self.expected = 0
-        self.obs: dict[int, int] = {}
+        self.obs: dict[int, Clock] = {}
 
 
 def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
@@ -102,18 +105,22 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
             wbid, gen = w.bar_wait
             if b.gen > gen:
                 w.bar_wait = None
-                w.observed = max(w.observed, b.obs.get(gen, 0))
+                clock_of(w).join(b.obs.get(gen) or Clock())
                 return None
             return YIELD
         expected = int(np.asarray(rd_cnt(w)).flat[0]) if rd_cnt else cta.nthreads
         b.expected = expected
         gen = b.gen
-        b.obs[gen] = max(b.obs.get(gen, 0), w.observed)
+        arrivals = b.obs.get(gen)
+        if arrivals is None:
+            arrivals = b.obs[gen] = Clock()
+            b.obs.pop(gen - 16, None)  # waiters resume long before 16 more generations complete
+        arrivals.join(clock_of(w))
         b.arrived += 32
         if b.arrived >= expected:
             b.arrived = 0
             b.gen += 1
-            w.observed = max(w.observed, b.obs[gen])
+            clock_of(w).join(arrivals)
             w.launch.progress += 1
             return None
         if not wait:
@@ -124,15 +131,24 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
     return bar
 
 
+def _cluster_clock(cl, name: str) -> Clock:
+    c = getattr(cl, name)
+    if c.__class__ is not Clock:  # a cluster starts with 0: nothing observed
+        c = Clock()
+        setattr(cl, name, c)
+    return c
+
+
 def _cluster_arrive(w):
     cl = w.cta.cluster
     w.cluster_gen = cl.bar_gen
-    cl.bar_obs = max(cl.bar_obs, w.observed)
+    _cluster_clock(cl, "bar_obs").join(clock_of(w))
     cl.bar_arrived += 32
     if cl.bar_arrived >= cl.nthreads:
         cl.bar_arrived = 0
         cl.bar_gen += 1
-        cl.bar_done_obs = cl.bar_obs
+        cl.bar_done_obs = _cluster_clock(cl, "bar_obs")
+        cl.bar_obs = Clock()
         w.launch.progress += 1
 
 
@@ -142,7 +158,7 @@ def _cluster_wait(w):
         raise EmulationError("barrier.cluster.wait without a preceding barrier.cluster.arrive", where=w.where())
     if cl.bar_gen > w.cluster_gen:
         w.cluster_gen = None
-        w.observed = max(w.observed, cl.bar_done_obs)
+        clock_of(w).join(_cluster_clock(cl, "bar_done_obs"))
         return None
     w.blocked_on = f"barrier.cluster.wait ({cl.bar_arrived}/{cl.nthreads} threads arrived)"
     return YIELD
@@ -215,17 +231,18 @@ def _mbarrier_arrive(ins: Instruction, prog: Program) -> Callable:
         addrs = rd(w)
         n_arg = int(np.asarray(rtx(w)).flat[0]) if rtx is not None else None
         state = 0
+        engine, clock = engine_of(w), clock_of(w)
         for a, n in _lanes_by_address(w, addrs).items():
             bar = find_mbarrier(w, a)
             state = bar.phase
             for _ in range(n):
                 if expect_tx:
                     bar.expect_tx(n_arg or 0)
-                    bar.arrive(1, w.observed)
+                    engine.deliver(bar, clock, arrivals=1)
                 else:
                     if drop:
                         bar.count -= 1
-                    bar.arrive(n_arg or 1, w.observed)
+                    engine.deliver(bar, clock, arrivals=n_arg or 1)
         w.launch.progress += 1
         if wr is not None:
             wr(w, np.uint64(state))
@@ -257,8 +274,8 @@ def _mbarrier_wait(ins: Instruction, prog: Program) -> Callable:
         st = as_lanes(np.asarray(rs(w)), w.lanes)
         idx = active_index(w)
         res = np.zeros(32, dtype=bool)
-        obs = w.observed
         engine = engine_of(w)
+        seen = []
         a_act, s_act = addrs[idx], st[idx]
         if (a_act == a_act[0]).all() and (s_act == s_act[0]).all():  # the usual case: one barrier, one phase
             pairs = [(idx, int(a_act[0]), int(s_act[0]))]
@@ -271,11 +288,12 @@ def _mbarrier_wait(ins: Instruction, prog: Program) -> Callable:
                 done = bar.phase_done(s) if parity else bar.phase > s
             res[lanes] = done
             if done:
-                obs = max(obs, bar.done_seq)
+                seen.append(bar)
         if blocking and not res[idx].any():
             w.blocked_on = f"mbarrier.try_wait at 0x{int(addrs[idx[0]]):x}"
             return YIELD
-        w.observed = obs
+        for bar in seen:
+            engine.observe_barrier(w, bar)
         wr(w, res)
     return try_wait
 
@@ -287,8 +305,9 @@ def _mbarrier_complete_tx(ins: Instruction, prog: Program) -> Callable:
 
     def complete_tx(w):
         tx = int(np.asarray(rtx(w)).flat[0])
+        engine, clock = engine_of(w), clock_of(w)
         for a, n in _lanes_by_address(w, rd(w)).items():
-            find_mbarrier(w, a).complete_tx(tx * n, w.observed)
+            engine.deliver(find_mbarrier(w, a), clock, tx=tx * n)
         w.launch.progress += 1
     return complete_tx
 
