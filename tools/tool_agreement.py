@@ -40,7 +40,8 @@ class Case:
 
     name: str
     compiled: object
-    launch: Callable[[object], Callable[[], bool]]   # compiled -> (run it; True when the output is right)
+    #: (compiled, schedule) -> a function that runs it under that schedule and says whether the output is right
+    launch: Callable[..., Callable[[], bool]]
 
 
 def _ws_tile() -> Case:
@@ -48,14 +49,15 @@ def _ws_tile() -> Case:
     from fixtures import upstream_style as us  # noqa: PLC0415 - the test fixtures are on PYTHONPATH only here
     k = bwtriton.compile(us.CASES["t09_ws_tile"][0], **us.options("t09_ws_tile", True, 3, 4, 1))
 
-    def launch(compiled):
+    def launch(compiled, schedule: str = "latest"):
         g = torch.Generator().manual_seed(0)
         a, b = torch.randn(128, 256, generator=g).half(), torch.randn(128, 256, generator=g).half()
         c = torch.zeros(128, 128).half()
 
         def go() -> bool:
             emu.run(compiled, (1, 1), TensorDescriptor.from_tensor(a, [128, 64]),
-                    TensorDescriptor.from_tensor(b, [128, 64]), TensorDescriptor.from_tensor(c, [128, 128]), 256)
+                    TensorDescriptor.from_tensor(b, [128, 64]), TensorDescriptor.from_tensor(c, [128, 128]), 256,
+                    schedule=schedule)
             # fp16 operands, fp32 accumulation of 256 terms, fp16 output: 1e-2 relative is the output rounding
             return torch.allclose(c.float(), a.float() @ b.float().T, atol=5e-2, rtol=1e-2)
         return go
@@ -68,7 +70,7 @@ def _nvfp4() -> Case:
     M, N, K = 128, 256, 512
     k = bwtriton.compile(bt.blockscaled_tma, **bt.compile_options("nvfp4", M=M, N=N, K=K))
 
-    def launch(compiled):
+    def launch(compiled, schedule: str = "latest"):
         d = bt.make_inputs("nvfp4", M, N, K, seed=1)
         c = torch.zeros(M, N)
         sa, sb = d["sa"].view(torch.float8_e4m3fn), d["sb"].view(torch.float8_e4m3fn)
@@ -77,7 +79,8 @@ def _nvfp4() -> Case:
             emu.run(compiled, (1,), TensorDescriptor.from_tensor(d["a"], [128, 128]),
                     TensorDescriptor.from_tensor(sa, [1, 1, 4, 2, 256]),
                     TensorDescriptor.from_tensor(d["b"], [256, 128]),
-                    TensorDescriptor.from_tensor(sb, [1, 2, 4, 2, 256]), TensorDescriptor.from_tensor(c, [128, 256]))
+                    TensorDescriptor.from_tensor(sb, [1, 2, 4, 2, 256]), TensorDescriptor.from_tensor(c, [128, 256]),
+                    schedule=schedule)
             return bool(((c.double() - d["ref"]).abs() <= K * 2.0 ** -24 * d["ref_abs"] + 1e-6).all())
         return go
     return Case("t10_nvfp4", k, launch)
@@ -90,11 +93,11 @@ def _gluon_ws() -> Case:
     with emulated_gpu("sm_100a"):
         k = gluon_ws.gluon_ws_matmul.warmup(*args, STAGES=3, num_warps=4, grid=(1, 1))
 
-    def launch(compiled):
+    def launch(compiled, schedule: str = "latest"):
         args, (a, b, c) = gluon_ws.host_args(seed=2)
 
         def go() -> bool:
-            emu.run(compiled, (1, 1), *args)
+            emu.run(compiled, (1, 1), *args, schedule=schedule)
             bound = 256 * 2.0 ** -24 * (a.double().abs() @ b.double().abs().T) + 1e-6
             return bool(((c.double() - a.double() @ b.double().T).abs() <= bound).all())
         return go
@@ -111,14 +114,15 @@ def _persistent_ws() -> Case:
     k = bwtriton.compile(us.CASES["t09_persistent_desc_ws"][0], **opts)
     M, N, K = 384, 128, 256
 
-    def launch(compiled):
+    def launch(compiled, schedule: str = "latest"):
         g = torch.Generator().manual_seed(3)
         a, b = torch.randn(M, K, generator=g).half(), torch.randn(N, K, generator=g).half()
         c = torch.zeros(M, N).half()
 
         def go() -> bool:
             emu.run(compiled, (1,), TensorDescriptor.from_tensor(a, [128, 64]),
-                    TensorDescriptor.from_tensor(b, [128, 64]), TensorDescriptor.from_tensor(c, [128, 128]), M, N, K)
+                    TensorDescriptor.from_tensor(b, [128, 64]), TensorDescriptor.from_tensor(c, [128, 128]), M, N, K,
+                    schedule=schedule)
             # fp16 operands, fp32 accumulation of 256 terms, fp16 output: 1e-2 relative is the output rounding
             return torch.allclose(c.float(), a.float() @ b.float().T, atol=5e-2, rtol=1e-2)
         return go
@@ -134,10 +138,10 @@ def _emu_case(make_case: Callable) -> Callable[[], Case]:
     def build() -> Case:
         ec = make_case()
 
-        def launch(compiled):
+        def launch(compiled, schedule: str = "latest"):
             def go() -> bool:
                 args, out, ref, tol = ec.make()
-                emu.run(compiled, ec.grid, *args)
+                emu.run(compiled, ec.grid, *args, schedule=schedule)
                 return float((out.double() - ref).abs().max()) <= tol
             return go
         return Case(ec.name, ec.kernel, launch)
@@ -173,10 +177,10 @@ PROTOCOL_ERRORS = ("AsyncOverwriteError", "PoisonReadError", "MissingProxyFenceE
                    "EmulationError")
 
 
-def emulator_verdict(case: Case, ptx: str) -> str:
+def emulator_verdict(case: Case, ptx: str, schedule: str = "latest") -> str:
     """"ok", "wrong" (ran, wrong output) or the name of the emulation error."""
     try:
-        return "ok" if case.launch(_with_ptx(case.compiled, ptx))() else "wrong"
+        return "ok" if case.launch(_with_ptx(case.compiled, ptx), schedule)() else "wrong"
     except emu.EmulationError as e:
         return type(e).__name__
 
