@@ -1,6 +1,7 @@
 """ld / st / atom / red, cp.async (Ampere-style, queued per warp until wait_group), ldmatrix / stmatrix."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -13,6 +14,18 @@ from ..machine.cells import cells_of, gather, scatter
 from . import numerics as nx
 from ..machine.memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
 from ..machine.program import NP_TYPES, Program, active_index, address_reader, convert, as_lanes
+from ..machine.state import FamilyState
+
+
+@dataclass
+class CpAsyncWarpState:
+    #: cp.async copies since the last cp.async.commit_group
+    cp_open: list = field(default_factory=list)
+    #: the committed groups, oldest first
+    cp_groups: list = field(default_factory=list)
+
+
+STATE = FamilyState("memops", warp=CpAsyncWarpState)
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")

@@ -2,6 +2,7 @@
 vote, redux, fences (ordering is implicit in a sequential emulator) and other warp-level operations."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -11,10 +12,44 @@ from ..machine.async_engine import Clock, clock_of, engine_of
 from ..errors import EmulationError, UnsupportedInstructionError
 from ..machine.memory import MBarrier, split_cluster_address
 from ..machine.program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, as_lanes
+from ..machine.state import FamilyState
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
 BOOL = np.dtype(bool)
+
+
+# --- the state this family keeps --------------------------------------------------------------------------
+@dataclass
+class SyncWarpState:
+    #: newest async-op sequence number this warp observed (tcgen05.wait observes too)
+    observed: int = 0
+    #: (barrier id, generation) of the named barrier this warp waits for
+    bar_wait: Optional[tuple[int, int]] = None
+    #: the barrier.cluster generation this warp waits for
+    cluster_gen: Optional[int] = None
+
+
+@dataclass
+class SyncCTAState:
+    #: shared offset -> memory.MBarrier (TMA, tcgen05.commit and CLC complete transactions on them too)
+    mbarriers: dict = field(default_factory=dict)
+    #: barrier id -> NamedBarrier
+    barriers: dict = field(default_factory=dict)
+
+
+@dataclass
+class SyncClusterState:
+    """barrier.cluster: generation, threads arrived, newest observation carried by the arrivals and by the last
+    completed generation."""
+
+    bar_gen: int = 0
+    bar_arrived: int = 0
+    bar_obs: int = 0
+    bar_done_obs: int = 0
+
+
+STATE = FamilyState("sync", warp=SyncWarpState, cta=SyncCTAState, cluster=SyncClusterState)
 
 
 # --- branches ------------------------------------------------------------------------------------------

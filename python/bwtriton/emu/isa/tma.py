@@ -2,6 +2,7 @@
 multicast) and stores (shared -> global), with tensor maps built from the launch's TensorDescriptor arguments."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -14,6 +15,18 @@ from .tensormap import TENSORMAP_BYTES, TensorMap, decode
 from ..errors import EmulationError, UnsupportedInstructionError
 from ..machine.memory import split_cluster_address
 from ..machine.program import Program, active_index, address_reader, as_lanes
+from ..machine.state import FamilyState
+
+
+@dataclass
+class BulkWarpState:
+    #: TMA stores / bulk copies since the last cp.async.bulk.commit_group
+    bulk_open: list = field(default_factory=list)
+    #: the committed bulk groups, oldest first
+    bulk_groups: list = field(default_factory=list)
+
+
+STATE = FamilyState("tma", warp=BulkWarpState)
 
 U32 = np.dtype(np.uint32)
 
