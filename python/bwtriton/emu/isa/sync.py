@@ -22,8 +22,8 @@ BOOL = np.dtype(bool)
 # --- the state this family keeps --------------------------------------------------------------------------
 @dataclass
 class SyncWarpState:
-    #: newest async-op sequence number this warp observed (tcgen05.wait observes too)
-    observed: int = 0
+    #: the asynchronous completions this warp observed (async_engine.Clock: waits, barriers, tcgen05.wait::ld)
+    observed: Clock = field(default_factory=Clock)
     #: (barrier id, generation) of the named barrier this warp waits for
     bar_wait: Optional[tuple[int, int]] = None
     #: the barrier.cluster generation this warp waits for
@@ -40,13 +40,13 @@ class SyncCTAState:
 
 @dataclass
 class SyncClusterState:
-    """barrier.cluster: generation, threads arrived, newest observation carried by the arrivals and by the last
-    completed generation."""
+    """barrier.cluster: generation, threads arrived, the clock the arrivals carry and the one the last completed
+    generation carried (what its waiters observe)."""
 
     bar_gen: int = 0
     bar_arrived: int = 0
-    bar_obs: int = 0
-    bar_done_obs: int = 0
+    bar_obs: Clock = field(default_factory=Clock)
+    bar_done_obs: Clock = field(default_factory=Clock)
 
 
 STATE = FamilyState("sync", warp=SyncWarpState, cta=SyncCTAState, cluster=SyncClusterState)
@@ -166,23 +166,15 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
     return bar
 
 
-def _cluster_clock(cl, name: str) -> Clock:
-    c = getattr(cl, name)
-    if c.__class__ is not Clock:  # a cluster starts with 0: nothing observed
-        c = Clock()
-        setattr(cl, name, c)
-    return c
-
-
 def _cluster_arrive(w):
     cl = w.cta.cluster
     w.cluster_gen = cl.bar_gen
-    _cluster_clock(cl, "bar_obs").join(clock_of(w))
+    cl.bar_obs.join(clock_of(w))
     cl.bar_arrived += 32
     if cl.bar_arrived >= cl.nthreads:
         cl.bar_arrived = 0
         cl.bar_gen += 1
-        cl.bar_done_obs = _cluster_clock(cl, "bar_obs")
+        cl.bar_done_obs = cl.bar_obs
         cl.bar_obs = Clock()
         w.launch.progress += 1
 
@@ -193,7 +185,7 @@ def _cluster_wait(w):
         raise EmulationError("barrier.cluster.wait without a preceding barrier.cluster.arrive", where=w.where())
     if cl.bar_gen > w.cluster_gen:
         w.cluster_gen = None
-        clock_of(w).join(_cluster_clock(cl, "bar_done_obs"))
+        clock_of(w).join(cl.bar_done_obs)
         return None
     w.blocked_on = f"barrier.cluster.wait ({cl.bar_arrived}/{cl.nthreads} threads arrived)"
     return YIELD

@@ -53,13 +53,9 @@ _NO_CLOCK = Clock()
 
 
 def clock_of(w) -> Clock:
-    """The clock of warp `w` (a gang, which issues only what no pending or recorded access overlaps, has none)."""
-    c = getattr(w, "observed", None)
-    if c is None:
-        return _NO_CLOCK
-    if c.__class__ is not Clock:  # a warp starts with 0: nothing observed
-        c = w.observed = Clock()
-    return c
+    """The clock of warp `w` (isa/sync.py declares it); a gang, which issues only what no pending or recorded
+    access overlaps, has none."""
+    return getattr(w, "observed", _NO_CLOCK)
 
 
 @dataclass(eq=False)
