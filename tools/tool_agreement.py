@@ -154,7 +154,16 @@ def _numerics_cases() -> dict[str, Callable[[], Case]]:
     spec = importlib.util.spec_from_file_location("emu_numerics_corpus", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return {f"emu:{name}": _emu_case(make) for name, make in mod.CASES.items()}
+    import emu_cases as ec  # noqa: PLC0415 - tests/ is on PYTHONPATH only here
+    extra = {  # the verifier mutants' originals, and the one-k-tile paths the numerics launches do not take
+        "emu+:matmul_fp16_stages1": lambda: ec.case_matmul("fp16", "fp16", num_stages=1),
+        "emu+:matmul_fp16_8warps": lambda: ec.case_matmul("fp16", "fp16", num_warps=8),
+        "emu+:block_scaled_tma_nvfp4_1024": lambda: ec.case_block_scaled_tma(16, M=1024, N=1024, K=1024),
+        "emu+:t03_bias_one_k_tile": lambda: ec.case_bias_matmul(K=48),
+        "emu+:t10_mixed_one_k_tile": lambda: ec.case_mixed_scaled_tma(K=128),
+    }
+    return {**{f"emu:{name}": _emu_case(make) for name, make in mod.CASES.items()},
+            **{name: _emu_case(make) for name, make in extra.items()}}
 
 
 CASES: dict[str, Callable[[], Case]] = dict(FIXTURES)
@@ -226,13 +235,74 @@ class Row:
             "emulator protocol error, verifier silent"
 
 
-#: (kernel, fault) -> why the disagreement stands (which tool is wrong, and where it is tracked)
+# Why a disagreement stands. Every one is a real fault one tool misses (the other tool is right); the verifier
+# gaps are for the verifier's owners, each with the kernel and the fault that shows it.
+_V_PARITY_LOOP = ("verifier gap: the accumulator wait's parity is the MMA barrier's loop-carried phase register; "
+                  "xor-ing it with 1 lets the epilogue (or the next refill) pass one phase early while the last "
+                  "MMA is in flight (the emulator reports the TMEM read / stage overwrite), and T6 does not decide "
+                  "the parity of loop-carried phases in single-partition pipelines")
+_V_CP_ASYNC_REFILL = ("verifier gap: the dropped wait is the MMA-barrier wait before the cp.async (non-bulk) refill "
+                      "of the stage the previous MMAs read; P16 checks TMA refills only, so the refill racing the "
+                      "MMA's operand reads is not reported (the emulator reports the overwrite)")
+_V_TMA_WAIT_LOOP = ("verifier gap: the dropped wait is the in-loop TMA-barrier wait before the MMA (stage index and "
+                    "phase loop-carried); T4/P13 do not see the MMA reading a stage whose TMA is pending (the "
+                    "emulator reports the poison read)")
+_V_FROZEN_PHASE = ("verifier gap: the stage's ready wait frozen at parity 0 passes on a stale phase from the "
+                   "second round of the ring, so the MMA reads a stage its TMA still writes (or the refill "
+                   "overwrites it); the verifier does not see the stage barrier as rotating")
+_V_ACC_WAIT = ("verifier gap: with the accumulator wait removed the epilogue's tcgen05.ld reads TMEM an MMA still "
+               "writes (the emulator reports it); the verifier relates this epilogue's loads to no wait")
+_V_LANE = ("verifier gap: the epilogue's TMEM address is base + loop-carried buffer * 128, whose lane offset the "
+           "verifier does not model (NOT_YET in tests/verify/test_verify_ws_mutants.py); the emulator reports the "
+           "lane-quarter violation")
+_V_MMA_AFTER_COMMIT = ("verifier gap: an MMA moved after the commit that releases its stage; the refill races "
+                       "it (the emulator reports the overwrite of a stage whose MMA the loader never observed)")
+_V_STALE_GLUON = ("verifier gap: the ready wait keeps parity 0, the stale phase lets the MMA warp read stage 0 "
+                  "while the loader refills it (the emulator reports the refill of a stage whose MMA the loader "
+                  "never observed); the verifier does not see Gluon's i % STAGES stage as rotating (NOT_YET in "
+                  "tests/verify/test_verify_ws_mutants.py)")
+_E_UNEXECUTED_PATH = ("not a tool error: the fence dropped sits on the K = 0 path (a zero tile stored through "
+                      "st.shared and a TMA store), which the launch (K = 256) never executes; the verifier is right, "
+                      "the emulator only judges the paths a launch takes")
+_E_TWO_TILES = ("not a tool error: at 2 tiles per CTA the two accumulator buffers are never reused, so the dropped "
+                "acc-empty wait is harmless in this launch; the 3-tile launch of the same kernel shape "
+                "(t09_persistent_desc_ws_3tiles) fails on the emulator and agrees")
+_E_PEER_STORES = ("emulator gap: the peer CTA's st.shared operand stores are not ordered against the leader's "
+                  "cta_group::2 MMA by happens-before (only by proxy fences and poison), so dropping the cluster "
+                  "barrier goes unseen; the verifier is right")
+_V_ATTENTION = ("verifier false error: in the TMA attention kernel the P @ V MMAs follow the commit of the "
+                "Q @ K^T MMAs, which the verifier takes for the commit releasing V's stage; the emulator's "
+                "happens-before check passes every refill of bytes those MMAs read (they are released by the "
+                "commit after them)")
+
 KNOWN: dict[tuple[str, str], str] = {
-    ("gluon_ws", "freeze_ready_phase"):
-        "verifier gap: the ready wait keeps parity 0, the stale phase lets the MMA warp read stage 0 while the "
-        "loader refills it (the emulator reports the refill of a stage whose MMA the loader never observed); the "
-        "verifier does not see Gluon's i % STAGES stage as rotating (NOT_YET in tests/verify/"
-        "test_verify_ws_mutants.py)",
+    ("gluon_ws", "freeze_ready_phase"): _V_STALE_GLUON,
+    ("t09_persistent_desc_ws_3tiles", "ld_lane_plus32"): _V_LANE,
+    ("t09_persistent_desc_ws_3tiles", "drop_mma_proxy_fence"): _E_UNEXECUTED_PATH,
+    ("emu:t06_attention_fwd", "(none)"): _V_ATTENTION,
+    ("emu:t09_persistent_warp_specialized", "drop_acc_empty_wait"): _E_TWO_TILES,
+    **{(k, "drop_cluster_barrier"): _E_PEER_STORES for k in ("emu:gluon_two_ctas_m256", "emu:gluon_two_ctas_m128")},
+    **{(k, "drop_mma_proxy_fence"): _E_UNEXECUTED_PATH
+       for k in ("emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized", "emu:t09_descriptor_persistent")},
+    **{(k, "ld_lane_plus32"): _V_LANE
+       for k in ("emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized", "emu:t09_descriptor_persistent")},
+    **{(f"emu:{k}", "flip_acc_parity"): _V_PARITY_LOOP
+       for k in ("example_matmul_fp16", "example_matmul_bf16", "dot_fp16_m64", "dot_bf16_n256_8warps",
+                 "dot_fp8e4m3", "dot_fp8e5m2", "dot_tf32", "tma_pipelined_matmul", "t03_bias_leaky_unaligned",
+                 "t09_persistent_tma", "t09_descriptor_persistent", "t10_mixed_mxfp8_mxfp4_fp4_padded_tma",
+                 "lhs_in_tmem_fp16_m64", "lhs_in_tmem_tf32_m64", "lhs_in_tmem_fp16_m128")},
+    **{(f"emu:{k}", "drop_last_mma_wait"): _V_CP_ASYNC_REFILL
+       for k in ("example_matmul_fp16", "example_matmul_bf16", "dot_fp16_m64", "dot_bf16_n256_8warps",
+                 "dot_fp8e4m3", "dot_fp8e5m2", "dot_tf32", "lhs_in_tmem_fp16_m64", "lhs_in_tmem_tf32_m64",
+                 "lhs_in_tmem_fp16_m128")},
+    **{(f"emu:{k}", "drop_last_mma_wait"): _V_TMA_WAIT_LOOP
+       for k in ("tma_pipelined_matmul", "t09_persistent_tma", "t09_descriptor_persistent",
+                 "t10_mixed_mxfp8_mxfp4_fp4_padded_tma")},
+    **{(f"emu:{k}", "freeze_ready_phase"): _V_FROZEN_PHASE
+       for k in ("dot_tf32", "tma_pipelined_matmul", "t09_persistent_tma", "t09_descriptor_persistent")},
+    **{(f"emu:{k}", "drop_acc_wait"): _V_ACC_WAIT
+       for k in ("dot_bf16_n256_8warps", "t09_persistent_tma", "t09_descriptor_persistent")},
+    ("emu:dot_bf16_n256_8warps", "mma_after_commit"): _V_MMA_AFTER_COMMIT,
 }
 
 #: the CI sample: (kernel, fault) rows covering every rule family in both directions (None: the clean kernel)

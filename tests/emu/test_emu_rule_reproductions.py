@@ -124,3 +124,16 @@ def test_rule_reproduction(kernel, fault, error, schedule):
     else:
         with pytest.raises(error):
             go()
+
+
+def test_tcgen05_under_an_sm90_target_is_refused():
+    """T2: a module whose `.target` has no tcgen05 is refused (ptxas would), naming the instruction's line."""
+    from bwtriton.emu.errors import EmulationError  # noqa: PLC0415 - only this test needs the base class
+    case = _case("emu:gluon_one_mma")
+    ptx = case.compiled.asm["ptx"]
+    assert ".target sm_100a" in ptx
+    bad = ptx.replace(".target sm_100a", ".target sm_90a")
+    first = next(i for i, line in enumerate(bad.split("\n"), 1) if re.match(r"\s*(@%p\d+\s+)?tcgen05\.", line))
+    with pytest.raises(EmulationError, match=rf"PTX line {first}: tcgen05\.\w+ under `\.target sm_90a`"):
+        case.launch(agreement._with_ptx(case.compiled, bad))()
+    assert case.launch(case.compiled)()

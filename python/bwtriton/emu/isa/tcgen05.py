@@ -684,14 +684,28 @@ def _wait(ins: Instruction) -> Callable:
     return lambda w: None
 
 
+def _on_tcgen05_target(compile_ins: Callable) -> Callable:
+    """The compiler of a tcgen05 instruction, refusing modules whose `.target` has no tcgen05 (ptxas rejects them:
+    tcgen05 needs an sm_100a / sm_101a / sm_103a / sm_110a target or its family-specific `f` form)."""
+    def compile_checked(ins: Instruction, prog: Program) -> Callable:
+        target = getattr(prog.env, "target", None)
+        arch = (target or "").split(",")[0].strip()
+        if arch and not (arch[:5] in ("sm_10", "sm_11") and arch[-1] in "af"):
+            raise EmulationError(f"{ins.opcode} under `.target {arch}`: tcgen05 instructions exist only on "
+                                 "sm_100a-class targets (ptxas rejects this module); compile for sm_100a",
+                                 line=ins.line, text=ins.text)
+        return compile_ins(ins, prog)
+    return compile_checked
+
+
 #: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
-HANDLERS: dict[str, Callable] = {
+HANDLERS: dict[str, Callable] = {op: _on_tcgen05_target(f) for op, f in {
     "tcgen05.alloc": _alloc, "tcgen05.dealloc": _dealloc,
     "tcgen05.relinquish_alloc_permit": lambda ins, prog: _relinquish,
     "tcgen05.ld": _ld, "tcgen05.st": _st, "tcgen05.mma": _mma, "tcgen05.commit": _commit, "tcgen05.cp": _cp,
     "tcgen05.wait": lambda ins, prog: _wait(ins),
     "tcgen05.fence": lambda ins, prog: _no_effect,  # orders tcgen05 ops, which execute in program order here
-}
+}.items()}
 
 
 def _no_effect(w) -> None:
