@@ -87,6 +87,8 @@ ROWS = [
     ("missing-proxy-fence/P15", "t09_ws_tile", "drop_mma_proxy_fence", MissingProxyFenceError, BOTH),
     ("missing-proxy-fence/P15", "emu:gluon_one_mma", "drop_mma_proxy_fence", MissingProxyFenceError, BOTH),
     ("missing-proxy-fence/P15", "emu:gluon_one_mma", None, None, BOTH),
+    ("cta-pair-unsynced (peer stores)", "emu:gluon_two_ctas_m128", "drop_cluster_barrier", AsyncRaceError, BOTH),
+    ("cta-pair-unsynced (peer stores)", "emu:gluon_two_ctas_m128", None, None, BOTH),
     ("completion: TMA by complete_tx bytes", "t09_ws_tile", short_expect_tx, AsyncRaceError, ("latest",)),
     ("completion: cp.async by group", "emu:example_matmul_fp16", cp_async_wait_plus_one, PoisonReadError,
      ("latest",)),

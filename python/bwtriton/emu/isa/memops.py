@@ -142,6 +142,8 @@ def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
                                  clock=clock_of(w))
     smem.data[cells] = data
     smem.mark_generic_write(cells, _line(w))
+    if len(w.cta.cluster.ctas) > 1:  # a peer CTA's async proxy may read it (cta_group::2 operands)
+        engine_of(w).record_peer_store(w, smem, int(cells.min()), int(cells.max()) + 1, _line(w))
     return None
 
 

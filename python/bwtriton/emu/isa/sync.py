@@ -150,7 +150,7 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
         if arrivals is None:
             arrivals = b.obs[gen] = Clock()
             b.obs.pop(gen - 16, None)  # waiters resume long before 16 more generations complete
-        arrivals.join(clock_of(w))
+        arrivals.join(engine_of(w).release(w))
         b.arrived += 32
         if b.arrived >= expected:
             b.arrived = 0
@@ -169,7 +169,7 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
 def _cluster_arrive(w):
     cl = w.cta.cluster
     w.cluster_gen = cl.bar_gen
-    cl.bar_obs.join(clock_of(w))
+    cl.bar_obs.join(engine_of(w).release(w))
     cl.bar_arrived += 32
     if cl.bar_arrived >= cl.nthreads:
         cl.bar_arrived = 0
@@ -258,7 +258,8 @@ def _mbarrier_arrive(ins: Instruction, prog: Program) -> Callable:
         addrs = rd(w)
         n_arg = int(np.asarray(rtx(w)).flat[0]) if rtx is not None else None
         state = 0
-        engine, clock = engine_of(w), clock_of(w)
+        engine = engine_of(w)
+        clock = engine.release(w)
         for a, n in _lanes_by_address(w, addrs).items():
             bar = find_mbarrier(w, a)
             state = bar.phase
@@ -332,7 +333,8 @@ def _mbarrier_complete_tx(ins: Instruction, prog: Program) -> Callable:
 
     def complete_tx(w):
         tx = int(np.asarray(rtx(w)).flat[0])
-        engine, clock = engine_of(w), clock_of(w)
+        engine = engine_of(w)
+        clock = engine.release(w)
         for a, n in _lanes_by_address(w, rd(w)).items():
             engine.deliver(find_mbarrier(w, a), clock, tx=tx * n)
         w.launch.progress += 1

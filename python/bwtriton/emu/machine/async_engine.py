@@ -25,7 +25,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .cells import Chunks, cells_get, cells_set
-from ..errors import AsyncOverwriteError, MissingProxyFenceError, PoisonReadError, short
+from ..errors import AsyncOverwriteError, AsyncRaceError, MissingProxyFenceError, PoisonReadError, short
 
 SCHEDULES = ("latest", "eager")
 
@@ -110,6 +110,10 @@ class AsyncEngine:
         self._source_no: dict[tuple, int] = {}
         self.barrier_clocks: dict[int, list] = {}  # id(mbarrier) -> [mbarrier, arrivals' clock, completed clock]
         self.commits: dict[tuple, list] = {}       # ("tc", issuer) -> its recent commits: (covered up to, text)
+        #: id(shared memory) -> [memory, [(lo, hi, ("st", warp), epoch, line)]]: generic stores of a CTA of a
+        #: multi-CTA cluster, which another CTA's async proxy may read only after observing them
+        self.peer_stores: dict[int, list] = {}
+        self._store_epoch: dict[tuple, int] = {}   # ("st", warp) -> the epoch of its newest recorded store
 
     def next_event(self, key: tuple) -> int:
         n = self.counter.get(key, 0) + 1
@@ -126,6 +130,46 @@ class AsyncEngine:
 
     def writer_of(self, code: int) -> tuple[tuple, int]:
         return self.sources[code >> 32], code & 0xFFFFFFFF
+
+    # -- generic stores read by another CTA ------------------------------------------------------------------
+    def release(self, w) -> Clock:
+        """Warp `w` arrives on a barrier (a release): its generic stores so far become observable through it.
+        Returns its clock, to be joined into the barrier."""
+        clock = clock_of(w)
+        if self.peer_stores and clock is not _NO_CLOCK:
+            key = ("st", issuer_of(w))
+            if self.counter.get(key, 0) < self._store_epoch.get(key, 0):
+                clock[key] = self.next_event(key)
+        return clock
+
+    def record_peer_store(self, w, smem, lo: int, hi: int, line: int) -> None:
+        """Warp `w` stored into [lo, hi) of its CTA's `smem` (a multi-CTA cluster's): remember by whom and in which
+        epoch (its next release), for a peer CTA's async read (check_peer_read)."""
+        key = ("st", issuer_of(w))
+        epoch = self.counter.get(key, 0) + 1
+        self._store_epoch[key] = epoch
+        books = self.peer_stores.get(id(smem))
+        if books is None or books[0] is not smem:
+            books = self.peer_stores[id(smem)] = [smem, []]
+        recs = [r for r in books[1] if not (r[0] == lo and r[1] == hi and r[2] == key)]
+        recs.append((lo, hi, key, epoch, line))
+        books[1] = recs[-MAX_READ_RECORDS:]
+
+    def check_peer_read(self, w, smem, lo: int, hi: int, reader: str) -> None:
+        """Warp `w` (of another CTA) makes the async proxy read [lo, hi) of `smem`: every generic store there must
+        have been released by its warp and observed by `w` (barrier.cluster, or an mbarrier arrive / wait)."""
+        books = self.peer_stores.get(id(smem))
+        if books is None or books[0] is not smem:
+            return
+        clock = clock_of(w)
+        for r_lo, r_hi, key, epoch, line in books[1]:
+            if lo < r_hi and r_lo < hi and not clock.saw(key, epoch):
+                raise AsyncRaceError(
+                    f"{reader} reads shared memory of CTA {smem.rank} (offsets 0x{max(lo, r_lo):x}..0x"
+                    f"{min(hi, r_hi) - 1:x}) that warp {key[1][2]} of that CTA stored through the generic proxy at "
+                    f"PTX line {line}, and the issuing thread never observed those stores: order them before the "
+                    "read across the cluster (barrier.cluster.arrive.release + barrier.cluster.wait.acquire, or an "
+                    "mbarrier the storing warps arrive on and the issuing thread waits on)")
 
     # -- mbarrier clocks -----------------------------------------------------------------------------------
     def _bar_clocks(self, bar) -> list:
