@@ -401,8 +401,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     text = table(rows)
     bad = open_disagreements(rows)
     known = [r for r in rows if not r.agree and (r.kernel, r.fault) in KNOWN]
-    summary = (f"{len(rows)} rows, {sum(r.agree for r in rows)} agree, {len(known)} known disagreement(s), "
-               f"{len(bad)} open disagreement(s) in {time.time() - t0:.0f} s")
+    unemulated = [r for r in rows if r.emulator.startswith("not emulated")]
+    summary = (f"{len(rows)} rows, {sum(r.agree for r in rows) - len(unemulated)} agree, {len(unemulated)} verified "
+               f"only, {len(known)} known disagreement(s), {len(bad)} open disagreement(s) in "
+               f"{time.time() - t0:.0f} s")
     print(text + "\n\n" + summary)
     for r in bad:
         print(f"OPEN: {r.kernel} / {r.fault}: {r.kind()} (verifier {r.verifier}, emulator {r.emulator})")

@@ -17,8 +17,8 @@ from typing import Callable, Optional
 
 import pytest
 
-from bwtriton.emu.errors import (AsyncOverwriteError, AsyncRaceError, MissingProxyFenceError, PoisonReadError, TmemRaceError,
-                                 UnwaitedTmemLoadError)
+from bwtriton.emu.errors import (AsyncOverwriteError, AsyncRaceError, EmulationError, MissingProxyFenceError,
+                                 PoisonReadError, TmemRaceError, UnwaitedTmemLoadError)
 
 pytestmark = pytest.mark.emulated
 
@@ -130,7 +130,6 @@ def test_rule_reproduction(kernel, fault, error, schedule):
 
 def test_tcgen05_under_an_sm90_target_is_refused():
     """T2: a module whose `.target` has no tcgen05 is refused (ptxas would), naming the instruction's line."""
-    from bwtriton.emu.errors import EmulationError  # noqa: PLC0415 - only this test needs the base class
     case = _case("emu:gluon_one_mma")
     ptx = case.compiled.asm["ptx"]
     assert ".target sm_100a" in ptx
