@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...ptx.ir import Instruction, Operand
-from ..machine.async_engine import AsyncOp, clock_of, engine_of, issuer_of
+from ..machine.async_engine import AsyncOp, engine_of, issuer_of
 from ..errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from ..machine.gang import GangFallback
 from ..machine.cells import cells_of, gather, scatter
@@ -139,7 +139,7 @@ def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
         return smem.data[cells]
     if smem.n_poison or smem.async_reads:
         engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells,
-                                 clock=clock_of(w))
+                                 by=w)
     smem.data[cells] = data
     smem.mark_generic_write(cells, _line(w))
     if len(w.cta.cluster.ctas) > 1:  # a peer CTA's async proxy may read it (cta_group::2 operands)

@@ -204,7 +204,7 @@ class AsyncEngine:
         clock = clock_of(w)
         for smem, idx in op.writes:
             lo, hi = _bounds(idx)
-            self.check_write(smem, lo, hi, op.describe(), idx=idx, clock=clock)
+            self.check_write(smem, lo, hi, op.describe(), idx=idx, by=w)
         self.seq += 1
         op.seq = self.seq
         if op.tracked_by_commit:
@@ -324,12 +324,12 @@ class AsyncEngine:
                 f"{op.describe()} is still writing: its completion was never observed, so the bytes are "
                 f"undefined. {op.observe or 'Wait for its completion'} before the read")
 
-    def check_write(self, smem, lo: int, hi: int, writer: str, idx=None, clock: Optional[Clock] = None) -> None:
-        """Something writes shared::cta offsets [lo, hi) (a warp holding `clock`; None: a gang, which writes
-        only where nothing is recorded): every asynchronous read of them must have completed and that completion
-        must have been observed by the writer; no pending asynchronous write may still own them."""
-        if clock is not None and getattr(smem, "async_reads", None):  # a gang's stacked memory records none
-            self._check_reads(smem, lo, hi, writer, clock)
+    def check_write(self, smem, lo: int, hi: int, writer: str, idx=None, by=None) -> None:
+        """Warp `by` makes `writer` write shared::cta offsets [lo, hi) (None, or a gang: writes only where nothing
+        is recorded): every asynchronous read of them must have completed and that completion must have been
+        observed by the writer; no pending asynchronous write may still own them."""
+        if by is not None and getattr(smem, "async_reads", None):  # a gang's stacked memory records none
+            self._check_reads(smem, lo, hi, writer, by)
         if smem.n_poison:
             seg = cells_get(smem.poison, idx if idx is not None else slice(lo, hi))
             seq = int(seg.max()) if seg.size else 0
@@ -339,7 +339,10 @@ class AsyncEngine:
                     f"{writer} writes shared memory (offsets 0x{lo:x}..0x{hi - 1:x} of CTA {smem.rank}) that "
                     f"{other.describe()} is still writing. {other.observe or 'Wait for its completion'} first")
 
-    def _check_reads(self, smem, lo: int, hi: int, writer: str, clock: Clock) -> None:
+    def _check_reads(self, smem, lo: int, hi: int, writer: str, by) -> None:
+        clock = clock_of(by)
+        if clock is _NO_CLOCK:
+            return
         kept = []
         for rec in smem.async_reads:
             r_lo, r_hi, op = rec
@@ -356,7 +359,9 @@ class AsyncEngine:
                     f"{self.observe_of(op)} in the writing thread "
                     "(or in a thread that hands it on through an mbarrier arrive or a barrier) before refilling "
                     "the buffer")
-            if not (lo <= r_lo and r_hi <= hi):  # a later writer must be ordered after this one to skip it
+            # the record goes once no writer can still miss it: this write covers it whole (a later writer is
+            # ordered after this one or races with it), or every warp that can still write observed it
+            if not (lo <= r_lo and r_hi <= hi) and not _seen_by_all(by, op):
                 kept.append(rec)
         smem.async_reads = kept
 
@@ -381,6 +386,15 @@ def _record_read(smem, lo: int, hi: int, op: AsyncOp) -> None:
     if len(recs) > MAX_READ_RECORDS:
         recs = recs[-MAX_READ_RECORDS:]
     smem.async_reads = recs
+
+
+def _seen_by_all(w, op: AsyncOp) -> bool:
+    """Whether every warp of `w`'s cluster still running has observed `op`'s completion."""
+    for cta in w.cta.cluster.ctas:
+        for other in cta.warps:
+            if not other.done and not clock_of(other).saw(op.key, op.idx):
+                return False
+    return True
 
 
 def _bounds(idx) -> tuple[int, int]:
