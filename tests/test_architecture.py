@@ -20,62 +20,6 @@ LONG_LIT_FILES = {
 }
 MAX_LIT_LINES = 150
 
-#: Function-local imports of bwtriton modules that do not yet say why they are local (module, import text) ->
-#: occurrences: bwtriton.cli and bwtriton.verify, whose owners move them to module level or give each a trailing
-#: `# reason` (optional or heavy dependency, or the cycle it avoids). Everywhere else, the emulator included, has
-#: none. The test fails when an entry is no longer needed.
-UNEXPLAINED_LOCAL_IMPORTS = {
-    ('bwtriton.cli', 'from . import __version__'): 1,
-    ('bwtriton.cli', 'from .demo import run_demo'): 1,
-    ('bwtriton.cli', 'from .driver import compile as bw_compile'): 1,
-    ('bwtriton.cli', 'from .loading import add_kernel_arguments'): 1,
-    ('bwtriton.cli', 'from .loading import compile_keywords, load_kernel'): 1,
-    ('bwtriton.cli', 'from .targets import TARGETS'): 1,
-    ('bwtriton.cli', 'from .targets import TARGETS, target_name'): 1,
-    ('bwtriton.cli', 'from .triton_passes import triton_pass_table'): 1,
-    ('bwtriton.cli', 'from bwtriton.pipeline import all_passes'): 1,
-    ('bwtriton.cli', 'from bwtriton.tmem import write_tmem_map'): 1,
-    ('bwtriton.demo', 'from . import compile as bw_compile'): 3,
-    ('bwtriton.demo', 'from .examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature'): 1,
-    ('bwtriton.demo', 'from .examples.runners import run_fp4_scaled'): 1,
-    ('bwtriton.demo', 'from .examples.runners import run_matmul'): 1,
-    ('bwtriton.demo', 'from .examples.scaled import fp4_scaled_constexprs, fp4_scaled_matmul_kernel, fp4_scaled_signature'): 1,
-    ('bwtriton.demo', 'from .examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec'): 1,
-    ('bwtriton.demo', 'from .pipeline import disable, enable'): 1,
-    ('bwtriton.demo', 'from .targets import get_target'): 1,
-    ('bwtriton.kernels.nvfp4_linear', 'from ..formats.e2m1 import E2M1_MAX'): 1,
-    ('bwtriton.kernels.nvfp4_linear', 'from ..formats.nvfp4 import E4M3_MAX, FP32_MAX'): 1,
-    ('bwtriton.opt', 'from .mlir import load_module'): 1,
-    ('bwtriton.opt', 'from .mlir import module_attr_int'): 1,
-    ('bwtriton.opt', 'from .pipeline import PassSelection, run_stage_passes'): 1,
-    ('bwtriton.opt', 'from .pipeline import all_passes'): 2,
-    ('bwtriton.opt', 'from .pipeline import parse_pass_options'): 1,
-    ('bwtriton.opt', 'from .pipeline import parse_pass_spec'): 1,
-    ('bwtriton.opt', 'from .pipeline import split_top_level_commas'): 1,
-    ('bwtriton.opt', 'from .targets import target_for_capability'): 1,
-    ('bwtriton.opt', 'from .triton_passes import triton_pass_table'): 2,
-    ('bwtriton.regress.snapshot', 'from . import census'): 1,
-    ('bwtriton.regress.snapshot', 'from .. import __version__'): 1,
-    ('bwtriton.regress.snapshot', 'from ..driver import compile as bw_compile'): 1,
-    ('bwtriton.regress.snapshot', 'from ..targets import get_target'): 2,
-    ('bwtriton.regress.snapshot', 'from bwtriton.ptx import parse_ptx'): 1,
-    ('bwtriton.regress.snapshot_cli', 'from .diff import diff_snapshots, parse_fail_on, render'): 1,
-    ('bwtriton.regress.snapshot_cli', 'from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, without_timing, write_snapshot'): 1,
-    ('bwtriton.regress.snapshot_cli', 'from .snapshot import load_snapshot'): 1,
-    ('bwtriton.report', 'from bwtriton.pipeline import all_passes'): 1,
-    ('bwtriton.report', 'from bwtriton.ptx import parse_ptx'): 1,
-    ('bwtriton.report', 'from bwtriton.tmem import write_tmem_map'): 1,
-    ('bwtriton.report', 'from bwtriton.verify.explain import explain_mmas'): 1,
-    ('bwtriton.verify.checks.launch', 'from .dataflow import IMPRECISE, run_dataflow'): 1,
-    ('bwtriton.verify.checks.launch', 'from bwtriton.ptx.smt import z3'): 1,
-    ('bwtriton.verify.checks.mbarrier_phase', 'from .async_copy import _arrives'): 1,
-    ('bwtriton.verify.cli', 'from . import verify_module'): 1,
-    ('bwtriton.verify.cli', 'from .checks.resources import TCGEN05_TARGETS'): 1,
-    ('bwtriton.verify.cli', 'from .explain import explain_mmas, format_explain'): 1,
-    ('bwtriton.verify.cli', 'from bwtriton.ptx import parse_ptx'): 2,
-    ('bwtriton.verify.cli', 'from bwtriton.targets import TARGETS'): 1,
-}
-
 
 def _module_files() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the library and of the passes."""
@@ -207,17 +151,12 @@ def test_no_import_cycles_even_through_function_local_imports():
 
 
 def test_function_local_imports_of_bwtriton_modules_say_why():
-    """A function-local import of a bwtriton module carries a trailing comment giving its reason."""
-    unexplained = [(m, n, t.strip()) for m, n, deps, t in _function_local_imports() if deps and "#" not in t]
-    in_emu = [u for u in unexplained if u[0].startswith("bwtriton.emu")]
-    assert not in_emu, f"function-local imports without a reason in the emulator: {in_emu}"
-    seen: dict = {}
-    for m, _, t in unexplained:
-        seen[(m, t)] = seen.get((m, t), 0) + 1
-    new = {k: v for k, v in seen.items() if v > UNEXPLAINED_LOCAL_IMPORTS.get(k, 0)}
-    assert not new, f"function-local imports without a `# reason` comment (or move them to module level): {new}"
-    fixed = {k: v for k, v in UNEXPLAINED_LOCAL_IMPORTS.items() if seen.get(k, 0) < v}
-    assert not fixed, f"these have a reason or are gone now: lower their counts in UNEXPLAINED_LOCAL_IMPORTS: {fixed}"
+    """A function-local import of a bwtriton module carries a trailing `# reason` (an optional or heavy dependency,
+    or the cycle it avoids); anything else belongs at module level."""
+    unexplained = [(m, n, t.strip()) for m, n, deps, t in _function_local_imports()
+                   if deps and not t.partition("#")[2].strip()]
+    assert not unexplained, f"function-local imports without a `# reason` comment (or move them to module level): " \
+                            f"{unexplained}"
 
 
 def test_the_local_import_reader_sees_imports_inside_functions():

@@ -1,8 +1,6 @@
 """Build a `TmemPlan` from printed TTGIR: find `ttng.tmem_alloc`s, classify them, size, time and place them."""
 from __future__ import annotations
 
-import re
-
 from bwtriton import mlir as mu
 from bwtriton.mlir import ops as irt
 from bwtriton.mlir.mma import MMA_OPS
@@ -14,8 +12,6 @@ from .placement import place
 #: Ops whose results are views of (alias) their memdesc operand.
 VIEW_OPS = {"ttg.memdesc_index", "ttg.memdesc_subslice", "ttng.tmem_subslice", "ttg.memdesc_reinterpret",
             "ttg.memdesc_trans", "ttg.memdesc_reshape", "ttg.memdesc_subview"}
-_ITER_ARGS_RE = re.compile(r"iter_args\((.*?)\)\s*->")
-_PARTITION_ARGS_RE = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps")
 
 
 def plan_from_ttgir(text: str, budget: int = TMEM_COLUMNS) -> TmemPlan:
@@ -71,22 +67,16 @@ def _alias_closure(root: str, users: dict[str, list[irt.Op]]) -> set[str]:
             if user.name in VIEW_OPS:
                 new = user.result_refs()
             elif user.name == "scf.for":
-                m = _ITER_ARGS_RE.search(user.head)
-                if m:
-                    refs = user.result_refs()
-                    for idx, pair in enumerate(mu.split_top_level(m.group(1))):
-                        arg, _, init = pair.partition("=")
-                        if init.strip() == cur:
-                            new.append(arg.strip())
-                            if idx < len(refs):
-                                new.append(refs[idx])
+                refs = user.result_refs()
+                for idx, (arg, init) in enumerate(irt.iter_args(user)):
+                    if init == cur:
+                        new.append(arg)
+                        if idx < len(refs):
+                            new.append(refs[idx])
             elif user.name == "ttg.warp_specialize":
                 positions = [i for i, v in enumerate(_ws_captures(user)) if v == cur]
-                for line in user.text.splitlines():
-                    m = _PARTITION_ARGS_RE.match(line)
-                    if m:
-                        args = [p.split(":", 1)[0].strip() for p in mu.split_top_level(m.group(1))]
-                        new.extend(args[i] for i in positions if i < len(args))
+                for args in irt.partition_arguments(user):
+                    new.extend(args[i] for i in positions if i < len(args))
             elif user.name in ("scf.yield",):
                 parent = user.parent
                 if parent is not None and parent.name == "scf.if":

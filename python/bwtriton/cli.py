@@ -9,11 +9,21 @@ import os
 import sys
 from typing import Any, Sequence
 
+from . import opt as opt_cli
+from .demo import run_demo
+from .driver import compile as bw_compile
 from .errors import BwTritonError, InputError, UsageError
+from .loading import add_kernel_arguments, compile_keywords, load_kernel
+from .pipeline import all_passes
+from .regress import cli as regress_cli
 from .report import MAX_WIDTH, check_report_names, format_table, render_reports, summary_table, wrap
+from .targets import TARGETS, target_name
+from .tmem import write_tmem_map
+from .triton_passes import triton_pass_table
 from .userfiles import check_output_dir, check_output_file
+from .version import __version__
 
-# Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
+
 def _stage_list(text: str) -> list[str]:
     """--stages ptx,sass -> ['ptx', 'sass']; an empty list is an error (the stages are checked at write time)."""
     stages = [s.strip() for s in text.split(",") if s.strip()]
@@ -36,8 +46,6 @@ def _ir_launch_options(args: argparse.Namespace) -> dict[str, int]:
 
 def _compile_from_args(args: argparse.Namespace):
     """Compile what `bwtriton compile`'s arguments name (an IR file, or FILE.py:KERNEL with its spec)."""
-    from .driver import compile as bw_compile
-    from .loading import compile_keywords, load_kernel
     options: dict[str, Any] = dict(target=args.target, passes=args.passes, two_cta=args.two_cta,
                                    check_limits=not args.no_check_limits)
     if args.input.endswith((".ttir", ".ttgir")):
@@ -78,7 +86,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if report is None:
             raise InputError(f"no TMEM plan for this compile (plan-tmem runs on tcgen05 targets; target is "
                              f"{result.target.name})")
-        from bwtriton.tmem import write_tmem_map
         write_tmem_map(report, args.tmem_map)
         print(f"  wrote TMEM map {args.tmem_map}")
     written = result.write(args.out, stages) if args.out else []
@@ -103,8 +110,6 @@ def _default_column(cls, registry: dict) -> str:
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
-    from bwtriton.pipeline import all_passes
-    from .targets import TARGETS
     registry = all_passes()
     rows = []
     for name, cls in registry.items():
@@ -130,7 +135,6 @@ def cmd_passes(args: argparse.Namespace) -> int:
     if any(r[2].startswith("with ") for r in rows):
         print(wrap("default 'with P': runs whenever pass P does (P requires it); '-P' drops both"))
     if args.triton:
-        from .triton_passes import triton_pass_table
         print("\nTriton passes usable in `bwtriton opt --passes`:")
         for name, (path, _, _) in sorted(triton_pass_table().items()):
             line = f"  {name:48s} {path}"
@@ -139,14 +143,10 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
     return run_demo(target=args.target, run_on_gpu=not args.no_gpu)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-    from .loading import add_kernel_arguments
-    from .targets import TARGETS, target_name
     p = _Parser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
                                 "on top of Triton 3.6.")
     p.add_argument("--version", action="version", version=f"bwtriton {__version__}")
@@ -186,10 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-gpu", action="store_true", help="do not launch on a local GPU even if one exists")
     d.set_defaults(func=cmd_demo)
 
-    from . import opt as opt_cli  # heavy: MLIR bindings and the pass table; each adds its commands
-    from .emu import cli as emu_cli  # heavy: the emulator (numpy, Triton's driver API)
-    from .regress import cli as regress_cli  # heavy: the snapshot tools (Triton's compiler)
-    from .verify import cli as verify_cli  # heavy: the verifier and its checks
+    # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
+    from .emu import cli as emu_cli  # heavy: the emulator (numpy, torch, Triton's driver API)
+    from .verify import cli as verify_cli  # heavy: the verifier and its checks (z3)
     for plugin in (verify_cli, emu_cli, opt_cli, regress_cli):
         plugin.register(sub)
     return p

@@ -6,7 +6,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .driver import compile as bw_compile
+from .pipeline import disable, enable
 from .report import ptx_census, sass_mma_opcodes, wrap
+from .targets import get_target
 
 
 @dataclass
@@ -17,8 +20,7 @@ class DemoCase:
 
 
 def _matmul_case(dtype: str) -> DemoCase:
-    from . import compile as bw_compile
-    from .examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
+    from .examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature  # heavy: imports Triton
     block_k = 128 if dtype.startswith("fp8") else 64
 
     def build(target: str):
@@ -28,15 +30,14 @@ def _matmul_case(dtype: str) -> DemoCase:
 
     def run() -> str:
         import torch
-        from .examples.runners import run_matmul
+        from .examples.runners import run_matmul  # heavy: imports torch
         torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8e4nv": torch.float8_e4m3fn}[dtype]
         return run_matmul(torch_dtype, block_k=block_k)
     return DemoCase(f"tl.dot {dtype}", build, run)
 
 
 def _scaled_case(kind: str) -> DemoCase:
-    from . import compile as bw_compile
-    from .examples.scaled import fp4_scaled_constexprs, fp4_scaled_matmul_kernel, fp4_scaled_signature
+    from .examples.scaled import fp4_scaled_constexprs, fp4_scaled_matmul_kernel, fp4_scaled_signature  # heavy: imports Triton
     scale, vec = ("fp8e4nv", 16) if kind == "nvfp4" else ("u8", 32)
 
     def build(target: str):
@@ -44,14 +45,13 @@ def _scaled_case(kind: str) -> DemoCase:
                           constexprs=fp4_scaled_constexprs(vec), target=target)
 
     def run() -> str:
-        from .examples.runners import run_fp4_scaled
+        from .examples.runners import run_fp4_scaled  # heavy: imports torch
         return run_fp4_scaled(kind)
     return DemoCase(f"tl.dot_scaled {kind}", build, run)
 
 
 def _two_cta_case() -> DemoCase:
-    from . import compile as bw_compile
-    from .examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
+    from .examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec  # heavy: imports Triton
 
     def build(target: str):
         spec = tma_bt_spec("fp16")
@@ -118,7 +118,6 @@ def format_legend(width: int = WIDTH) -> str:
 def run_demo(target: str = "sm_100a", run_on_gpu: bool = True) -> int:
     """Print what the Blackwell path emitted for every demo kernel; on a GPU also run and check them.
     Returns an exit code."""
-    from .targets import get_target
     tgt = get_target(target)
     print(f"bwtriton demo: compiling the tutorial kernels for {tgt.name} (no GPU needed)\n")
     print(format_legend() + "\n")
@@ -142,7 +141,6 @@ def run_demo(target: str = "sm_100a", run_on_gpu: bool = True) -> int:
         return 0
     name = torch.cuda.get_device_name()
     print(f"\nrunning on {name} through bwtriton's pipeline (bwtriton.enable()):")
-    from .pipeline import disable, enable
     enable()
     try:
         for case in demo_cases():

@@ -28,10 +28,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import BwTritonError, InputError, UnknownPassError, UsageError, suggest
+from .mlir import load_module, module_attr_int
 from .optcompat.diagnostics import captured_stderr, parse_diagnostics, parse_expectations, verify
 from .optcompat.local_scope import inline_aliases
 from .optcompat.triton_options import adder_args, check_applied, context_for, split_option_text
-from .targets import Target, get_target
+from .pipeline import (PassSelection, all_passes, parse_pass_options, parse_pass_spec, run_stage_passes,
+                       split_top_level_commas)
+from .targets import Target, get_target, target_for_capability
+from .triton_passes import triton_pass_table
 from .userfiles import check_output_file, decode, read_stdin, read_text
 
 _MLIR_SUFFIXES = {".ttir": "ttir", ".ttgir": "ttgir", ".mlir": "ttgir"}
@@ -63,7 +67,6 @@ class OptResult:
 def parse_pass_list(spec: str) -> list[PassStep]:
     """'a,b{x=1 y=2}' or a --pass-pipeline text 'builtin.module(a{x=1},tt.func(b))' -> ordered PassSteps.
     Nested op anchors are flattened: Triton's adders add every pass at the top level."""
-    from .pipeline import parse_pass_spec
     steps = []
     for entry in _split_top(spec.strip()):
         anchor = re.match(r"^(?P<anchor>[A-Za-z0-9_.\-]+)\s*\((?P<body>.*)\)$", entry, re.S)
@@ -80,7 +83,6 @@ def parse_pass_list(spec: str) -> list[PassStep]:
 
 def _split_top(text: str) -> list[str]:
     """Split at commas outside (...) and {...} (MLIR pipeline text nests both)."""
-    from .pipeline import split_top_level_commas
     return [p for p in (s.strip() for s in split_top_level_commas(text, "({", ")}")) if p]
 
 
@@ -179,9 +181,6 @@ class _Resolved:
 
 def resolve_steps(steps: list[PassStep], mlir: bool, suffix: str) -> list[_Resolved]:
     """Check every step names a pass we can run on this input (ours, or Triton's via its Python adder)."""
-    from .pipeline import all_passes
-    from .pipeline import parse_pass_options
-    from .triton_passes import triton_pass_table
     ours, theirs = all_passes(), triton_pass_table()
     out = []
     for step in steps:
@@ -210,7 +209,6 @@ def _module_capability(text: str) -> int | None:
 
 def _bw_target(explicit: str | None, capability: int | None) -> Target:
     """bwtriton Target for our passes: --target, else the module's, else sm_100a."""
-    from .targets import target_for_capability
     if explicit:
         return get_target(explicit)
     if capability is None:
@@ -222,7 +220,6 @@ def _bw_target(explicit: str | None, capability: int | None) -> Target:
 
 
 def _run_ours(res: _Resolved, ir_obj: Any, tgt: Target, metadata: dict, reports: dict) -> Any:
-    from .pipeline import PassSelection, run_stage_passes
     cls = res.cls
     selection = PassSelection(((cls.name, tuple(sorted({**cls.option_defaults(), **res.options}.items()))),))
     if not cls().applies_to(tgt):
@@ -233,7 +230,6 @@ def _run_ours(res: _Resolved, ir_obj: Any, tgt: Target, metadata: dict, reports:
 
 def _run_triton(res: _Resolved, module: Any, cctx) -> None:
     from triton._C.libtriton import ir
-    from .triton_passes import triton_pass_table
     pm = ir.pass_manager(module.context)
     triton_pass_table()[res.name][1](pm, *adder_args(res.name, res.options, cctx))
     check_applied(res.name, res.options, pm.get_pipeline_str())
@@ -248,7 +244,6 @@ class PassFailure(BwTritonError):
 
 
 def _parse_mlir(path: str, allow_unregistered: bool) -> Any:
-    from .mlir import load_module
     try:
         return load_module(path)
     except RuntimeError as exc:
@@ -264,7 +259,6 @@ UNREGISTERED_REASON = (
 
 def run_mlir_text(path: str, resolved: list[_Resolved], inv: OptInvocation, reports: dict) -> str:
     """Parse one MLIR file, run the steps in order, return the printed module."""
-    from .mlir import module_attr_int
     text = Path(path).read_text()
     module = _parse_mlir(path, inv.allow_unregistered)
     cap = _module_capability(text)
@@ -436,7 +430,6 @@ def _opt_main(argv: list[str]) -> int:
 def _render_reports(inv: OptInvocation, reports: dict) -> str:
     if not (inv.report and reports):
         return ""
-    from .pipeline import all_passes
     registry = all_passes()
     return "".join(f"// ----- bwtriton report: {n} -----\n{registry[n].render_report(r)}\n" for n, r in reports.items())
 

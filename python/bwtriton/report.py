@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .errors import UnknownPassError, suggest
+from .pipeline import all_passes
+from .ptx import parse_ptx
+from .tmem import write_tmem_map
 
 # `--report` short names -> pass names.
 REPORT_ALIASES = {"tmem": "plan-tmem", "verify": "verify-tcgen05", "verifier": "verify-tcgen05"}
@@ -57,7 +60,6 @@ def summary_table(result) -> str:
 
 def report_names() -> list[str]:
     """What `--report` accepts: 'all', the short aliases and every registered pass name."""
-    from bwtriton.pipeline import all_passes  # the pass registry; report.py is imported by the CLI's parser
     return ["all", *REPORT_ALIASES, *all_passes()]
 
 
@@ -78,7 +80,6 @@ def sass_mma_opcodes(sass: str) -> collections.Counter:
 def ptx_census(ptx: str) -> dict[str, Any]:
     """What the tcgen05 path emitted: instruction counts by opcode, MMA kinds, cta_groups, scale_vec, TMEM columns
     allocated, and the MxNxK decoded from each MMA's instruction descriptor. Uses the project's PTX front end."""
-    from bwtriton.ptx import parse_ptx
     module = parse_ptx(ptx)
     counts: collections.Counter = collections.Counter()
     kinds: collections.Counter = collections.Counter()
@@ -101,7 +102,7 @@ def ptx_census(ptx: str) -> dict[str, Any]:
                     alloc_cols.append(getattr(cols, "value", str(cols)))
             elif op.startswith(("wgmma.", "mma.")):
                 other[op] += 1
-    from bwtriton.verify.explain import explain_mmas
+    from bwtriton.verify.explain import explain_mmas  # heavy: the verifier loads z3
     shapes = sorted({f"{d['M']}x{d['N']}x{d['K']}" for d in (r["idesc"] for r in explain_mmas(module))
                      if d and d.get("M") and d.get("N")})
     return {"tcgen05": dict(counts), "mma_kinds": dict(kinds), "cta_groups": sorted(groups),
@@ -122,7 +123,6 @@ def _fit(text: str) -> str:
 
 def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = None) -> str:
     """Text of the requested pass reports ('all' for every one); writes the TMEM map next to the stages."""
-    from bwtriton.pipeline import all_passes
     registry = all_passes()
     reports = result.reports
     wanted = list(reports) if "all" in names else [REPORT_ALIASES.get(n, n) for n in names]
@@ -134,7 +134,6 @@ def render_reports(result, names: Sequence[str], outdir: "str | Path | None" = N
             continue
         out.append(f"== {name}\n{_fit(registry[name].render_report(reports[name]))}")
         if name == "plan-tmem" and outdir is not None:
-            from bwtriton.tmem import write_tmem_map
             path = Path(outdir) / f"{result.name}.tmem.svg"
             write_tmem_map(reports[name], path)
             out.append(f"  wrote {path}")

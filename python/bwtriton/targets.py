@@ -1,7 +1,9 @@
-"""Compilation targets by name (sm_100a, sm_90a, ...) and what each one can do."""
+"""Compilation targets by name (sm_100a, sm_90a, ...), what each one can do, and the figures of the GPU the
+emulator models for it: the one home of the tree's hardware facts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from .errors import UnknownTargetError, suggest
 
@@ -18,6 +20,38 @@ TMEM_COLUMNS = 512
 TMEM_ALLOC_COLUMNS = (32, 64, 128, 256, 512)
 #: Streaming multiprocessors of a B200 (sm_100a; the emulated B300, sm_103a, reports the same)
 B200_SM_COUNT = 148
+#: Streaming multiprocessors of an H100 SXM (sm_90a): what the Hopper kernels' configs assume without a device
+H100_SM_COUNT = 132
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU's figures as its CUDA driver reports them; the emulator answers these for its target's device."""
+
+    name: str
+    sm_count: int
+    #: shared memory bytes: per block without opt-in, per block with opt-in (MAX_SHARED_BYTES), per SM
+    shared_bytes_per_block: int
+    shared_bytes_per_block_optin: int
+    shared_bytes_per_sm: int
+    registers_per_sm: int
+    max_threads_per_sm: int
+    sm_clock_khz: int
+    mem_clock_khz: int
+    mem_bus_width_bits: int
+    memory_bytes: int
+    l2_bytes: int
+    warp_size: int = 32
+
+
+#: B200 (NVIDIA Blackwell datasheet; CUDA Programming Guide, compute capability 10.0): 148 SMs at 1965 MHz,
+#: 228 KiB shared memory per SM, 64 K registers per SM, 192 GB HBM3e (8192-bit bus, 3996 MHz), 126 MiB L2.
+B200 = Device("NVIDIA B200", sm_count=B200_SM_COUNT, shared_bytes_per_block=48 * 1024,
+              shared_bytes_per_block_optin=MAX_SHARED_BYTES["sm_100"], shared_bytes_per_sm=228 * 1024,
+              registers_per_sm=65536, max_threads_per_sm=2048, sm_clock_khz=1965000, mem_clock_khz=3996000,
+              mem_bus_width_bits=8192, memory_bytes=192 * 2 ** 30, l2_bytes=126 * 2 ** 20)
+#: The emulated B300 (sm_103a) reports a B200's figures under its own name.
+B300 = replace(B200, name="NVIDIA B300")
 
 
 def max_shared_bytes(arch: str) -> "int | None":
@@ -40,8 +74,13 @@ class Target:
     #: Tensor Memory columns and lanes per CTA (none on targets without tcgen05).
     tmem_columns: int = 0
     tmem_lanes: int = 0
-    #: SMs of the device the emulator models for this target (0: not emulated)
-    sm_count: int = 0
+    #: The GPU the emulator models for this target (None: not emulated)
+    device: Optional[Device] = None
+
+    @property
+    def sm_count(self) -> int:
+        """SMs of the device the emulator models for this target (0: not emulated)."""
+        return self.device.sm_count if self.device is not None else 0
 
     @property
     def family(self) -> str:
@@ -55,9 +94,9 @@ class Target:
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("sm_100a", 100, has_tcgen05=True, native_block_scaled=True, tmem_columns=TMEM_COLUMNS,
-           tmem_lanes=TMEM_LANES, sm_count=B200_SM_COUNT),
+           tmem_lanes=TMEM_LANES, device=B200),
     Target("sm_103a", 103, has_tcgen05=True, native_block_scaled=True, tmem_columns=TMEM_COLUMNS,
-           tmem_lanes=TMEM_LANES, sm_count=B200_SM_COUNT),
+           tmem_lanes=TMEM_LANES, device=B300),
     # sm_120a (consumer Blackwell) has no tcgen05/TMEM; Triton 3.6 lowers dots to mma.sync there, including
     # block-scaled ones (mma.sync ... kind::mxf4nvf4.block_scale.scale_vec::4X, measured).
     Target("sm_120a", 120, native_block_scaled=True, max_shared_bytes=MAX_SHARED_BYTES["sm_120"]),

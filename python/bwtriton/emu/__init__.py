@@ -13,8 +13,9 @@ Or as a Triton driver (an emulated B200): ordinary launches with CPU tensors run
 `BWTRITON_EMULATE=sm_100a` activates it on import, `pytest --emulate sm_100a` for a test session.
 
 Layout: `machine/` (the state -- launch, clusters, CTAs, warps, memories, the asynchronous engine, schedulers,
-gangs), `isa/` (instruction semantics per family and the opcode -> handler table), `integration/` (the Triton
-driver and launcher, `run` and its argument packer, the pytest plugin). See docs/emulator.md.
+gangs), `isa/` (instruction semantics per family, the state each family declares, and the opcode -> handler
+table), `integration/` (the Triton driver and launcher, `run` and its argument packer, the device's properties,
+the device remap, the pytest plugin), `timing/` (the optional timing model). See docs/emulator.md.
 """
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from ..errors import InputError
+from ..targets import MAX_SHARED_BYTES
 from ..userfiles import check_output_file, read_text
 
 _DTYPES = {"fp16": "float16", "f16": "float16", "bf16": "bfloat16", "fp32": "float32", "f32": "float32",
@@ -285,7 +286,8 @@ def register(subparsers) -> None:
     p.add_argument("--arg", action="append", default=[], help="kernel argument spec, in order (repeatable)")
     p.add_argument("--kernel", help="entry name when the PTX has several")
     add_kernel_arguments(p)  # --signature, --constexpr, --num-*, --example, --divisible-by-16 (FILE.py:KERNEL)
-    p.add_argument("--shared", type=int, help="shared memory bytes per CTA (default: from metadata, else 227 KiB)")
+    p.add_argument("--shared", type=int, help="shared memory bytes per CTA (default: from metadata, else "
+                   f"{MAX_SHARED_BYTES['sm_100'] // 1024} KiB)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", help="compare OUT=A@B (argument indices; B may be '.T'), exit 1 beyond --rtol")
     p.add_argument("--rtol", type=float, default=1e-2, help="relative tolerance for --check (default 1e-2)")

@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from ..language.quant import dequantize_nvfp4_tile, quantize_nvfp4_tile
+from ..targets import H100_SM_COUNT
 from ._common import dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher, StreamScratch, run_entry
 from .nvfp4_dequant import encode_scale_from_amax
@@ -171,7 +172,7 @@ def block_m_for(m: int) -> int:
 
 
 def mixed_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int, stages: int,
-                 num_sms: int = 132, block_m: "int | None" = None, k_order: bool = True,
+                 num_sms: int = H100_SM_COUNT, block_m: "int | None" = None, k_order: bool = True,
                  split_div: int = 1) -> "dict | None":
     """A config of that shape that tiles (N, K), with K split (powers of two, at most MAX_SPLIT_K) until the grid
     has >= 2 CTAs per SM, then divided by `split_div` (fewer, longer slices); None if the shape does not tile."""
@@ -187,7 +188,7 @@ def mixed_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int,
             "num_warps": warps, "num_stages": stages, "K_ORDER": k_order}
 
 
-def mixed_candidates(m: int, n: int, k: int, num_sms: int = 132) -> list[dict]:
+def mixed_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
     """Every mixed-GEMM config the tuners time for this shape (the first is the untuned default)."""
     bm = block_m_for(m)
     shapes = list(_SHAPES[bm])

@@ -47,6 +47,8 @@ import triton.language as tl
 
 from ..errors import InputError
 from ..formats import QuantizedTensor
+from ..formats.e2m1 import E2M1_MAX
+from ..formats.nvfp4 import E4M3_MAX, FP32_MAX
 from ..language.quant import quantize_nvfp4_tile
 from ._device import sm_count
 from ._tiles import grouped_tile_coords
@@ -183,8 +185,6 @@ def amax_encode_scale(x: torch.Tensor) -> torch.Tensor:
     `bwtriton.formats.nvfp4_global_encode_scale` but with no host->device copy (that one builds its 2688 with
     torch.tensor on the device), so it can be captured in a CUDA graph. full_like / div is a true fp32
     division; `2688 / tensor` in torch is reciprocal-then-multiply, which can differ in the last bit."""
-    from ..formats.nvfp4 import E4M3_MAX, FP32_MAX
-    from ..formats.e2m1 import E2M1_MAX
     amax = x.abs().amax().float().reshape(1)
     s_enc = torch.div(torch.full_like(amax, E4M3_MAX * E2M1_MAX), amax).clamp(max=FP32_MAX)
     return torch.where(amax == 0, torch.ones_like(s_enc), s_enc)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .syntax import strip_loc
+from .syntax import split_top_level, strip_loc
 
 _VALUE = r"%[A-Za-z0-9_$.\-]+"
 _VALUE_RE = re.compile(_VALUE + r"(?:#\d+)?")
@@ -15,6 +15,8 @@ _OPNAME_RE = re.compile(r'^"?([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z0-9_.]+)"?')
 _STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 _REGION_LABEL_RE = re.compile(r"^\s*(default|partition\d+\(.*\).*)\s*\{\s*$")
 _ALIAS_LINE_RE = re.compile(r"^#[A-Za-z_][A-Za-z0-9_$.\-]*\s*=")   # '#name = ...': not an op
+_ITER_ARGS_RE = re.compile(r"iter_args\((.*?)\)\s*->")
+_PARTITION_ARGS_RE = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -214,3 +216,23 @@ def ancestor_in(op: Op, container: "Op | None") -> Op:
     while cur.parent is not None and cur.parent is not container:
         cur = cur.parent
     return cur
+
+
+def iter_args(op: Op) -> list[tuple[str, str]]:
+    """(region argument, initial value) of each entry of an `scf.for` head's `iter_args(%a = %init, ...)`, in
+    order; [] when the loop carries nothing."""
+    m = _ITER_ARGS_RE.search(op.head)
+    if not m:
+        return []
+    return [(arg.strip(), init.strip()) for arg, _, init in (p.partition("=") for p in split_top_level(m.group(1)))]
+
+
+def partition_arguments(op: Op) -> list[list[str]]:
+    """The block argument names of each `partitionN(%arg: type, ...)` region of a `ttg.warp_specialize`, in
+    order (the values it captures, as each partition names them)."""
+    out = []
+    for line in op.text.splitlines():
+        m = _PARTITION_ARGS_RE.match(line)
+        if m:
+            out.append([p.split(":", 1)[0].strip() for p in split_top_level(m.group(1))])
+    return out

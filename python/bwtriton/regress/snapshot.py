@@ -24,10 +24,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..driver import compile as bw_compile
 from ..errors import BwTritonError, InputError
 from ..optcompat.diagnostics import captured_stderr
+from ..ptx import parse_ptx
 from ..specialize import build_source
+from ..targets import get_target
 from ..userfiles import read_text
+from ..version import __version__
+from . import census
 
 FORMAT_VERSION = 1
 
@@ -157,7 +162,6 @@ def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str, named:
 def _compile_plain(fn: Any, spec: dict, target: str) -> Any:
     """Triton alone, no bwtriton hook (works with Triton versions our pipeline hook was not written for)."""
     import triton
-    from ..targets import get_target
     src, _ = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), spec.get("divisible_by_16"),
                           spec.get("example"))
     opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas") if k in spec}
@@ -177,7 +181,6 @@ def compile_job(job: Job) -> tuple[dict[str, Any], float]:
     if job.passes == "none":
         asm = dict(_compile_plain(fn, spec, job.target))
     else:
-        from ..driver import compile as bw_compile
         opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas", "two_cta") if k in spec}
         res = bw_compile(fn, signature=spec.get("signature", {}), constexprs=spec.get("constexprs", {}),
                          target=job.target, passes=None if job.passes == "default" else job.passes, **opts)
@@ -195,9 +198,6 @@ def _metadata(asm: dict) -> dict:
 
 def analyse(job: Job, asm: dict[str, Any]) -> dict[str, Any]:
     """Everything a record holds except timing, from the compiled stages."""
-    from bwtriton.ptx import parse_ptx
-    from ..targets import get_target
-    from . import census
     tgt = get_target(job.target)
     ptx = asm["ptx"]
     module = parse_ptx(ptx)
@@ -237,7 +237,6 @@ def analysis_digest() -> str:
 
 def _versions() -> dict[str, str]:
     import triton
-    from .. import __version__
     return {"triton": triton.__version__, "bwtriton": __version__, "analysis": analysis_digest()}
 
 

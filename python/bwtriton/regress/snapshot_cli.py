@@ -6,7 +6,12 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
+from ..pipeline import resolve_passes
+from ..targets import get_target
 from ..userfiles import check_output_dir, check_output_file
+from .diff import diff_snapshots, parse_fail_on, render
+from .snapshot import (_progress, default_cache_dir, discover_jobs, load_snapshot, take_snapshot, without_timing,
+                       write_snapshot)
 
 
 def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +32,6 @@ def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _targets(text: str) -> list[str]:
-    from ..targets import get_target  # as the command runs, like every import of a command body
     names = [get_target(t.strip()).name for t in text.split(",") if t.strip()]
     if not names:
         raise InputError(f"--targets takes comma-separated target names (e.g. sm_100a,sm_90a), got {text!r}")
@@ -36,14 +40,12 @@ def _targets(text: str) -> list[str]:
 
 def _check_passes(passes: str, targets: list[str]) -> None:
     """A bad --passes fails before any kernel compiles (it would fail every one of them)."""
-    from ..pipeline import resolve_passes  # the pass registry: loaded only when a snapshot runs
     if passes not in ("default", "none"):
         for target in targets:
             resolve_passes(passes, target)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from .snapshot import _progress, default_cache_dir, discover_jobs, take_snapshot, without_timing, write_snapshot
     targets = _targets(args.targets)
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}")
@@ -77,8 +79,6 @@ def add_diff_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .diff import diff_snapshots, parse_fail_on, render
-    from .snapshot import load_snapshot
     rules = parse_fail_on(args.fail_on)
     if args.out:
         check_output_file(args.out, "--out")

@@ -97,7 +97,7 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
     h = top + LANES * lane_px + 40 + legend_h
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" height="{h:.0f}" '
            f'viewBox="0 0 {w:.0f} {h:.0f}" font-family="monospace" font-size="11">']
-    ttl = title or (f"TMEM per CTA: {totals.get('used_columns', '?')} / {totals.get('budget_columns', 512)} "
+    ttl = title or (f"TMEM per CTA: {totals.get('used_columns', '?')} / {totals.get('budget_columns', COLUMNS)} "
                     f"columns used")
     out.append(f'<text x="{left}" y="18" font-size="13">{html.escape(ttl)}</text>')
     # Frame: 4 sub-partitions of 32 lanes; the 512-column budget.
@@ -190,7 +190,7 @@ def _write_png(report: dict, path: str, title: str | None) -> None:
     ax.set_ylabel("lanes")
     ax.set_yticks([16, 48, 80, 112], [f"lanes {32 * q}-{32 * q + 31}" for q in range(4)], fontsize=7)
     totals = report.get("totals", {})
-    ax.set_title(title or f"TMEM per CTA: {totals.get('used_columns', '?')} / {totals.get('budget_columns', 512)} "
+    ax.set_title(title or f"TMEM per CTA: {totals.get('used_columns', '?')} / {totals.get('budget_columns', COLUMNS)} "
                           f"columns")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, ncol=1, frameon=False)
     fig.savefig(path, bbox_inches="tight", dpi=120)

@@ -12,8 +12,13 @@ import re
 import sys
 
 from bwtriton.errors import InputError, UsageError
-from bwtriton.targets import target_name
+from bwtriton.ptx import parse_ptx
+from bwtriton.targets import TARGETS, target_name
 from bwtriton.userfiles import decode, read_text
+
+from . import verify_module
+from .checks.resources import TCGEN05_TARGETS
+from .explain import explain_mmas, format_explain
 
 
 def register(subparsers) -> None:
@@ -31,7 +36,6 @@ def register(subparsers) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from bwtriton.ptx import parse_ptx
     name = args.file
     if args.target is not None and args.target not in known_targets():
         raise UsageError(f"unknown --target {args.target!r} (valid targets: {', '.join(known_targets())})")
@@ -50,9 +54,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def known_targets() -> list[str]:
     """Targets `check --target` accepts: bwtriton's compile targets plus every PTX target with tcgen05."""
-    from bwtriton.targets import TARGETS
 
-    from .checks.resources import TCGEN05_TARGETS
     return sorted(set(TARGETS) | TCGEN05_TARGETS)
 
 
@@ -72,7 +74,6 @@ def split_chunks(text: str) -> list[str]:
 
 
 def _run_split(args: argparse.Namespace, name: str, text: str) -> int:
-    from bwtriton.ptx import parse_ptx
     worst = 0
     for n, chunk in enumerate(split_chunks(text), 1):
         try:
@@ -89,8 +90,6 @@ def _run_split(args: argparse.Namespace, name: str, text: str) -> int:
 
 
 def _check_one(args: argparse.Namespace, name: str, mod) -> int:
-    from . import verify_module
-    from .explain import explain_mmas, format_explain
     target = args.target or mod.target or "sm_100a"
     report = verify_module(mod, target)
     findings = [f for f in report.findings if not (args.no_notes and f.severity == "note")]

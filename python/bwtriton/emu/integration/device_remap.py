@@ -31,7 +31,7 @@ import triton.testing
 from torch.overrides import TorchFunctionMode
 
 from ...errors import InputError
-from .properties import B200_MEMORY_BYTES, torch_device_properties
+from .properties import torch_device_properties
 
 #: environment variable that turns the remap off (the emulated driver then takes CPU tensors only)
 ENV_VAR = "BWTRITON_EMU_REMAP"
@@ -325,7 +325,7 @@ def _cuda_entry_points(target: Any) -> dict[str, Any]:
         "Stream": EmulatedStream, "ExternalStream": EmulatedStream, "Event": EmulatedEvent,
         "current_stream": lambda device=None: EmulatedStream(), "default_stream": lambda device=None: EmulatedStream(),
         "stream": _stream_context, "set_stream": nothing, "get_device_properties": _device_properties(target),
-        "mem_get_info": lambda device=None: (B200_MEMORY_BYTES, B200_MEMORY_BYTES),
+        "mem_get_info": lambda device=None: (target.device.memory_bytes, target.device.memory_bytes),
         "memory_allocated": zero, "max_memory_allocated": zero, "memory_reserved": zero,
         "max_memory_reserved": zero, "reset_peak_memory_stats": nothing, "reset_max_memory_allocated": nothing,
         "reset_accumulated_memory_stats": nothing, "memory_stats": lambda *_, **__: {},

@@ -8,11 +8,11 @@ from typing import Any, Optional, Sequence
 
 from ...errors import InputError
 from ...targets import MAX_SHARED_BYTES
-from ..isa import dispatch
+from ..isa import MACHINE, dispatch
 from ..machine.gang import DEFAULT_GANG_LANES, gang_eligible, run_gangs
 from ..machine.grid import GridSchedule, run_grid
 from ..machine.image import KernelImage, load_image, static_shared_layout
-from ..machine.launch import CTA, Cluster, Launch
+from ..machine.launch import Launch
 from ..machine.memory import GlobalMemory, ParamSpace
 from ..machine.scheduler import ProgressMeter, check_schedule
 from ..errors import MemoryFaultError
@@ -143,9 +143,9 @@ def run(compiled: Any, grid: Sequence[int] | int, *args: Any, num_warps: Optiona
 
     def make_cluster(coord, registers: bool = True):
         cx, cy, cz = coord
-        cluster = Cluster(launch, coord, nctas)
+        cluster = MACHINE.Cluster(launch, coord, nctas)
         for r in range(nctas):
-            cluster.ctas.append(CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes, registers))
+            cluster.ctas.append(MACHINE.CTA(cluster, r, (cx * nctas + r, cy, cz), image, ntid, smem_bytes, registers))
         cluster.nthreads = sum(c.nthreads for c in cluster.ctas)
         if recorder is not None:
             recorder.instrument(cluster)

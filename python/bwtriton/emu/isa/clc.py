@@ -8,6 +8,7 @@ disassembling it: `LDS.128 R4..R7`, canceled = ``R6 & 1``, ``get_first_ctaid::x 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -17,7 +18,17 @@ from ..errors import EmulationError, UnsupportedInstructionError
 from ..machine.async_engine import AsyncOp, engine_of, issuer_of
 from ..machine.memory import split_cluster_address
 from ..machine.program import address_reader
+from ..machine.state import FamilyState
 from .tma import mbarrier_at
+
+
+@dataclass
+class ClcCTAState:
+    #: a query_cancel of this CTA saw a failed cancel (a later try_cancel is undefined behaviour)
+    clc_saw_failure: bool = False
+
+
+STATE = FamilyState("clc", cta=ClcCTAState)
 
 RESPONSE_BYTES = 16
 _U32 = np.uint32

@@ -1,6 +1,7 @@
 """ld / st / atom / red, cp.async (Ampere-style, queued per warp until wait_group), ldmatrix / stmatrix."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -13,6 +14,18 @@ from ..machine.cells import cells_of, gather, scatter
 from . import numerics as nx
 from ..machine.memory import CLUSTER_WINDOW, PARAM_BASE, SMEM_BASE
 from ..machine.program import NP_TYPES, Program, active_index, address_reader, convert, as_lanes
+from ..machine.state import FamilyState
+
+
+@dataclass
+class CpAsyncWarpState:
+    #: cp.async copies since the last cp.async.commit_group
+    cp_open: list = field(default_factory=list)
+    #: the committed groups, oldest first
+    cp_groups: list = field(default_factory=list)
+
+
+STATE = FamilyState("memops", warp=CpAsyncWarpState)
 
 U64 = np.dtype(np.uint64)
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "local", "const")
@@ -125,9 +138,12 @@ def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
         engine_of(w).check_generic_read(smem, cells, current_instruction(w))
         return smem.data[cells]
     if smem.n_poison or smem.async_reads:
-        engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells)
+        engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells,
+                                 by=w)
     smem.data[cells] = data
     smem.mark_generic_write(cells, _line(w))
+    if len(w.cta.cluster.ctas) > 1:  # a peer CTA's async proxy may read it (cta_group::2 operands)
+        engine_of(w).record_peer_store(w, smem, int(cells.min()), int(cells.max()) + 1, _line(w))
     return None
 
 

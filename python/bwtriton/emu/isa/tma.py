@@ -2,18 +2,31 @@
 multicast) and stores (shared -> global), with tensor maps built from the launch's TensorDescriptor arguments."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from ...ptx.ir import Instruction
-from ..machine.async_engine import AsyncOp, engine_of, issuer_of
+from ..machine.async_engine import AsyncOp, clock_of, engine_of, issuer_of
 from .memops import mem_read
 from .numerics import bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from .tensormap import TENSORMAP_BYTES, TensorMap, decode
 from ..errors import EmulationError, UnsupportedInstructionError
 from ..machine.memory import split_cluster_address
 from ..machine.program import Program, active_index, address_reader, as_lanes
+from ..machine.state import FamilyState
+
+
+@dataclass
+class BulkWarpState:
+    #: TMA stores / bulk copies since the last cp.async.bulk.commit_group
+    bulk_open: list = field(default_factory=list)
+    #: the committed bulk groups, oldest first
+    bulk_groups: list = field(default_factory=list)
+
+
+STATE = FamilyState("tma", warp=BulkWarpState)
 
 U32 = np.dtype(np.uint32)
 
@@ -259,8 +272,13 @@ def _bulk_wait(ins: Instruction) -> Callable:
     n = int(ins.operands[0].value) if ins.operands else 0  # type: ignore[arg-type]
 
     def wait(w):
+        clock = clock_of(w)
         while len(w.bulk_groups) > n:
-            engine_of(w).complete_group(w.bulk_groups.pop(0))
+            group = w.bulk_groups.pop(0)
+            engine_of(w).complete_group(group)
+            for op in group:  # the issuing thread observes its retired groups (in order: a prefix)
+                if op.key and not clock.saw(op.key, op.idx):
+                    clock[op.key] = op.idx
     return wait
 
 

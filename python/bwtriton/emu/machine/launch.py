@@ -1,7 +1,8 @@
 """The state of one emulated launch: the launch itself (memories, grid, counters), its clusters and their CTAs.
 
-Every field is declared here; instruction families read and update these fields (cluster barrier counts, a
-CTA's mbarriers, the CLC failure flag) and attach nothing of their own. Warps are in warp.py.
+The machine's own fields are declared here; the fields an instruction family keeps in each cluster or CTA (the
+cluster barrier's counts, a CTA's mbarriers, the CLC failure flag) are declared by that family (its `STATE`) and
+added as slots by state.py. Warps are in warp.py.
 """
 from __future__ import annotations
 
@@ -45,19 +46,14 @@ class Cluster:
     nthreads: int = 0
     #: completes the cluster's TMA / tcgen05 / cp.async work (scheduler.start_cluster gives it one)
     engine: Optional["AsyncEngine"] = None
-    # barrier.cluster (isa/sync.py): generation, threads arrived, newest observation carried by the arrivals and
-    # by the last completed generation
-    bar_gen: int = 0
-    bar_arrived: int = 0
-    bar_obs: int = 0
-    bar_done_obs: int = 0
 
 
 class CTA:
-    """One CTA: its shared memory, TMEM, barriers and warps."""
+    """One CTA: its shared memory, TMEM and warps."""
 
-    __slots__ = ("cluster", "rank", "ctaid", "prog", "smem", "tmem", "mbarriers", "barriers", "nthreads",
-                 "warps_spec", "warps", "clc_saw_failure")
+    __slots__ = ("cluster", "rank", "ctaid", "prog", "smem", "tmem", "nthreads", "warps_spec", "warps")
+    #: the class of its warps (state.machine_classes gives the one carrying the families' fields)
+    warp_class: type = Warp
 
     def __init__(self, cluster: Cluster, rank: int, ctaid: tuple, image: "KernelImage", ntid: tuple,
                  smem_bytes: int, registers: bool = True):
@@ -67,11 +63,7 @@ class CTA:
         self.prog = image.prog
         self.smem = SharedMemory(smem_bytes, rank)
         self.tmem = TensorMemory(rank)
-        self.mbarriers: dict = {}  # shared offset -> memory.MBarrier (isa/sync.py)
-        self.barriers: dict = {}  # barrier id -> isa/sync.py NamedBarrier
-        #: isa/clc.py: a query_cancel of this CTA saw a failed cancel (a later try_cancel is undefined behaviour)
-        self.clc_saw_failure = False
         self.nthreads = ntid[0] * ntid[1] * ntid[2]
         nwarps = (self.nthreads + 31) // 32
         self.warps_spec = range(nwarps)
-        self.warps = [Warp(self, i, image.prog, cluster.launch, ntid, registers) for i in range(nwarps)]
+        self.warps = [self.warp_class(self, i, image.prog, cluster.launch, ntid, registers) for i in range(nwarps)]

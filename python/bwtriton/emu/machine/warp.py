@@ -1,7 +1,7 @@
 """Per-warp state: program counter (or per-lane PCs while divergent), active mask, registers as numpy arrays over
 the 32 lanes, and the bookkeeping strictness checks need (observed asynchronous work, open cp.async / bulk
-groups, barrier waits). Every field is declared here (`__slots__`); the instruction families that keep state in a
-warp read and write these fields and add none."""
+groups, barrier waits). The machine's own fields are declared here (`__slots__`); the fields an instruction family
+keeps in each warp are declared by that family (its `STATE`) and added as slots by state.py."""
 from __future__ import annotations
 
 from typing import Optional
@@ -25,13 +25,6 @@ class Warp:
     __slots__ = (
         "cta", "wid", "launch", "code", "R", "pc", "lane_pc", "live", "mask", "done", "all_lanes", "blocked_on",
         "executed", "_sregs",
-        # isa/sync.py: newest async-op sequence number this warp observed; the named barrier / cluster barrier
-        # generation it waits for
-        "observed", "bar_wait", "cluster_gen",
-        # isa/memops.py: cp.async copies since the last commit_group, and the committed groups
-        "cp_open", "cp_groups",
-        # isa/tma.py: TMA stores / bulk copies since the last cp.async.bulk.commit_group, and the committed groups
-        "bulk_open", "bulk_groups",
     )
 
     def __init__(self, cta, wid: int, prog: Program, launch, ntid: tuple[int, int, int], registers: bool = True):
@@ -49,13 +42,6 @@ class Warp:
         self.mask: Optional[np.ndarray] = None if self.live.all() else self.live.copy()
         self.done = not self.live.any()
         self.all_lanes = _ALL
-        self.observed = 0
-        self.bar_wait: Optional[tuple[int, int]] = None
-        self.cluster_gen: Optional[int] = None
-        self.cp_open: list = []
-        self.cp_groups: list = []
-        self.bulk_open: list = []
-        self.bulk_groups: list = []
         self.blocked_on = ""
         self.executed = 0
         tx = tid_linear % ntid[0]

@@ -3,8 +3,10 @@ cta_group::2), P6 (.sync.aligned), P7 (single-thread issue)."""
 from __future__ import annotations
 
 from bwtriton.ptx.cfg import reachable_blocks
+from bwtriton.ptx.smt import z3
 
 from .context import Ctx, cta_group_of
+from .dataflow import IMPRECISE, run_dataflow
 
 
 def check_trap_only(ctx: Ctx) -> None:
@@ -80,9 +82,7 @@ _IDENTIFY_CTA = ("%cluster_ctarank", "%cluster_ctaid.x", "%cluster_ctaid.y", "%c
 def check_leader_issue(ctx: Ctx) -> None:
     """P18: a cta_group::2 mma/commit/cp acts for both CTAs of the pair, so only the leader (even
     %cluster_ctarank) may issue it: the path's branch facts and the instruction's guard must imply an even rank."""
-    from bwtriton.ptx.smt import z3
 
-    from .dataflow import IMPRECISE, run_dataflow
     issuers = [i for i in ctx.func.instructions if i.opcode in ("tcgen05.mma", "tcgen05.commit", "tcgen05.cp")
                and cta_group_of(i) == 2]
     tr = ctx.facts_oracle.translator

@@ -16,7 +16,7 @@ from typing import Optional
 from bwtriton.ptx.cfg import back_edges, cyclic_blocks
 from bwtriton.ptx.ir import Function, Instruction
 
-from .async_copy import _WAITS, barrier_operand, same_address
+from .async_copy import _WAITS, _arrives, barrier_operand, same_address
 from .context import Ctx, exact_operand
 
 _SPIN = ("mbarrier.try_wait", "mbarrier.test_wait", "bra")
@@ -185,7 +185,6 @@ def _threads(ctx: Ctx, ins: Instruction, cta: int) -> int:
 
 def check_arrival_count(ctx: Ctx) -> None:
     """T7: an mbarrier.init count larger than all arrivals the CTA's threads can make before the wait."""
-    from .async_copy import _arrives
     ntid = ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid")
     waits = [i for i in ctx.func.instructions if i.opcode in _WAITS]
     if not ntid or not waits:

@@ -2,10 +2,11 @@
 no alloc after relinquish), P4/P8/P20 (tcgen05.ld/st shapes, lane quarters, columns inside the allocation)."""
 from __future__ import annotations
 
+from ...targets import TMEM_ALLOC_COLUMNS
 from .context import LD_SHAPE_COLS, Ctx, exact_operand, ld_shape_num, tmem_ref
 from .dataflow import may_have_run, run_dataflow, union_states
 
-LEGAL_NCOLS = (32, 64, 128, 256, 512)
+LEGAL_NCOLS = TMEM_ALLOC_COLUMNS
 
 
 def check_alloc_columns(ctx: Ctx) -> None:
