@@ -4,7 +4,10 @@ and the unmutated kernels must stay clean.
 Kernels: the tutorial-09-style warp-specialized K loop (`t09_ws_tile`: one tile per CTA, loader / MMA / epilogue
 partitions under Triton 3.6's brx dispatch), the persistent warp-specialized GEMM (`t09_persistent_desc_ws`,
 double-buffered accumulator), a Gluon tutorial-06/08-style kernel with explicit partitions (`gluon_ws`) and the
-corpus's Gluon 2-CTA (cta_group::2) MMA kernel (`gluon_two_ctas`). Every applicable (kernel, fault) pair must be
+corpus's Gluon 2-CTA (cta_group::2) MMA kernel (`gluon_two_ctas`), and a Gluon tutorial-11-style persistent kernel
+written after the rules (`gluon_persistent_ws`: 3-stage ring with one counter across tiles, two TMEM accumulator
+buffers with ready/empty barriers; `_big`: BN = 256 and scalar masked stores, ~4.2k lines), the measurement on a
+kernel the rules were not tuned on. Every applicable (kernel, fault) pair must be
 an error, except those in `NOT_YET` (with why), so a change that catches one must move it. The caught rate is
 printed (pytest -s) and asserted.
 """
@@ -16,7 +19,7 @@ import pytest
 
 import bwtriton
 from bwtriton.verify import verify_ptx
-from fixtures import gluon_ws
+from fixtures import gluon_persistent_ws, gluon_ws
 from fixtures import kernels as corpus_kernels
 from fixtures import upstream_style as us
 from fixtures import ws_mutants as wm
@@ -29,17 +32,13 @@ _SOURCES = {
         us.CASES["t09_persistent_desc_ws"][0], **us.options("t09_persistent_desc_ws", True, 3, 4, 1)).asm["ptx"],
     "gluon_ws": lambda: gluon_ws.compile_ptx(),
     "gluon_two_ctas": lambda: corpus_kernels._compile_gluon_two_ctas(),
+    "gluon_persistent_ws": lambda: gluon_persistent_ws.compile_ptx(),
+    "gluon_persistent_ws_big": lambda: gluon_persistent_ws.compile_ptx(bn=256, masked=True),
 }
 KERNELS = tuple(_SOURCES)
 
 #: (kernel, fault) -> why the verifier does not decide it yet
-NOT_YET = {
-    ("gluon_ws", "freeze_ready_phase"):
-        "Gluon computes the stage as i % STAGES through mul.hi/shr and strength-reduced addresses: the stage is "
-        "not a wrapping counter register, so the barrier is not recognised as rotating (per-iteration model)",
-    ("t09_persistent_desc_ws", "ld_lane_plus32"):
-        "the epilogue's TMEM address is base + loop-carried buffer * 128: the lane expression is not modelled",
-}
+NOT_YET: dict = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,5 +94,21 @@ def test_gluon_ws_kernel_emulates_correctly():
     emu.run(kernel, (1, 1), *args)
     ref = a.double() @ b.double().T
     # fp16 products are exact in fp32; 256 fp32 additions round by at most 256 * 2^-24 of the running sum
+    bound = 256 * 2.0 ** -24 * (a.double().abs() @ b.double().abs().T) + 1e-6
+    assert bool(((c.double() - ref).abs() <= bound).all())
+
+
+@pytest.mark.emulated
+def test_gluon_persistent_ws_kernel_emulates_correctly():
+    """The persistent fixture: one program walks 3 tiles, reusing accumulator buffer 0 for the third."""
+    import bwtriton.emu as emu  # noqa: PLC0415 - only this test emulates
+    from bwtriton.emu.driver import emulated_gpu  # noqa: PLC0415 - same reason
+    args, (a, b, c) = gluon_persistent_ws.host_args()
+    with emulated_gpu("sm_100a"):
+        kernel = gluon_persistent_ws.gluon_persistent_ws_matmul.warmup(*args, STAGES=3, NUM_PROGS=1, num_warps=4,
+                                                                     grid=(1, 1))
+    emu.run(kernel, (1, 1), *args)
+    ref = a.double() @ b.double().T
+    # as for gluon_ws: exact fp16 products, 256 fp32 additions
     bound = 256 * 2.0 ** -24 * (a.double().abs() @ b.double().abs().T) + 1e-6
     assert bool(((c.double() - ref).abs() <= bound).all())

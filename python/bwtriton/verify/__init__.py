@@ -31,6 +31,7 @@ from bwtriton.errors import InputError
 from .checks import ALL_CHECKS, UNGATED_CHECKS, Ctx, LdHazard, check_trap_only, discover_tmem, ld_wait_hazards
 from .checks.clc import check_clc
 from .checks.context import threads_per_cta
+from .checks.induction import refine_loop_barriers
 from .checks.resources import check_resources, check_target_isa
 from .findings import Finding
 
@@ -90,6 +91,7 @@ def function_contexts(mod: Module, target: str = "sm_100a", *, drop_dead: bool =
         ctx = Ctx(mod, func, tgt, StageResolver(func, shared))   # loop-carried stage/phase registers bounded
         if any(i.is_tcgen05 for i in func.instructions):
             discover_tmem(ctx)
+        refine_loop_barriers(ctx)   # induction-variable barrier addresses, bounded by z3
         yield ctx
 
 

@@ -138,9 +138,12 @@ def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
         engine_of(w).check_generic_read(smem, cells, current_instruction(w))
         return smem.data[cells]
     if smem.n_poison or smem.async_reads:
-        engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells)
+        engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells,
+                                 by=w)
     smem.data[cells] = data
     smem.mark_generic_write(cells, _line(w))
+    if len(w.cta.cluster.ctas) > 1:  # a peer CTA's async proxy may read it (cta_group::2 operands)
+        engine_of(w).record_peer_store(w, smem, int(cells.min()), int(cells.max()) + 1, _line(w))
     return None
 
 

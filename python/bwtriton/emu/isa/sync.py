@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...ptx.ir import Instruction
-from ..machine.async_engine import engine_of
+from ..machine.async_engine import Clock, clock_of, engine_of
 from ..errors import EmulationError, UnsupportedInstructionError
 from ..machine.memory import MBarrier, split_cluster_address
 from ..machine.program import DIVERGED, DONE_PC, EXITED, Program, YIELD, active_index, address_reader, as_lanes
@@ -22,8 +22,8 @@ BOOL = np.dtype(bool)
 # --- the state this family keeps --------------------------------------------------------------------------
 @dataclass
 class SyncWarpState:
-    #: newest async-op sequence number this warp observed (tcgen05.wait observes too)
-    observed: int = 0
+    #: the asynchronous completions this warp observed (async_engine.Clock: waits, barriers, tcgen05.wait::ld)
+    observed: Clock = field(default_factory=Clock)
     #: (barrier id, generation) of the named barrier this warp waits for
     bar_wait: Optional[tuple[int, int]] = None
     #: the barrier.cluster generation this warp waits for
@@ -40,13 +40,13 @@ class SyncCTAState:
 
 @dataclass
 class SyncClusterState:
-    """barrier.cluster: generation, threads arrived, newest observation carried by the arrivals and by the last
-    completed generation."""
+    """barrier.cluster: generation, threads arrived, the clock the arrivals carry and the one the last completed
+    generation carried (what its waiters observe)."""
 
     bar_gen: int = 0
     bar_arrived: int = 0
-    bar_obs: int = 0
-    bar_done_obs: int = 0
+    bar_obs: Clock = field(default_factory=Clock)
+    bar_done_obs: Clock = field(default_factory=Clock)
 
 
 STATE = FamilyState("sync", warp=SyncWarpState, cta=SyncCTAState, cluster=SyncClusterState)
@@ -113,13 +113,16 @@ def _trap(ins: Instruction) -> Callable:
 
 # --- CTA barriers ----------------------------------------------------------------------------------------
 class NamedBarrier:
+    """A named barrier: threads arrived in the current generation, the generation, the expected count, and per
+    recent generation the clock its arrivals carried (what every released waiter observes)."""
+
     __slots__ = ("arrived", "gen", "expected", "obs")
 
     def __init__(self) -> None:
         self.arrived = 0
         self.gen = 0
         self.expected = 0
-        self.obs: dict[int, int] = {}
+        self.obs: dict[int, Clock] = {}
 
 
 def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
@@ -137,18 +140,22 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
             wbid, gen = w.bar_wait
             if b.gen > gen:
                 w.bar_wait = None
-                w.observed = max(w.observed, b.obs.get(gen, 0))
+                clock_of(w).join(b.obs.get(gen) or Clock())
                 return None
             return YIELD
         expected = int(np.asarray(rd_cnt(w)).flat[0]) if rd_cnt else cta.nthreads
         b.expected = expected
         gen = b.gen
-        b.obs[gen] = max(b.obs.get(gen, 0), w.observed)
+        arrivals = b.obs.get(gen)
+        if arrivals is None:
+            arrivals = b.obs[gen] = Clock()
+            b.obs.pop(gen - 16, None)  # waiters resume long before 16 more generations complete
+        arrivals.join(engine_of(w).release(w))
         b.arrived += 32
         if b.arrived >= expected:
             b.arrived = 0
             b.gen += 1
-            w.observed = max(w.observed, b.obs[gen])
+            clock_of(w).join(arrivals)
             w.launch.progress += 1
             return None
         if not wait:
@@ -162,12 +169,13 @@ def _bar(ins: Instruction, prog: Program, wait: bool) -> Callable:
 def _cluster_arrive(w):
     cl = w.cta.cluster
     w.cluster_gen = cl.bar_gen
-    cl.bar_obs = max(cl.bar_obs, w.observed)
+    cl.bar_obs.join(engine_of(w).release(w))
     cl.bar_arrived += 32
     if cl.bar_arrived >= cl.nthreads:
         cl.bar_arrived = 0
         cl.bar_gen += 1
         cl.bar_done_obs = cl.bar_obs
+        cl.bar_obs = Clock()
         w.launch.progress += 1
 
 
@@ -177,7 +185,7 @@ def _cluster_wait(w):
         raise EmulationError("barrier.cluster.wait without a preceding barrier.cluster.arrive", where=w.where())
     if cl.bar_gen > w.cluster_gen:
         w.cluster_gen = None
-        w.observed = max(w.observed, cl.bar_done_obs)
+        clock_of(w).join(cl.bar_done_obs)
         return None
     w.blocked_on = f"barrier.cluster.wait ({cl.bar_arrived}/{cl.nthreads} threads arrived)"
     return YIELD
@@ -250,17 +258,19 @@ def _mbarrier_arrive(ins: Instruction, prog: Program) -> Callable:
         addrs = rd(w)
         n_arg = int(np.asarray(rtx(w)).flat[0]) if rtx is not None else None
         state = 0
+        engine = engine_of(w)
+        clock = engine.release(w)
         for a, n in _lanes_by_address(w, addrs).items():
             bar = find_mbarrier(w, a)
             state = bar.phase
             for _ in range(n):
                 if expect_tx:
                     bar.expect_tx(n_arg or 0)
-                    bar.arrive(1, w.observed)
+                    engine.deliver(bar, clock, arrivals=1)
                 else:
                     if drop:
                         bar.count -= 1
-                    bar.arrive(n_arg or 1, w.observed)
+                    engine.deliver(bar, clock, arrivals=n_arg or 1)
         w.launch.progress += 1
         if wr is not None:
             wr(w, np.uint64(state))
@@ -292,8 +302,8 @@ def _mbarrier_wait(ins: Instruction, prog: Program) -> Callable:
         st = as_lanes(np.asarray(rs(w)), w.lanes)
         idx = active_index(w)
         res = np.zeros(32, dtype=bool)
-        obs = w.observed
         engine = engine_of(w)
+        seen = []
         a_act, s_act = addrs[idx], st[idx]
         if (a_act == a_act[0]).all() and (s_act == s_act[0]).all():  # the usual case: one barrier, one phase
             pairs = [(idx, int(a_act[0]), int(s_act[0]))]
@@ -306,11 +316,12 @@ def _mbarrier_wait(ins: Instruction, prog: Program) -> Callable:
                 done = bar.phase_done(s) if parity else bar.phase > s
             res[lanes] = done
             if done:
-                obs = max(obs, bar.done_seq)
+                seen.append(bar)
         if blocking and not res[idx].any():
             w.blocked_on = f"mbarrier.try_wait at 0x{int(addrs[idx[0]]):x}"
             return YIELD
-        w.observed = obs
+        for bar in seen:
+            engine.observe_barrier(w, bar)
         wr(w, res)
     return try_wait
 
@@ -322,8 +333,10 @@ def _mbarrier_complete_tx(ins: Instruction, prog: Program) -> Callable:
 
     def complete_tx(w):
         tx = int(np.asarray(rtx(w)).flat[0])
+        engine = engine_of(w)
+        clock = engine.release(w)
         for a, n in _lanes_by_address(w, rd(w)).items():
-            find_mbarrier(w, a).complete_tx(tx * n, w.observed)
+            engine.deliver(find_mbarrier(w, a), clock, tx=tx * n)
         w.launch.progress += 1
     return complete_tx
 

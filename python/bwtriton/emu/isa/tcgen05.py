@@ -18,7 +18,7 @@ import numpy as np
 from ...ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
 from ...ptx.ir import Instruction
 from . import operands as opnd
-from ..machine.async_engine import AsyncOp, engine_of, issuer_of, short
+from ..machine.async_engine import AsyncOp, clock_of, engine_of, issuer_of, short
 from ..errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAllocError, TmemRaceError,
                      UnsupportedInstructionError, UnwaitedTmemLoadError)
 from ...targets import TMEM_ALLOC_COLUMNS
@@ -96,7 +96,7 @@ def _dealloc(ins: Instruction, prog: Program) -> Callable:
         if tm.inflight[col:col + ncols].any():
             raise TmemRaceError(f"tcgen05.dealloc of columns {col}..{col + ncols - 1} while an MMA/cp writing them "
                                 "is still in flight (wait on its commit mbarrier first)")
-        check_pending_ld(w.cta, None, np.arange(col, col + ncols), "tcgen05.dealloc")
+        check_pending_ld(w, w.cta, None, np.arange(col, col + ncols), "tcgen05.dealloc")
         del tm.allocations[col]
     return dealloc
 
@@ -210,40 +210,70 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
 
 
 def _record_pending_ld(w, cols: np.ndarray, line: int, text: str) -> None:
+    """A tcgen05.ld of warp `w` read TMEM columns `cols`: it is the warp's ("ld", warp) event n, complete (towards
+    TMEM) at the warp's next tcgen05.wait::ld. Per warp, TMEM keeps (lane quarter, the event number of the last
+    load of each column, that load's line and text, the warp's event source)."""
+    key = ("ld", issuer_of(w))
+    n = engine_of(w).next_event(key)
     pend = w.cta.tmem.pending_ld
     got = pend.get(w.wid)
     if got is None:
-        mask = np.zeros(TMEM_COLS, dtype=bool)
-        got = pend[w.wid] = (w.wid % 4, mask, line, text)
-    got[1][cols] = True
+        got = [w.wid % 4, np.zeros(TMEM_COLS, dtype=np.int64), line, text, key]
+        pend[w.wid] = got
+    got[1][cols] = n
+    got[2], got[3] = line, text
 
 
-def check_pending_ld(cta, quarters: Optional[set], cols: np.ndarray, writer: str) -> None:
-    """`writer` writes TMEM columns `cols` (of lane quarters `quarters`; None: all) of `cta`: no tcgen05.ld still
-    pending (not followed by tcgen05.wait::ld) may read them -- the anti-dependency the wait exists for."""
-    for wid, (q, mask, line, text) in cta.tmem.pending_ld.items():
-        if (quarters is None or q in quarters) and mask[cols].any():
-            bad = int(np.asarray(cols)[mask[cols]][0])
-            raise UnwaitedTmemLoadError(
-                f"{writer} writes TMEM column {bad} (lane quarter {q}) that the tcgen05.ld at PTX line {line} "
-                f"(`{short(text)}`) of warp {wid} may still be reading: that warp executed no "
-                "tcgen05.wait::ld.sync.aligned after the load; insert it before the TMEM is overwritten")
+def check_pending_ld(w, cta, quarters: Optional[set], cols: np.ndarray, writer: str) -> None:
+    """Warp `w` makes `writer` write TMEM columns `cols` (of lane quarters `quarters`; None: all) of `cta`: every
+    tcgen05.ld that read them must be complete (its warp executed tcgen05.wait::ld) and that completion observed
+    by `w` (its own wait, or the loading warp's arrive / barrier that `w` waited on) -- the anti-dependency the
+    wait exists for, however the warps happen to be scheduled."""
+    clock = clock_of(w)
+    for wid, (q, last, line, text, key) in cta.tmem.pending_ld.items():
+        if quarters is not None and q not in quarters:
+            continue
+        seen = clock.get(key, 0)
+        bad = last[cols] > seen
+        if not bad.any():
+            continue
+        col = int(np.asarray(cols)[bad][0])
+        n = int(last[col])
+        reader = cta.warps[wid] if wid < len(cta.warps) else None
+        if reader is None or not clock_of(reader).saw(key, n):
+            why = ("that warp executed no tcgen05.wait::ld.sync.aligned after the load; insert it before the TMEM "
+                   "is overwritten")
+        else:
+            why = (f"that warp waited (tcgen05.wait::ld), but warp {w.wid} never observed it: hand the TMEM back "
+                   "through an mbarrier arrive after the wait (or a barrier) that the writing warp waits on")
+        raise UnwaitedTmemLoadError(
+            f"{writer} writes TMEM column {col} (lane quarter {q}) that the tcgen05.ld at PTX line {line} "
+            f"(`{short(text)}`) of warp {wid} may still be reading: {why}")
 
 
 def _check_observed(w, c: np.ndarray) -> None:
-    """tcgen05.ld of the distinct columns `c`: no MMA/cp writing them in flight, their newest writer observed."""
+    """tcgen05.ld of the distinct columns `c`: no MMA/cp writing them in flight, their newest writer's completion
+    observed by this warp (however the schedule completed it)."""
     tm = w.cta.tmem
     if tm.inflight[c].any():
         bad = int(c[tm.inflight[c] > 0][0])
         raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} while an MMA/cp writing it is still in flight: "
                             "wait on the mbarrier of its tcgen05.commit (then tcgen05.fence::after_thread_sync) "
                             "before loading", where=w.where())
-    newest = int(tm.writer_seq[c].max())
-    if newest > w.observed:
-        bad = int(c[tm.writer_seq[c] == newest][0])
-        raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} written by an asynchronous MMA/cp whose completion "
-                            "this warp never observed (no wait on its tcgen05.commit mbarrier, directly or through "
-                            "a barrier)", where=w.where())
+    codes = tm.writer_seq[c]
+    if not codes.any():
+        return
+    engine, clock = engine_of(w), clock_of(w)
+    for code in np.unique(codes).tolist():
+        if not code:
+            continue
+        key, idx = engine.writer_of(code)
+        if not clock.saw(key, idx):
+            bad = int(c[codes == code][0])
+            raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} written by an asynchronous MMA/cp whose "
+                                "completion this warp never observed (no wait on its tcgen05.commit mbarrier, "
+                                "directly or through a barrier; another warp's wait does not order this load)",
+                                where=w.where())
 
 
 def _st(ins: Instruction, prog: Program) -> Callable:
@@ -263,7 +293,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         tm = w.cta.tmem
         if tm.inflight[ucols].any():
             raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
-        check_pending_ld(w.cta, {w.wid % 4}, ucols, "tcgen05.st")
+        check_pending_ld(w, w.cta, {w.wid % 4}, ucols, "tcgen05.st")
         vals = np.stack([as_lanes(np.asarray(r(w), np.uint32), w.lanes) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
@@ -391,6 +421,7 @@ class _AsyncReads:
 
     def __init__(self, w, ins: Instruction):
         self.engine = engine_of(w)
+        self.w = w
         self.reader = ins.opcode  # the error's "PTX line N:" prefix and text name the instruction itself
         self.ranges: list = []
 
@@ -404,6 +435,8 @@ class _AsyncReads:
         # the span's slices are cheaper than the per-byte checks, which run only when a span holds something
         if (smem.n_poison and smem.poison[lo:hi].any()) or (smem.any_unfenced and smem.unfenced[lo:hi].any()):
             self.engine.check_async_read(smem, off, self.reader)
+        if self.engine.peer_stores and smem is not self.w.cta.smem:  # cta_group::2: the peer CTA's operands
+            self.engine.check_peer_read(self.w, smem, lo, hi, self.reader)
         self.ranges.append((smem, lo, hi))
         return smem.data[off]
 
@@ -458,7 +491,7 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
         if not _allocated(cta.tmem, used):
             raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
                                  f"{cta.rank} that are not allocated", line=line)
-        check_pending_ld(cta, quarters, used, "tcgen05.mma")
+        check_pending_ld(w, cta, quarters, used, "tcgen05.mma")
         writes.append((cta.tmem, used))
     reads = _AsyncReads(w, ins)
     _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
@@ -633,7 +666,7 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
             # computed at issue, pending (columns unreadable) until its commit completes; ordered after earlier
             # MMAs/cps of the same thread (one in-order tensor-core pipe), so no in-flight check against them
             for cta in ctas:
-                check_pending_ld(cta, quarters, cols, "tcgen05.cp")
+                check_pending_ld(w, cta, quarters, cols, "tcgen05.cp")
                 raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
                 words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
                 for copy in lanes:
@@ -646,19 +679,36 @@ def _wait(ins: Instruction) -> Callable:
     what = ins.modifiers[0] if ins.modifiers else ""
     if what == "ld":
         def wait_ld(w):
-            w.cta.tmem.pending_ld.pop(w.wid, None)
+            key = ("ld", issuer_of(w))
+            n = engine_of(w).counter.get(key, 0)
+            if n:
+                clock_of(w)[key] = n
         return wait_ld
     return lambda w: None
 
 
+def _on_tcgen05_target(compile_ins: Callable) -> Callable:
+    """The compiler of a tcgen05 instruction, refusing modules whose `.target` has no tcgen05 (ptxas rejects them:
+    tcgen05 needs an sm_100a / sm_101a / sm_103a / sm_110a target or its family-specific `f` form)."""
+    def compile_checked(ins: Instruction, prog: Program) -> Callable:
+        target = getattr(prog.env, "target", None)
+        arch = (target or "").split(",")[0].strip()
+        if arch and not (arch[:5] in ("sm_10", "sm_11") and arch[-1] in "af"):
+            raise EmulationError(f"{ins.opcode} under `.target {arch}`: tcgen05 instructions exist only on "
+                                 "sm_100a-class targets (ptxas rejects this module); compile for sm_100a",
+                                 line=ins.line, text=ins.text)
+        return compile_ins(ins, prog)
+    return compile_checked
+
+
 #: opcode -> instruction compiler (rows of the ISA table, isa/table.py)
-HANDLERS: dict[str, Callable] = {
+HANDLERS: dict[str, Callable] = {op: _on_tcgen05_target(f) for op, f in {
     "tcgen05.alloc": _alloc, "tcgen05.dealloc": _dealloc,
     "tcgen05.relinquish_alloc_permit": lambda ins, prog: _relinquish,
     "tcgen05.ld": _ld, "tcgen05.st": _st, "tcgen05.mma": _mma, "tcgen05.commit": _commit, "tcgen05.cp": _cp,
     "tcgen05.wait": lambda ins, prog: _wait(ins),
     "tcgen05.fence": lambda ins, prog: _no_effect,  # orders tcgen05 ops, which execute in program order here
-}
+}.items()}
 
 
 def _no_effect(w) -> None:

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ...ptx.ir import Instruction
-from ..machine.async_engine import AsyncOp, engine_of, issuer_of
+from ..machine.async_engine import AsyncOp, clock_of, engine_of, issuer_of
 from .memops import mem_read
 from .numerics import bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from .tensormap import TENSORMAP_BYTES, TensorMap, decode
@@ -272,8 +272,13 @@ def _bulk_wait(ins: Instruction) -> Callable:
     n = int(ins.operands[0].value) if ins.operands else 0  # type: ignore[arg-type]
 
     def wait(w):
+        clock = clock_of(w)
         while len(w.bulk_groups) > n:
-            engine_of(w).complete_group(w.bulk_groups.pop(0))
+            group = w.bulk_groups.pop(0)
+            engine_of(w).complete_group(group)
+            for op in group:  # the issuing thread observes its retired groups (in order: a prefix)
+                if op.key and not clock.saw(op.key, op.idx):
+                    clock[op.key] = op.idx
     return wait
 
 

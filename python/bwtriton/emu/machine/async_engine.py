@@ -3,9 +3,16 @@
 Schedule "latest" (the default) completes every operation at the latest moment the PTX memory model allows:
 only when a thread *observes* it -- waits on the mbarrier it completes (mbarrier.try_wait/test_wait), waits on
 its bulk / cp.async group (cp.async.bulk.wait_group, cp.async.wait_group) -- or when every warp is stuck, or at
-exit. Until then the shared-memory bytes it writes hold poison, the bytes it reads must not be overwritten, and
-TMEM columns it writes are unreadable. Schedule "eager" completes each operation as it is issued (the optimistic
-model, for speed comparisons). See docs/emulator_async.md.
+exit. Until then the shared-memory bytes it writes hold poison and TMEM columns it writes are unreadable.
+Schedule "eager" completes each operation as it is issued (the optimistic model, for speed comparisons). See
+docs/emulator_async.md.
+
+Whether a warp may overwrite what an asynchronous operation read (a stage an MMA read, a TMA store's source, TMEM
+columns a tcgen05.ld read), or read what one wrote (an accumulator), does not depend on when this schedule
+happened to complete it: every warp carries a vector `Clock` of the asynchronous events whose completion it has
+observed (through mbarrier waits, bar.sync, barrier.cluster, mbarrier arrivals, wait_group, tcgen05.wait::ld),
+and each access checks the clock -- an operation completed because another warp waited on it is still unobserved
+by this one.
 
 The engine only keeps books; the families (tma.py, tcgen05.py, memops.py) describe each operation as an
 `AsyncOp` and call the checks below before touching memory.
@@ -18,9 +25,37 @@ from typing import Callable, Optional
 import numpy as np
 
 from .cells import Chunks, cells_get, cells_set
-from ..errors import AsyncOverwriteError, MissingProxyFenceError, PoisonReadError, short
+from ..errors import AsyncOverwriteError, AsyncRaceError, MissingProxyFenceError, PoisonReadError, short
 
 SCHEDULES = ("latest", "eager")
+
+
+class Clock(dict):
+    """A vector clock: event source -> the newest of its events whose completion this holder has observed. The
+    sources: ("tc", issuer) counts a thread's tcgen05.mma/cp (a tcgen05.commit covers a prefix of them),
+    ("bulk", issuer) its TMA stores / bulk copies to global (retired in order by wait_group), ("ld", warp) a
+    warp's tcgen05.ld (completed by its tcgen05.wait::ld)."""
+
+    __slots__ = ()
+
+    def join(self, other: "Clock") -> None:
+        """Observe everything `other` observed."""
+        get = self.get
+        for k, v in other.items():
+            if get(k, 0) < v:
+                self[k] = v
+
+    def saw(self, key: tuple, idx: int) -> bool:
+        return self.get(key, 0) >= idx
+
+
+_NO_CLOCK = Clock()
+
+
+def clock_of(w) -> Clock:
+    """The clock of warp `w` (isa/sync.py declares it); a gang, which issues only what no pending or recorded
+    access overlaps, has none."""
+    return getattr(w, "observed", _NO_CLOCK)
 
 
 @dataclass(eq=False)
@@ -45,6 +80,12 @@ class AsyncOp:
     observe: str = ""
     seq: int = 0
     done: bool = False
+    #: the event source counting this operation and its number there (observing it: clock[key] >= idx)
+    key: tuple = ()
+    idx: int = 0
+    #: what a waiter on the mbarrier this operation delivers to observes: the issuer's clock at issue and, for a
+    #: tcgen05.commit, the issuer's tcgen05 operations up to the commit
+    clock: Optional[Clock] = None
 
     def describe(self) -> str:
         return f"the {self.kind} at PTX line {self.line} (`{short(self.text)}`)"
@@ -64,22 +105,130 @@ class AsyncEngine:
         self.delivering: dict[int, AsyncOp] = {}   # the pending ops with mbarrier tx / arrivals
         self.tcgen05: dict[tuple, list] = {}       # issuer -> its tcgen05 MMA/cp ops not yet known complete
         self.seq = 0
+        self.counter: dict[tuple, int] = {}        # event source -> its newest event number
+        self.sources: list[tuple] = [()]          # TMEM writer codes: source number << 32 | event number
+        self._source_no: dict[tuple, int] = {}
+        self.barrier_clocks: dict[int, list] = {}  # id(mbarrier) -> [mbarrier, arrivals' clock, completed clock]
+        self.commits: dict[tuple, list] = {}       # ("tc", issuer) -> its recent commits: (covered up to, text)
+        #: id(shared memory) -> [memory, [(lo, hi, ("st", warp), epoch, line)]]: generic stores of a CTA of a
+        #: multi-CTA cluster, which another CTA's async proxy may read only after observing them
+        self.peer_stores: dict[int, list] = {}
+        self._store_epoch: dict[tuple, int] = {}   # ("st", warp) -> the epoch of its newest recorded store
+
+    def next_event(self, key: tuple) -> int:
+        n = self.counter.get(key, 0) + 1
+        self.counter[key] = n
+        return n
+
+    def writer_code(self, key: tuple, idx: int) -> int:
+        """One int64 naming event `idx` of source `key` (what TMEM keeps per column for its newest writer)."""
+        no = self._source_no.get(key)
+        if no is None:
+            no = self._source_no[key] = len(self.sources)
+            self.sources.append(key)
+        return no << 32 | idx
+
+    def writer_of(self, code: int) -> tuple[tuple, int]:
+        return self.sources[code >> 32], code & 0xFFFFFFFF
+
+    # -- generic stores read by another CTA ------------------------------------------------------------------
+    def release(self, w) -> Clock:
+        """Warp `w` arrives on a barrier (a release): its generic stores so far become observable through it.
+        Returns its clock, to be joined into the barrier."""
+        clock = clock_of(w)
+        if self.peer_stores and clock is not _NO_CLOCK:
+            key = ("st", issuer_of(w))
+            if self.counter.get(key, 0) < self._store_epoch.get(key, 0):
+                clock[key] = self.next_event(key)
+        return clock
+
+    def record_peer_store(self, w, smem, lo: int, hi: int, line: int) -> None:
+        """Warp `w` stored into [lo, hi) of its CTA's `smem` (a multi-CTA cluster's): remember by whom and in which
+        epoch (its next release), for a peer CTA's async read (check_peer_read)."""
+        key = ("st", issuer_of(w))
+        epoch = self.counter.get(key, 0) + 1
+        self._store_epoch[key] = epoch
+        books = self.peer_stores.get(id(smem))
+        if books is None or books[0] is not smem:
+            books = self.peer_stores[id(smem)] = [smem, []]
+        recs = [r for r in books[1] if not (r[0] == lo and r[1] == hi and r[2] == key)]
+        recs.append((lo, hi, key, epoch, line))
+        books[1] = recs[-MAX_READ_RECORDS:]
+
+    def check_peer_read(self, w, smem, lo: int, hi: int, reader: str) -> None:
+        """Warp `w` (of another CTA) makes the async proxy read [lo, hi) of `smem`: every generic store there must
+        have been released by its warp and observed by `w` (barrier.cluster, or an mbarrier arrive / wait)."""
+        books = self.peer_stores.get(id(smem))
+        if books is None or books[0] is not smem:
+            return
+        clock = clock_of(w)
+        for r_lo, r_hi, key, epoch, line in books[1]:
+            if lo < r_hi and r_lo < hi and not clock.saw(key, epoch):
+                raise AsyncRaceError(
+                    f"{reader} reads shared memory of CTA {smem.rank} (offsets 0x{max(lo, r_lo):x}..0x"
+                    f"{min(hi, r_hi) - 1:x}) that warp {key[1][2]} of that CTA stored through the generic proxy at "
+                    f"PTX line {line}, and the issuing thread never observed those stores: order them before the "
+                    "read across the cluster (barrier.cluster.arrive.release + barrier.cluster.wait.acquire, or an "
+                    "mbarrier the storing warps arrive on and the issuing thread waits on)")
+
+    # -- mbarrier clocks -----------------------------------------------------------------------------------
+    def _bar_clocks(self, bar) -> list:
+        got = self.barrier_clocks.get(id(bar))
+        if got is None or got[0] is not bar:
+            got = self.barrier_clocks[id(bar)] = [bar, Clock(), Clock()]
+        return got
+
+    def deliver(self, bar, clock: Clock, arrivals: int = 0, tx: int = 0) -> None:
+        """`arrivals` arrivals and `tx` completed transaction bytes on `bar`, by a holder of `clock`: a waiter
+        that sees the phase complete observes every clock delivered to it (and to its earlier phases)."""
+        books = self._bar_clocks(bar)
+        books[1].join(clock)
+        phase = bar.phase
+        if tx:
+            bar.complete_tx(tx)
+        if arrivals:
+            bar.arrive(arrivals)
+        if bar.phase != phase:
+            books[2].join(books[1])
+            books[1] = Clock()
+
+    def observe_barrier(self, w, bar) -> None:
+        """Warp `w` saw a completed phase of `bar`."""
+        got = self.barrier_clocks.get(id(bar))
+        if got is not None and got[0] is bar:
+            clock_of(w).join(got[2])
 
     # -- issue / completion --------------------------------------------------------------------------------
     def issue(self, w, op: AsyncOp) -> AsyncOp:
-        """Queue `op` (issued by warp `w`): poison what it writes, reserve what it reads."""
+        """Queue `op` (issued by warp `w`): poison what it writes, record what it reads."""
+        clock = clock_of(w)
         for smem, idx in op.writes:
             lo, hi = _bounds(idx)
-            self.check_write(smem, lo, hi, op.describe(), idx=idx)
+            self.check_write(smem, lo, hi, op.describe(), idx=idx, by=w)
         self.seq += 1
         op.seq = self.seq
+        if op.tracked_by_commit:
+            op.key = ("tc", op.issuer)
+        elif op.reads:
+            op.key = ("bulk", op.issuer)
+        if op.key:
+            op.idx = self.next_event(op.key)
+        if op.tx or op.arrive:
+            op.clock = Clock(clock)
+            if op.kind == "tcgen05.commit":
+                tc = ("tc", op.issuer)
+                op.clock[tc] = max(op.clock.get(tc, 0), self.counter.get(tc, 0))
+                books = self.commits.setdefault(tc, [])
+                books.append((self.counter.get(tc, 0), op.describe()))
+                del books[:-64]
         for smem, idx in op.writes:
             cells_set(smem.poison, idx, op.seq)
             smem.n_poison += 1
         for smem, lo, hi in op.reads:
-            smem.async_reads.append((lo, hi, op))
+            _record_read(smem, lo, hi, op)
         for tm, cols in op.tmem:
             tm.inflight[cols] += 1
+            tm.writer_seq[cols] = self.writer_code(op.key, op.idx)
         if op.kind == "tcgen05.commit":  # tracks every prior tcgen05 op of the issuing thread (warp here)
             mine = [p for p in self.tcgen05.get(op.issuer, ()) if not p.done]
             self.tcgen05[op.issuer] = mine
@@ -97,7 +246,8 @@ class AsyncEngine:
         return op
 
     def complete(self, op: AsyncOp) -> None:
-        """Perform `op`'s deferred effects and release its books (covered ops first, in order)."""
+        """Perform `op`'s deferred effects and release its books (covered ops first, in order). What it read
+        stays recorded: a later writer must still have observed this completion (check_write)."""
         if op.done:
             return
         op.done = True
@@ -113,16 +263,12 @@ class AsyncEngine:
             smem.n_poison -= 1
             if smem.any_unfenced:  # the bytes' newest writer is this operation, not an earlier generic store
                 cells_set(smem.unfenced, idx, 0)
-        for smem, lo, hi in op.reads:
-            smem.async_reads = [r for r in smem.async_reads if r[2] is not op]
         for tm, cols in op.tmem:
             tm.inflight[cols] -= 1
-            tm.writer_seq[cols] = op.seq
-        seq = max([c.seq for c in op.covers] + [op.seq])
         for bar, nbytes in op.tx:
-            bar.complete_tx(nbytes, seq)
+            self.deliver(bar, op.clock, tx=nbytes)
         for bar in op.arrive:
-            bar.arrive(1, seq)
+            self.deliver(bar, op.clock, arrivals=1)
         del self.pending[op.seq]
         self.delivering.pop(op.seq, None)
         if self.recorder is not None:
@@ -178,14 +324,12 @@ class AsyncEngine:
                 f"{op.describe()} is still writing: its completion was never observed, so the bytes are "
                 f"undefined. {op.observe or 'Wait for its completion'} before the read")
 
-    def check_write(self, smem, lo: int, hi: int, writer: str, idx=None) -> None:
-        """Something writes shared::cta offsets [lo, hi): no pending async read or write may still use them."""
-        op = smem.reader_of(lo, hi)
-        if op is not None:
-            raise AsyncOverwriteError(
-                f"{writer} overwrites shared memory (offsets 0x{lo:x}..0x{hi - 1:x} of CTA {smem.rank}) that "
-                f"{op.describe()} still reads: its completion was never observed (the stage was reused too "
-                f"early). {self.observe_of(op)} before refilling the buffer")
+    def check_write(self, smem, lo: int, hi: int, writer: str, idx=None, by=None) -> None:
+        """Warp `by` makes `writer` write shared::cta offsets [lo, hi) (None, or a gang: writes only where nothing
+        is recorded): every asynchronous read of them must have completed and that completion must have been
+        observed by the writer; no pending asynchronous write may still own them."""
+        if by is not None and getattr(smem, "async_reads", None):  # a gang's stacked memory records none
+            self._check_reads(smem, lo, hi, writer, by)
         if smem.n_poison:
             seg = cells_get(smem.poison, idx if idx is not None else slice(lo, hi))
             seq = int(seg.max()) if seg.size else 0
@@ -195,13 +339,62 @@ class AsyncEngine:
                     f"{writer} writes shared memory (offsets 0x{lo:x}..0x{hi - 1:x} of CTA {smem.rank}) that "
                     f"{other.describe()} is still writing. {other.observe or 'Wait for its completion'} first")
 
+    def _check_reads(self, smem, lo: int, hi: int, writer: str, by) -> None:
+        clock = clock_of(by)
+        if clock is _NO_CLOCK:
+            return
+        kept = []
+        for rec in smem.async_reads:
+            r_lo, r_hi, op = rec
+            if not (lo < r_hi and r_lo < hi):
+                kept.append(rec)
+                continue
+            if not op.done or not clock.saw(op.key, op.idx):
+                when = ("its completion was never observed" if not op.done else
+                        "it has completed, but this warp never observed that completion (another warp's wait did)")
+                raise AsyncOverwriteError(
+                    f"{writer} overwrites shared memory (offsets 0x{max(lo, r_lo):x}..0x{min(hi, r_hi) - 1:x} of "
+                    f"CTA {smem.rank}) that {op.describe()} still reads as far as this warp can tell: {when}, "
+                    "so on hardware the read may still be in progress (the stage was reused too early). "
+                    f"{self.observe_of(op)} in the writing thread "
+                    "(or in a thread that hands it on through an mbarrier arrive or a barrier) before refilling "
+                    "the buffer")
+            # the record goes once no writer can still miss it: this write covers it whole (a later writer is
+            # ordered after this one or races with it), or every warp that can still write observed it
+            if not (lo <= r_lo and r_hi <= hi) and not _seen_by_all(by, op):
+                kept.append(rec)
+        smem.async_reads = kept
+
     def observe_of(self, op: AsyncOp) -> str:
-        """How a kernel observes `op`'s completion (names the covering tcgen05.commit when there is one)."""
-        for c in self.delivering.values():
-            if c.kind == "tcgen05.commit" and op in c.covers:
-                return (f"Wait on the mbarrier that {c.describe()} arrives on (mbarrier.try_wait.parity with the "
-                        "right phase)")
+        """How a kernel observes `op`'s completion (names the first tcgen05.commit tracking it)."""
+        for c in self.commits.get(op.key, ()):
+            if c[0] >= op.idx:
+                return (f"Wait on the mbarrier that {c[1]} arrives on (mbarrier.try_wait.parity with the right "
+                        "phase)")
         return op.observe or "Wait for its completion"
+
+
+#: recorded asynchronous reads of one shared memory beyond which reads no writer can reach any more are dropped
+MAX_READ_RECORDS = 256
+
+
+def _record_read(smem, lo: int, hi: int, op: AsyncOp) -> None:
+    """Remember that `op` reads [lo, hi) of `smem`. A newer read of the same bytes by the same source subsumes an
+    older one (observing the newer implies observing the older: each source completes in order)."""
+    recs = [r for r in smem.async_reads if not (r[0] == lo and r[1] == hi and r[2].key == op.key)]
+    recs.append((lo, hi, op))
+    if len(recs) > MAX_READ_RECORDS:
+        recs = recs[-MAX_READ_RECORDS:]
+    smem.async_reads = recs
+
+
+def _seen_by_all(w, op: AsyncOp) -> bool:
+    """Whether every warp of `w`'s cluster still running has observed `op`'s completion."""
+    for cta in w.cta.cluster.ctas:
+        for other in cta.warps:
+            if not other.done and not clock_of(other).saw(op.key, op.idx):
+                return False
+    return True
 
 
 def _bounds(idx) -> tuple[int, int]:

@@ -98,7 +98,7 @@ def _image(text_hash: str, text: str, name: Optional[str], dispatch: Dispatch) -
     static, reserved = static_shared_layout(fn)  # inline-asm `.shared` variables (CLC), below global_smem
     symbols.update({n: SMEM_BASE + off for n, off in static.items()})
     symbols["global_smem"] = SMEM_BASE + reserved
-    return KernelImage(fn, Program(fn, CompileEnv(symbols), dispatch), params, nbytes)
+    return KernelImage(fn, Program(fn, CompileEnv(symbols, mod.target), dispatch), params, nbytes)
 
 
 def load_image(ptx: str, name: Optional[str], dispatch: Dispatch) -> KernelImage:

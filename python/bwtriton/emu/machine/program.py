@@ -320,10 +320,12 @@ def active_index(w) -> np.ndarray:
 
 
 class CompileEnv:
-    """What instruction compilers need from the launch: symbol addresses (params, global_smem)."""
+    """What instruction compilers need from the launch: symbol addresses (params, global_smem) and the module's
+    `.target` (instructions a target lacks are refused, as ptxas would)."""
 
-    def __init__(self, symbols: dict[str, int]):
+    def __init__(self, symbols: dict[str, int], target: Optional[str] = None):
         self.symbols = symbols
+        self.target = target
 
     def symbol_address(self, name: str, ins: Instruction) -> int:
         try:

@@ -18,6 +18,9 @@ from .launch import check_cluster, check_leader_issue, check_cta_group, check_si
 from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier, check_ld_wait, check_proxy_fence,
                    check_st_wait, ld_wait_hazards)
 from .mbarrier_phase import check_arrival_count, check_parity_alternates
+from .phase_iterations import check_parity_per_iteration
+from .release_order import check_release_order
+from .expect_bytes import check_expect_bytes, check_multicast_mask
 from .tma_store import check_tma_store_fence
 from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_st_shapes
 
@@ -26,12 +29,12 @@ ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_alloc_lifetime, check_ld_st_shapes, check_mma, check_ld_wait, check_st_wait, check_accumulator_sync,
     check_proxy_fence, check_alloc_result_barrier, check_async_copies, check_barrier_arrivals,
     check_lane_quarter_by_warp, check_leader_issue,
-    check_cross_warp, check_pair_operands_synced,
+    check_cross_warp, check_pair_operands_synced, check_release_order, check_expect_bytes, check_multicast_mask,
 )
 
 #: checks of generic async-proxy / mbarrier rules, run on every function whether it uses tcgen05 or not
 UNGATED_CHECKS: tuple[Callable[[Ctx], None], ...] = (
-    check_tma_store_fence, check_parity_alternates, check_arrival_count,
+    check_tma_store_fence, check_parity_alternates, check_parity_per_iteration, check_arrival_count,
 )
 
 __all__ = ["ALL_CHECKS", "UNGATED_CHECKS", "Ctx", "LdHazard", "check_trap_only", "cta_group_of", "discover_tmem", "ld_wait_hazards"]

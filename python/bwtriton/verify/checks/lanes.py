@@ -33,6 +33,16 @@ class _LaneNumbering(ThreadValueNumbering):
             return ("warp.of.tid",)
         return super().key(op, width, depth)
 
+    def _reg(self, name: str, depth: int):
+        rng = getattr(self.ctx.resolver, "stages", {}).get(name)
+        defs = self.func.definitions(name)
+        if rng is None and len(defs) > 1 and not self._one_group(name, defs):
+            rng = (0, 0xFFFFFFFF)   # a loop counter (Gluon's tile count t, buffer t % 2): any value
+        if rng is not None:
+            # a loop-carried accumulator-buffer / stage index: one leaf per register, bounded by its range
+            return ("stage", name, rng[0], rng[1])
+        return super()._reg(name, depth)
+
     def _expr(self, ins: Instruction, depth: int):
         if ins.opcode == "ld" and any(m.startswith("shared") for m in ins.modifiers) and len(ins.operands) == 2:
             v = self.ctx.resolver.operand(ins.operands[0], 32)
@@ -54,13 +64,24 @@ def _modelled(key) -> bool:
     if not isinstance(key, tuple) or not key:
         return False
     kind = key[0]
-    if kind in ("imm", "tmem.base", "warp.of.tid", "ld.param") or key == ("sreg", "%tid.x"):
+    if kind in ("imm", "tmem.base", "warp.of.tid", "ld.param", "stage") or key == ("sreg", "%tid.x"):
         return True
     if kind == "shfl.lane0":
         return _modelled(key[1])
     if kind in ("add", "sub", "mul", "shl", "shr", "and", "or", "xor") and len(key) >= 5:
         return all(_modelled(k) for k in key[3:])
     return False
+
+
+def _stage_leaves(key, tr) -> list:
+    """(lo, hi, z3 variable) of each loop-carried index leaf ("stage", reg, lo, hi) of `key`."""
+    out = []
+    if isinstance(key, tuple) and key[:1] == ("stage",):
+        return [(key[2], key[3], tr.term(key, 32))]
+    for k in key if isinstance(key, tuple) else ():
+        if isinstance(k, tuple):
+            out += [x for x in _stage_leaves(k, tr) if all(x[2] is not y[2] for y in out)]
+    return out
 
 
 def check_lane_quarter_by_warp(ctx: Ctx) -> None:
@@ -97,6 +118,8 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
             if name[0].startswith("('tmem.base'"):
                 b = tr.names[name]
                 extra += [z3.LShR(b, 16) == 0, z3.ULT(b & 0xFFFF, 512)]
+        for lo, hi, v in _stage_leaves(key, tr):
+            extra += [z3.UGE(v, lo), z3.ULE(v, hi)]
         return extra
 
     never: dict[tuple, bool] = {}      # lane expression -> no thread leaves its quarter under any facts
@@ -124,6 +147,9 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
                 if undecided and IMPRECISE not in facts and ctx.facts_oracle.unsat_with(
                         facts, constraints(ins, inside=True)):
                     undecided = False   # every thread the value facts allow leaves its quarter: whichever runs
+                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not ctx.facts_oracle.unsat_with(
+                        facts, constraints(ins, inside=True) + [tr.tid() == tid])):
+                    return payload   # only some values of the loop-carried index leave the quarter: no claim
                 who = f" (e.g. thread {tid}, warp {tid // 32})" if tid is not None else ""
                 ctx.add("lane-quarter", "P8", "warning" if undecided else "error", ins,
                         f"{ins.opcode} lane computed from the thread index leaves the warp's lane quarter{who}: "

@@ -36,6 +36,15 @@ def loop_body(func: Function, u: int, h: int) -> set[int]:
     return body
 
 
+def spin_loop(func: Function, latch: int, body: frozenset) -> bool:
+    """The loop's back edge is taken on a failed try_wait/test_wait of the body: a wait's spin, not an
+    iteration (however much else the spin block recomputes)."""
+    last = func.blocks[latch].instructions[-1] if func.blocks[latch].instructions else None
+    if last is None or last.opcode != "bra" or last.guard is None:
+        return False
+    return any(i.opcode in _WAITS and last.guard.reg in i.defs for b in body for i in func.blocks[b].instructions)
+
+
 def natural_loops(func: Function) -> list[tuple[tuple[int, int], frozenset]]:
     """(back edge, body blocks) of each natural loop; spin loops (only waits and branches) are left out."""
     out = []
@@ -43,7 +52,7 @@ def natural_loops(func: Function) -> list[tuple[tuple[int, int], frozenset]]:
         body = loop_body(func, u, h)
         kinds = {i.opcode for b in body for i in func.blocks[b].instructions}
         # brx (.idx): Triton's warp-specialization dispatch loop, which a warp goes round once per partition
-        if kinds - set(_SPIN) and "brx" not in kinds:
+        if kinds - set(_SPIN) and "brx" not in kinds and not spin_loop(func, u, frozenset(body)):
             out.append(((u, h), frozenset(body)))
     return out
 

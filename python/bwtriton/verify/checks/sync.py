@@ -12,6 +12,7 @@ from bwtriton.ptx.values import AbsVal
 
 from .async_copy import barrier_operand, same_address
 from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
+from .first_pass import passes_at_once
 from .mma_operands import smem_reads as _smem_reads
 from .dataflow import may_have_run, run_dataflow, union_states
 
@@ -185,7 +186,8 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 ctx, barrier_operand(wait), barrier_operand(ctx.func.instructions[commit])) is not False
         return covers[(wait.index, commit)]
 
-    # state: frozenset of (mma index, "U" uncommitted | "C" committed not yet waited | "X" committed and a wait on
+    # state: frozenset of (mma index, "U" uncommitted | "C" committed not yet waited | "P" its wait returned at once
+    # (first wait, parity 1) | "X" committed and a wait on
     # another barrier passed, commit index | -1)
     def step(st, ins, emit):
         if ins.opcode in ("tcgen05.mma", "tcgen05.shift"):
@@ -193,14 +195,23 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         if ins.opcode == "tcgen05.commit":
             return frozenset((x[0], "C", ins.index) if x[1] == "U" else x for x in st)
         if _is_mbarrier_wait(ins):
+            earlier = any(x[1] == "W" and same_address(ctx, barrier_operand(ins), barrier_operand(
+                ctx.func.instructions[x[2]])) is not False for x in st)
+            if passes_at_once(ctx, ins, earlier):
+                # the thread's first wait on this barrier, with parity 1 on its first pass: returns at once (the
+                # phase before the first counts as complete), so it completes no commit
+                return frozenset((x[0], "P", x[2]) if x[1] in "CX" and waits_for(ins, x[2]) else x
+                                 for x in st) | {(-1, "W", ins.index)}
             # a wait on another barrier leaves the MMA pending, marked "X" (waited, but elsewhere)
-            return frozenset(x if x[1] == "U" else (x[0], "X", x[2]) for x in st
-                             if x[1] == "U" or not waits_for(ins, x[2]))
+            return frozenset(x if x[1] in "UWP" else (x[0], "X", x[2]) for x in st
+                             if x[1] in "UWP" or not waits_for(ins, x[2])) | {(-1, "W", ins.index)}
         if ins.opcode == "tcgen05.ld" and st and emit:
             addr = next((o for o in ins.operands if o.kind == "addr"), None)
             ref = tmem_ref(ctx, addr) if addr is not None else None
             shape, num = ld_shape_num(ins)
             for mi, status, commit in sorted(st):
+                if status == "W":
+                    continue   # the marker "this thread has waited before"
                 if not may_have_run(ctx, ctx.func.instructions[mi]):
                     continue  # the MMA's own guard is false on this path
                 mref, overlap = d_ref.get(mi), None
@@ -211,6 +222,8 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
                 what = {"C": "committed but not waited for", "U": "not committed",
+                        "P": "committed, but the wait on its mbarrier uses parity 1 as this thread's first wait on "
+                             "it, which returns at once,",
                         "X": f"committed, but the mbarrier waited on is not the one its tcgen05.commit (line "
                              f"{ctx.func.instructions[commit].line}) arrives on,"}[status]
                 mline = next(m.line for m in mmas if m.index == mi)

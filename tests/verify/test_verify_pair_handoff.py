@@ -1,0 +1,50 @@
+"""The 2-CTA hand-off faults of docs/two_cta.md that are statically decidable are verifier errors on the real
+`pair-ctas-handoff` output (the TMA matmul with B read as b.T, one 256x128 pair tile, 3 stages), and the
+rewritten kernel stays clean. The same edits make the emulated run fail (tests/passes/test_passes_pair_ctas_handoff.py).
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+import bwtriton
+from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
+from bwtriton.verify import verify_ptx
+
+#: one CTA's TMA bytes per stage: (128 rows of A + 64 columns of B) x 64 fp16
+_CTA_BYTES = (128 + 64) * 64 * 2
+
+
+@functools.lru_cache(maxsize=None)
+def _ptx() -> str:
+    return bwtriton.compile(matmul_tma_bt_kernel, two_cta=True, **tma_bt_spec("fp16", block_k=64)).asm["ptx"]
+
+
+def _mutate(ptx: str, pattern: str, repl: str) -> str:
+    new, n = re.subn(pattern, repl, ptx)
+    assert n, f"{pattern!r} not in the kernel: its PTX changed shape"
+    return new
+
+
+def test_handoff_kernel_is_clean():
+    report = verify_ptx(_ptx())
+    assert [f.format() for f in report.findings if f.severity in ("error", "warning")] == []
+
+
+def test_leader_expecting_only_its_own_bytes_is_an_error():
+    n = _CTA_BYTES
+    ptx = _mutate(_ptx(), rf"selp\.b32 \t%bwho_tx{n}, {2 * n},", f"selp.b32 \t%bwho_tx{n}, {n},")
+    errors = verify_ptx(ptx).errors
+    assert [e.check for e in errors] and {e.check for e in errors} == {"tma-bytes-short"}
+    # the pair's 4 MMAs of a stage read 4 x (256 + 128) x 32 bytes
+    assert f"read {4 * (256 + 128) * 32} bytes" in errors[0].message and f"at most {n}" in errors[0].message
+
+
+@pytest.mark.parametrize("mask", [1, 2])
+def test_multicast_commit_missing_a_cta_is_an_error(mask):
+    ptx = _mutate(_ptx(), r"mov\.b16 \t(%rs\d+), 3;", rf"mov.b16 \t\1, {mask};")
+    errors = verify_ptx(ptx).errors
+    assert errors and {e.check for e in errors} == {"cta-mask-partial"}
+    assert f"mask is {mask:#04b}" in errors[0].message
