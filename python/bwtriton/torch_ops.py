@@ -7,6 +7,8 @@ Registered under the `bwtriton` namespace (import this module, or `bwtriton.nn`,
   scale_layout, out_dtype) -> Tensor``
 * ``torch.ops.bwtriton.nvfp4_linear(x, w_data, w_scales, w_global_scale, bias, x_global_scale, scale_layout)
   -> Tensor`` (x may be batched [..., K])
+* ``torch.ops.bwtriton.nvfp4_weight_only_linear(x, w_data, w_scales, w_global_scale, bias, scale_layout)
+  -> Tensor`` (bf16 x kept as is, W4A16; x may be batched [..., K])
 * ``torch.ops.bwtriton.matmul(a, b, out_dtype, a_scale, b_scale) -> Tensor``
 
 A `QuantizedTensor` is not a tensor, so the ops take its fields (data, scales, global scale, scale layout);
@@ -17,6 +19,7 @@ built from them also runs, traces and compiles on a machine without a GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -24,7 +27,7 @@ import torch
 from .errors import InputError
 from .formats import QuantizedTensor, blocked_shape, quantize_nvfp4 as _quantize_nvfp4_ref
 
-__all__ = ["quantized_nvfp4", "reference_nvfp4_linear"]
+__all__ = ["quantized_nvfp4", "reference_nvfp4_linear", "reference_nvfp4_weight_only_linear"]
 
 _SCALE_LAYOUTS = ("plain", "blocked_128x4")
 
@@ -47,6 +50,18 @@ def reference_nvfp4_linear(x: torch.Tensor, w_q: QuantizedTensor, bias: Optional
     bf16. The kernels accumulate in fp32 in another order, so they agree to fp32 rounding, not bit for bit."""
     x_q = _quantize_nvfp4_ref(x.float(), global_scale=x_global_scale)
     out = x_q.dequantize(torch.float32) @ w_q.dequantize(torch.float32).T
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(torch.bfloat16)
+
+
+def reference_nvfp4_weight_only_linear(x: torch.Tensor, w_q: QuantizedTensor,
+                                       bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """What `kernels.nvfp4_decode_matmul` computes (plus bias), in torch: x kept bf16, the weight decoded exactly to
+    e2m1 * e4m3 in fp32 (a product of a 2-bit and a 4-bit mantissa: exact), fp32 matmul, times the global scale
+    (the kernels' epilogue alpha), bias added in fp32, one rounding to bf16."""
+    w = dataclasses.replace(w_q, global_scale=None).dequantize(torch.float32)
+    out = (x.float() @ w.T) * w_q.global_scale.float()
     if bias is not None:
         out = out + bias.float()
     return out.to(torch.bfloat16)
@@ -114,6 +129,30 @@ def nvfp4_linear(x: torch.Tensor, w_data: torch.Tensor, w_scales: torch.Tensor, 
 
 @nvfp4_linear.register_fake
 def _(x, w_data, w_scales, w_global_scale, bias=None, x_global_scale=None, scale_layout="plain"):
+    return x.new_empty((*x.shape[:-1], w_data.shape[0]), dtype=torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------- nvfp4_weight_only_linear
+@torch.library.custom_op("bwtriton::nvfp4_weight_only_linear", mutates_args=())
+def nvfp4_weight_only_linear(x: torch.Tensor, w_data: torch.Tensor, w_scales: torch.Tensor,
+                             w_global_scale: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                             scale_layout: str = "plain") -> torch.Tensor:
+    """bf16 [..., N] = x[..., K] @ dequant(W)[N, K]^T + bias with x kept bf16 (weight-only NVFP4), as
+    `bwtriton.kernels.nvfp4_decode_matmul` plus the bias (added to its bf16 output on CUDA)."""
+    w_q = quantized_nvfp4(w_data, w_scales, w_global_scale, scale_layout)
+    x2 = x.reshape(-1, x.shape[-1])
+    if x.is_cuda:
+        from .kernels import nvfp4_decode_matmul as kernel  # heavy: imports Triton
+        out = kernel(x2.contiguous(), w_q)
+        if bias is not None:
+            out = out.add_(bias)
+    else:
+        out = reference_nvfp4_weight_only_linear(x2, w_q, bias)
+    return out.reshape(*x.shape[:-1], w_data.shape[0])
+
+
+@nvfp4_weight_only_linear.register_fake
+def _(x, w_data, w_scales, w_global_scale, bias=None, scale_layout="plain"):
     return x.new_empty((*x.shape[:-1], w_data.shape[0]), dtype=torch.bfloat16)
 
 

@@ -77,13 +77,14 @@ def _convert_experts(module: torch.nn.Module, layout: ExpertsLayout, fmt: str, p
     return MoEExperts.from_dense(gu.contiguous(), dn.contiguous(), fmt, path=path, **kwargs)
 
 
-def _linear_reason(name: str, linear: torch.nn.Linear, skip: Iterable[str]) -> Optional[str]:
+def _linear_reason(name: str, linear: torch.nn.Linear, skip: Iterable[str], activations: str) -> Optional[str]:
     """Why `linear` stays as it is, or None to convert it."""
-    from ..nn import IN_MULTIPLE, OUT_MULTIPLE  # bwtriton.nn registers torch ops; imported only when converting
+    from ..nn import IN_MULTIPLE, OUT_MULTIPLE, WEIGHT_ONLY_IN_MULTIPLE  # nn registers torch ops: load on use
     if any(name == s or name.endswith("." + s) for s in skip):
         return "skipped by name"
-    if linear.in_features % IN_MULTIPLE or linear.out_features % OUT_MULTIPLE:
-        return (f"shape [{linear.out_features}, {linear.in_features}] does not tile (in % {IN_MULTIPLE}, "
+    in_multiple = WEIGHT_ONLY_IN_MULTIPLE if activations == "bf16" else IN_MULTIPLE
+    if linear.in_features % in_multiple or linear.out_features % OUT_MULTIPLE:
+        return (f"shape [{linear.out_features}, {linear.in_features}] does not tile (in % {in_multiple}, "
                 f"out % {OUT_MULTIPLE})")
     return None
 
@@ -94,14 +95,20 @@ def _set_child(model: torch.nn.Module, name: str, new: torch.nn.Module) -> None:
 
 
 def quantize_(model: torch.nn.Module, *, linear: bool = True, experts_fmt: Optional[str] = "nvfp4",
-              skip: Iterable[str] = ("lm_head",), scale_layout: str = "plain", path: str = "auto") -> QuantizeReport:
+              skip: Iterable[str] = ("lm_head",), scale_layout: str = "plain", path: str = "auto",
+              activations: str = "nvfp4") -> QuantizeReport:
     """Convert `model` in place: each nn.Linear whose shape tiles (in % 128, out % 64) becomes an `NVFP4Linear`
-    (NVFP4 weights, activations quantized on the fly), each expert module a `MoEExperts` in `experts_fmt`
-    ('nvfp4', 'mxfp4', or None to leave experts alone). `skip`: module names (or name suffixes) to keep, by
-    default the LM head. The model must be bf16 (the kernels' activation dtype). Returns a `QuantizeReport`."""
-    from ..nn import NVFP4Linear  # bwtriton.nn registers torch ops; imported only when converting
+    (NVFP4 weights; `activations` 'nvfp4': quantized on the fly (W4A4), 'bf16': kept bf16 (weight-only, W4A16,
+    the faster mode for decode; in % 256)), each expert module a `MoEExperts` in `experts_fmt` ('nvfp4', 'mxfp4',
+    or None to leave experts alone; `activations` does not change them). `skip`: module names (or name
+    suffixes) to keep, by default the LM head. The model must be bf16 (the kernels' activation dtype). Returns a
+    `QuantizeReport`."""
+    from ..nn import ACTIVATIONS, NVFP4Linear  # bwtriton.nn registers torch ops; imported only when converting
     if experts_fmt not in (None, "nvfp4", "mxfp4"):
         raise InputError(f"quantize_: experts_fmt must be 'nvfp4', 'mxfp4' or None, got {experts_fmt!r}")
+    if activations not in ACTIVATIONS:
+        raise InputError(f"quantize_: activations must be 'nvfp4' (W4A4) or 'bf16' (weight-only W4A16), got "
+                         f"{activations!r}")
     skip = tuple(skip)
     report = QuantizeReport()
     for name, module in list(model.named_modules()):
@@ -120,10 +127,11 @@ def quantize_(model: torch.nn.Module, *, linear: bool = True, experts_fmt: Optio
                 _set_child(model, name, _convert_experts(module, layout, experts_fmt, path))
                 report.experts.append(name)
         elif linear and isinstance(module, torch.nn.Linear):
-            reason = _linear_reason(name, module, skip)
+            reason = _linear_reason(name, module, skip, activations)
             if reason is None:
                 _check_bf16(name, module.weight)
-                _set_child(model, name, NVFP4Linear.from_linear(module, scale_layout=scale_layout))
+                _set_child(model, name, NVFP4Linear.from_linear(module, scale_layout=scale_layout,
+                                                                activations=activations))
                 report.linear.append(name)
             else:
                 report.kept[name] = reason
