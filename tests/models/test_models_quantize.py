@@ -163,6 +163,48 @@ def test_quantize_rejects_fp32_model_and_bad_format():
         quantize_(_model("mixtral"), experts_fmt="int4")
 
 
+class _WeightOnlyFakeLinear(torch.nn.Module):
+    """W4A16 in plain torch: bf16 x times the dequantized weight in fp32, one rounding to bf16."""
+
+    def __init__(self, layer: NVFP4Linear):
+        super().__init__()
+        self.w, self.bias = layer.weight_q.dequantize(torch.float32), layer.bias
+
+    def forward(self, x):
+        y = x.float() @ self.w.T
+        return (y if self.bias is None else y + self.bias.float()).to(torch.bfloat16)
+
+
+def test_quantize_weight_only_converts_and_matches_fake_quant():
+    """activations='bf16': Linear layers with in % 256 become weight-only NVFP4Linear, the others are kept with
+    the reason; the model computes what the same model with dequantized weights and bf16 activations computes
+    (no activation quantization: the outputs agree to bf16 rounding, far below the W4A4 difference)."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(**{**COMMON, "hidden_size": 256, "intermediate_size": 512})
+    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    original = copy.deepcopy(model)
+    report = quantize_(model, activations="bf16", skip=())
+    assert len(report.linear) == 15 and not report.kept  # 7 per layer and the LM head (in = 256)
+    assert all(model.get_submodule(n).activations == "bf16" for n in report.linear)
+    fake = copy.deepcopy(original)
+    for name in report.linear:
+        parent, _, child = name.rpartition(".")
+        setattr(fake.get_submodule(parent) if parent else fake, child,
+                _WeightOnlyFakeLinear(model.get_submodule(name)))
+    w4a4 = copy.deepcopy(original)
+    quantize_(w4a4, skip=())
+    ids = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out, ref = model(ids).logits, fake(ids).logits
+        assert _rel(out, ref) < 0.01  # bf16 rounding of the activations, carried through 2 layers
+        assert _rel(w4a4(ids).logits, ref) > 4 * _rel(out, ref)
+    narrow = quantize_(_model("llama"), activations="bf16")  # hidden 128: only down_proj (in 256) tiles
+    assert sorted(narrow.linear) == [f"model.layers.{i}.mlp.down_proj" for i in range(2)]
+    assert "in % 256" in narrow.kept["model.layers.0.self_attn.q_proj"]
+    with pytest.raises(InputError, match="activations must be"):
+        quantize_(_model("llama"), activations="int4")
+
+
 def test_quantized_model_compiles_fullgraph():
     """The whole converted Mixtral (NVFP4Linear + MoEExperts) traces in one graph with torch.compile(fullgraph=True):
     the custom ops' fake kernels give shapes, nothing graph-breaks, and the compiled model computes what eager
