@@ -11,6 +11,9 @@
    shapes, a few layers, random weights), bf16 (experts through `torch._grouped_mm`) against the same model after
    `bwtriton.models.quantize_`: prefill tokens/s (batch 1, 2048 tokens), decode tokens/s (batch 1, one token
    against a 1024-token static KV cache, CUDA graph replay), weight memory, peak memory, output relative error.
+   Two quantized variants: "bwtriton nvfp4" (W4A4: Linear activations quantized to NVFP4 per call) and
+   "bwtriton nvfp4 w4a16" (`quantize_(..., activations="bf16")`: weight-only Linear layers, bf16 activations;
+   the experts are the same NVFP4 `MoEExperts` in both).
 
 Kernel times are CUDA-graph replays (`_timing.graph_ms`); the per-expert loop syncs with the host (torch.where),
 so it is timed eagerly without a capture attempt ("eager"). A capture that fails inside torch leaves the default
@@ -21,6 +24,7 @@ encountered unexpectedly"; `_reset_generator_capture_state` runs one trivial cap
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -249,10 +253,28 @@ def model_rows(cfg: dict, prefill_tokens: int = 2048, context: int = 1024) -> li
     with torch.no_grad():
         ref_pre, ref_dec = model(x_pre), model(x_dec, caches)
         rows.append(_model_row(cfg, "bf16", model, x_pre, x_dec, caches, ref_pre, ref_dec))
+        # the bf16 weights again for the second quantized variant, parked on the host so that the W4A4 row's
+        # peak memory does not count them
+        weight_only = copy.deepcopy(model).cpu()
         report = quantize_(model, experts_fmt="nvfp4")
         rows[-1]["kept_bf16"] = sorted(set(report.kept))[:8]
         rows.append(_model_row(cfg, "bwtriton nvfp4", model, x_pre, x_dec, caches, ref_pre, ref_dec))
+        del model
+        torch.cuda.empty_cache()
+        try:  # a failing variant leaves the two rows above (and says why in the table's errors)
+            weight_only = weight_only.cuda()  # quantized on the GPU (the host quantizer takes minutes)
+            report = quantize_(weight_only, experts_fmt="nvfp4", activations="bf16")
+            rows.append(_model_row(cfg, "bwtriton nvfp4 w4a16", weight_only, x_pre, x_dec, caches, ref_pre,
+                                   ref_dec))
+            rows[-1]["kept_bf16"] = sorted(set(report.kept))[:8]
+        except Exception as exc:  # noqa: BLE001 - recorded in the table instead
+            rows.append({"model": cfg["name"], "variant": "bwtriton nvfp4 w4a16",
+                         "w4a16_error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            torch.cuda.synchronize()
+            _reset_generator_capture_state()
     for r in rows:
+        if "decode_tok_s" not in r:
+            continue
         r["prefill_speedup"] = r["prefill_tok_s"] / rows[0]["prefill_tok_s"]
         r["decode_speedup"] = r["decode_tok_s"] / rows[0]["decode_tok_s"]
         r["weight_ratio"] = r["weights_MB"] / rows[0]["weights_MB"]
