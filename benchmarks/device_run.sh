@@ -2,7 +2,7 @@
 # One GPU session for the kernels: their GPU tests (three pytest processes in parallel, so the first-use compiles
 # use several CPU cores), then the whole benchmark table. Run from the repository root:
 #
-#     bash benchmarks/device_run.sh [OUT_DIR]      # default: $OUT, else ./device_out
+#     bash benchmarks/device_run.sh [OUT_DIR] [--tests-only]      # OUT_DIR default: $OUT, else ./device_out
 #
 # Budget on a fresh H200 (cold Triton cache): tests <= 4 min, benchmarks <= 5.7 min (each under `timeout`, 580 s in all).
 # Writes OUT_DIR/tests_*.log, OUT_DIR/third_party{.log,_gpu.json} (with the thirdparty extra installed),
@@ -17,11 +17,11 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || 
 start=$(date +%s)
 timeout 240 "${PYTEST[@]}" tests/kernels/test_kernels_matmul.py >"$OUT_DIR/tests_matmul.log" 2>&1 &
 timeout 240 "${PYTEST[@]}" tests/kernels/test_kernels_blockscaled.py >"$OUT_DIR/tests_blockscaled.log" 2>&1 &
-timeout 240 "${PYTEST[@]}" tests/kernels/test_torch_ops.py tests/kernels/test_kernels_launcher.py tests/formats/test_formats_cuda.py \
-    tests/examples/test_gpu_examples.py >"$OUT_DIR/tests_other.log" 2>&1 &
+timeout 240 "${PYTEST[@]}" tests/kernels/test_torch_ops.py tests/kernels/test_torch_ops_weight_only.py tests/kernels/test_kernels_launcher.py \
+    tests/formats/test_formats_cuda.py tests/examples/test_gpu_examples.py >"$OUT_DIR/tests_other.log" 2>&1 &
 # every other GPU-marked test of the suite (CLC fallback, pair-ctas, formats, tutorials ...)
 timeout 240 "${PYTEST[@]}" tests --ignore=tests/kernels/test_kernels_matmul.py --ignore=tests/kernels/test_kernels_blockscaled.py \
-    --ignore=tests/kernels/test_torch_ops.py --ignore=tests/kernels/test_kernels_launcher.py --ignore=tests/formats/test_formats_cuda.py \
+    --ignore=tests/kernels/test_torch_ops.py --ignore=tests/kernels/test_torch_ops_weight_only.py --ignore=tests/kernels/test_kernels_launcher.py --ignore=tests/formats/test_formats_cuda.py \
     --ignore=tests/examples/test_gpu_examples.py >"$OUT_DIR/tests_rest.log" 2>&1 &
 # the third-party H200 column (plain Triton vs bwtriton.enable(), tools/third_party.py) beside the tests, where the
 # `thirdparty` libraries are importable; only gpu.json comes back (the kernels' PTX stay in /tmp)
@@ -35,6 +35,7 @@ for log in "$OUT_DIR"/tests_*.log; do
     grep -E "^(FAILED|ERROR)" "$log" | head -n 20
 done
 echo "tests took $(( $(date +%s) - start )) s"
+[ "${2:-}" = "--tests-only" ] && exit 0
 
 timeout 340 python benchmarks/run_all.py --out "$OUT_DIR/bench" >"$OUT_DIR/bench.log" 2>&1
 echo "benchmarks exit $? after $(( $(date +%s) - start )) s in total (progress: $OUT_DIR/bench.log)"
