@@ -13,8 +13,9 @@ commit of the loop arrived on in iteration n - 1 (a wait lagging further behind 
 
 `iterations.LoopSimulation` gives the loop wait's (barrier, parity) in iteration n and the registers' values at
 the end of iteration n - 1, from which the wait after the loop computes its own (through its def chain outside
-the loop: `xor`, `add`, ...). An error needs, for every trip count simulated (1 .. 24), the same barrier and the
-opposite parity; any unknown value decides nothing.
+the loop: `xor`, `add`, ...). An error needs, for every trip count simulated (1 .. 24, or the one the latch's branch
+gives when it simulates to constants), the same barrier and the opposite parity; any unknown value decides
+nothing.
 """
 from __future__ import annotations
 
@@ -60,6 +61,21 @@ def _outside_before(ctx: Ctx, defs: list, body: frozenset) -> bool:
     return all(d.block < first for d in defs if d.block not in body)
 
 
+def _trip_counts(sim: LoopSimulation, latch_end: Instruction) -> range:
+    """The trip counts to check: the one the latch's branch gives when it simulates to constants (a loop over
+    a compile-time K), else every count from 1 to 24."""
+    g = latch_end.guard
+    if latch_end.opcode != "bra" or g is None:
+        return range(1, _TRIPS + 1)
+    for k in range(_TRIPS):
+        v = sim.operand(latch_end, Operand("reg", g.reg, name=g.reg), k)
+        if v is None or v[0]:
+            return range(1, _TRIPS + 1)
+        if bool(v[1]) == g.negated:   # the back edge is not taken: the loop ran k + 1 times
+            return range(k + 1, k + 2)
+    return range(1, _TRIPS + 1)
+
+
 def _loop_exits_to(ctx: Ctx, body: frozenset, latch: int, wait: Instruction) -> bool:
     """`wait` lies after the loop: outside its body and reachable from the latch's exit edge."""
     if wait.block in body:
@@ -96,8 +112,9 @@ def check_exit_wait_parity(ctx: Ctx) -> None:
             continue
         sim = LoopSimulation(ctx, body, header, latch, every)
         latch_end = ctx.func.blocks[latch].instructions[-1]
+        trips = _trip_counts(sim, latch_end)
         loop_seq = {w.index: [(sim.operand(w, barrier_operand(w), n), sim.operand(w, w.operands[2], n))
-                              for n in range(1, _TRIPS + 1)] for w in inner}
+                              for n in trips] for w in inner}
         # the barriers the loop's commits arrive on, per iteration (iteration n - 1 for trip count n); a commit
         # under a condition (Triton skips the MMA block of a masked k-tile) is evaluated as if its block ran
         commit_seq = []
@@ -105,10 +122,10 @@ def check_exit_wait_parity(ctx: Ctx) -> None:
             if c.opcode != "tcgen05.commit" or c.block not in body or not c.operands or c.operands[0].kind != "addr":
                 continue
             csim = sim if c.block in every else LoopSimulation(ctx, body, header, latch, every | {c.block})
-            commit_seq.append([csim.operand(c, c.operands[0], n - 1) for n in range(1, _TRIPS + 1)])
+            commit_seq.append([csim.operand(c, c.operands[0], n - 1) for n in trips])
         for w in after:
             seq = [(_exit_value(ctx, sim, body, latch_end, barrier_operand(w), n),
-                    _exit_value(ctx, sim, body, latch_end, w.operands[2], n)) for n in range(1, _TRIPS + 1)]
+                    _exit_value(ctx, sim, body, latch_end, w.operands[2], n)) for n in trips]
             if any(b is None or p is None or p[0] for b, p in seq):
                 continue
             for lw in inner:
