@@ -84,6 +84,45 @@ def _stage_leaves(key, tr) -> list:
     return out
 
 
+def ld_meets_columns_for_every_thread(ctx: Ctx, ins: Instruction, alloc: str, col0: int, cols: int) -> bool:
+    """Whether every thread's tcgen05.ld/st window of `ins` (address computed from the thread index, e.g. the
+    8-warp epilogue's `base + ((w % 4) * 32 << 16) + (w / 4) * 64`) meets columns [col0, col0 + cols) of TMEM
+    allocation `alloc`: z3 finds no thread of the CTA whose column window misses them."""
+    if z3 is None or ctx.facts_oracle.translator is None:
+        return False
+    shape, num = ld_shape_num(ins)
+    addr = next((o for o in ins.operands if o.kind == "addr"), None)
+    if shape is None or addr is None or addr.base is None or addr.base.kind != "reg":
+        return False
+    key = _LaneNumbering(ctx).key(addr.base, 32)
+    if key is None or not _uses_thread(key) or not _modelled(key) or _stage_leaves(key, ctx.facts_oracle.translator):
+        return False
+    bases = [k for k in _tmem_bases(key)]
+    if bases != [("tmem.base", alloc)]:
+        return False
+    tr = ctx.facts_oracle.translator
+    width = LD_SHAPE_COLS[shape][1] * (num or 1)
+    ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
+    b = tr.term(bases[0], 32)
+    col = (tr.term(key, 32) + (addr.offset or 0) - b) & 0xFFFF
+    misses = z3.Or(z3.ULE(col + width, col0), z3.UGE(col, col0 + cols))
+    return ctx.facts_oracle.unsat([z3.ULT(tr.tid(), ntid), z3.LShR(b, 16) == 0, z3.ULT(b & 0xFFFF, 512),
+                                   z3.ULT(col, 512), misses])
+
+
+def _tmem_bases(key) -> list:
+    if not isinstance(key, tuple):
+        return []
+    if key[:1] == ("tmem.base",):
+        return [key]
+    out = []
+    for k in key:
+        for x in _tmem_bases(k):
+            if x not in out:
+                out.append(x)
+    return out
+
+
 def check_lane_quarter_by_warp(ctx: Ctx) -> None:
     """P8: a tcgen05.ld/st lane computed from the thread index stays in the issuing warp's lane quarter."""
     if z3 is None or ctx.facts_oracle.translator is None:
