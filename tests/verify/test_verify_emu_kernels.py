@@ -6,7 +6,8 @@ correct kernels have no error, and the planted faults the rules of this round de
 * the TMA attention kernel: the prefetched K stage's wait and the Q @ K^T MMAs are skipped by two comparisons of
   one loop counter (mma-data-unwaited must not fire on the infeasible "wait skipped, MMAs issued" path);
 * a flipped accumulator parity after a single-partition pipelined loop (mbarrier-parity-stale);
-* the 8-warp epilogue's unwaited tcgen05.ld (acc-read-unsynced, decided through the warp-index window).
+* the 8-warp epilogue's unwaited tcgen05.ld (acc-read-unsynced, decided through the warp-index window);
+* a cp.async refill one iteration after the MMA it overwrites, with the MMA-barrier wait dropped (stage-reuse).
 """
 from __future__ import annotations
 
@@ -52,6 +53,12 @@ def test_flipped_accumulator_parity_is_stale(which):
 
 def test_eight_warp_epilogue_without_wait():
     assert "acc-read-unsynced" in _errors(wm.FAULTS["drop_acc_wait"](_ptx("matmul_8warps")))
+
+
+def test_cp_async_refill_without_mma_wait():
+    """The 8-warp cp.async pipeline with the MMA-barrier wait before the refill dropped: the refill writes, one
+    iteration later, the stage the previous MMAs read."""
+    assert "stage-reuse" in _errors(wm.FAULTS["drop_last_mma_wait"](_ptx("matmul_8warps")))
 
 
 def test_attention_faults_still_errors():
