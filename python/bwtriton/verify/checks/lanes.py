@@ -176,6 +176,18 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
             answers[(what, value_facts)] = ctx.facts_oracle.solve(facts, constraints(ins))
         return answers[(what, value_facts)]
 
+    leave_memo: dict = {}
+
+    def all_leave(ins: Instruction, facts, tid) -> bool:
+        """No thread (or: not thread `tid`) the value facts allow stays in its quarter; one z3 query per lane
+        expression, value facts and thread (unsat_with reads only the value facts)."""
+        value_facts = frozenset(f for f in facts if isinstance(f[0], tuple) and f[0][:1] in (("eq",), ("ge",)))
+        key = (todo[ins.index], value_facts, tid)
+        if key not in leave_memo:
+            extra = constraints(ins, inside=True) + ([] if tid is None else [tr.tid() == tid])
+            leave_memo[key] = ctx.facts_oracle.unsat_with(facts, extra)
+        return leave_memo[key]
+
     def step(payload, ins, emit):
         if emit and ins.index in todo:
             facts = ctx.current_facts
@@ -183,11 +195,9 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
             if model is not None:
                 tid = model.get(str(tr.tid()))
                 undecided = IMPRECISE in facts or any(f[0][0] == "reg" for f in facts)
-                if undecided and IMPRECISE not in facts and ctx.facts_oracle.unsat_with(
-                        facts, constraints(ins, inside=True)):
+                if undecided and IMPRECISE not in facts and all_leave(ins, facts, None):
                     undecided = False   # every thread the value facts allow leaves its quarter: whichever runs
-                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not ctx.facts_oracle.unsat_with(
-                        facts, constraints(ins, inside=True) + [tr.tid() == tid])):
+                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not all_leave(ins, facts, tid)):
                     return payload   # only some values of the loop-carried index leave the quarter: no claim
                 who = f" (e.g. thread {tid}, warp {tid // 32})" if tid is not None else ""
                 ctx.add("lane-quarter", "P8", "warning" if undecided else "error", ins,
