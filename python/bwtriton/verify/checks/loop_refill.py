@@ -56,6 +56,12 @@ def _desc_start(ctx: Ctx, op: Operand, depth: int = 0) -> Optional[tuple[Operand
     return None
 
 
+def _does_work(ctx: Ctx, body: frozenset) -> bool:
+    """A loop issuing MMAs, commits or copies (not a wait's spin loop, even one whose try_wait was edited out)."""
+    return any(i.opcode in ("tcgen05.mma", "tcgen05.commit") or writes_shared(i)
+               for b in body for i in ctx.func.blocks[b].instructions)
+
+
 def _loop_of(loops: list, ins: Instruction, other: Instruction):
     """The innermost non-spin loop containing both instructions."""
     best = None
@@ -74,13 +80,15 @@ class _Pairs:
         self.memo: dict = {}
         self.ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
 
-    def overlaps(self, m: Instruction, w: Instruction, d: int) -> bool:
-        key = (m.index, w.index, d)
+    def overlaps(self, m: Instruction, w: Instruction, d: int, write_later: bool = True) -> bool:
+        """`write_later`: the write runs d iterations after the MMA (a refill), else d iterations before it (a
+        fill the MMA reads)."""
+        key = (m.index, w.index, d, write_later)
         if key not in self.memo:
-            self.memo[key] = self._decide(m, w, d)
+            self.memo[key] = self._decide(m, w, d, write_later)
         return self.memo[key]
 
-    def _decide(self, m: Instruction, w: Instruction, d: int) -> bool:
+    def _decide(self, m: Instruction, w: Instruction, d: int, write_later: bool = True) -> bool:
         lp = _loop_of(self.loops, m, w)
         if lp is None:
             return False
@@ -89,11 +97,11 @@ class _Pairs:
         sim = LoopSimulation(self.ctx, body, header, latch, every)
         starts = [s for s in (_desc_start(self.ctx, o) for o in m.operands[1:3] if o.kind == "reg") if s is not None]
         for k in range(_K):
-            dst = sim.operand(w, w.operands[0], k + d)
+            dst = sim.operand(w, w.operands[0], k + d if write_later else k)
             if dst is None:
                 return False
             for reg, bfe, off in starts:
-                a = sim.operand(bfe, reg, k)
+                a = sim.operand(bfe, reg, k if write_later else k + d)
                 if a is None:
                     return False
                 if self._meets(_add(dst, _add(a, _const(off)), -1)):
@@ -133,7 +141,9 @@ def check_loop_refill(ctx: Ctx) -> None:
     pairs = _Pairs(ctx)
     if not pairs.loops:
         return
-    bodies = [b for _, b in pairs.loops]
+    # loops that contain a working loop are outer loops (a spin loop, even one whose try_wait was edited out,
+    # does not make its loop an outer one)
+    bodies = [b for _, b in pairs.loops if _does_work(ctx, b)]
     inner_back = {(u, h) for (u, h), b in pairs.loops if not any(o < b for o in bodies)}
     outer_back = {(u, h) for (u, h), _ in pairs.loops} - inner_back
     same: dict = {}
