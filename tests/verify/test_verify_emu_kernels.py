@@ -7,7 +7,8 @@ correct kernels have no error, and the planted faults the rules of this round de
   one loop counter (mma-data-unwaited must not fire on the infeasible "wait skipped, MMAs issued" path);
 * a flipped accumulator parity after a single-partition pipelined loop (mbarrier-parity-stale);
 * the 8-warp epilogue's unwaited tcgen05.ld (acc-read-unsynced, decided through the warp-index window);
-* a cp.async refill one iteration after the MMA it overwrites, with the MMA-barrier wait dropped (stage-reuse).
+* a cp.async refill one iteration after the MMA it overwrites, with the MMA-barrier wait dropped (stage-reuse);
+* an MMA reading a stage whose TMA of an earlier iteration nothing waited for (async-copy-unwaited).
 """
 from __future__ import annotations
 
@@ -59,6 +60,12 @@ def test_cp_async_refill_without_mma_wait():
     """The 8-warp cp.async pipeline with the MMA-barrier wait before the refill dropped: the refill writes, one
     iteration later, the stage the previous MMAs read."""
     assert "stage-reuse" in _errors(wm.FAULTS["drop_last_mma_wait"](_ptx("matmul_8warps")))
+
+
+def test_tma_pipeline_without_ready_wait():
+    """The TMA pipeline with the ready wait before the last MMA group dropped: the MMA reads the stage the TMA of
+    two iterations earlier fills."""
+    assert "async-copy-unwaited" in _errors(wm.FAULTS["drop_last_mma_wait"](_ptx("tma_pipelined")))
 
 
 def test_attention_faults_still_errors():
