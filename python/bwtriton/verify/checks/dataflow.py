@@ -17,9 +17,46 @@ def _fact(ctx: Ctx, reg: str, value: bool) -> tuple[tuple, bool]:
     the register (("reg", name): killed when the register is redefined)."""
     canon = ctx.numbering.predicate(reg)
     if canon is None:
-        return (("reg", reg), value)
+        twin = _twin_setp(ctx, reg)
+        return (("reg", reg), value) if twin is None else (("reg", twin[0]), value != twin[1])
     key, flip = canon
     return (key, value != flip)
+
+
+_COMPLEMENT = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
+
+
+def _twin_setp(ctx: Ctx, reg: str) -> Optional[tuple[str, bool]]:
+    """(earlier predicate, flip) when `reg` is set by a setp comparing the same registers as an earlier setp of
+    its block, with nothing redefining them in between: Triton's `setp.lt %p43, %i, %n; setp.ge %p44, %i, %n`
+    on a loop counter (no invariant key) are then one fact, so "wait skipped under !%p43, MMAs issued under
+    !%p44" is seen as infeasible. Integer comparisons only (a float NaN makes `lt` and `ge` both false)."""
+    memo = ctx.edge_facts
+    mkey = ("twin-setp", reg)
+    if mkey in memo:
+        return memo[mkey]
+    memo[mkey] = None
+    defs = ctx.func.definitions(reg)
+    if len(defs) != 1 or defs[0].opcode != "setp" or defs[0].guard is not None or len(defs[0].operands) != 3:
+        return None
+    d = defs[0]
+    rel = next((m for m in d.modifiers if m in _COMPLEMENT), None)
+    if rel is None or len(d.modifiers) != 1 or not d.types or d.types[0][:1] not in ("s", "u", "b"):
+        return None
+    srcs = [o.text for o in d.operands[1:]]
+    block = ctx.func.blocks[d.block].instructions
+    at = block.index(d)
+    for prev in reversed(block[:at]):
+        if prev.opcode == "setp" and prev.guard is None and len(prev.defs) == 1 and prev.types == d.types \
+                and len(prev.modifiers) == 1 and [o.text for o in prev.operands[1:]] == srcs \
+                and len(ctx.func.definitions(prev.defs[0])) == 1 and prev.defs[0] not in srcs:
+            prel = prev.modifiers[0]
+            if prel == rel or prel == _COMPLEMENT[rel]:
+                memo[mkey] = (prev.defs[0], prel != rel)
+                return memo[mkey]
+        if any(o.kind == "reg" and o.name in prev.defs for o in d.operands[1:]):
+            return None   # an operand redefined between the two comparisons
+    return None
 
 
 def _branch_facts(ctx: Ctx, u: int, v: int) -> Optional[tuple[tuple[tuple, bool], ...]]:

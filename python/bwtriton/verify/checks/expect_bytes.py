@@ -4,9 +4,16 @@
 raised by `expect_tx`, has been brought back to zero by the TMAs' `complete_tx` (PTX ISA
 #parallel-synchronization-and-communication-instructions-mbarrier-tracking-async-operations). If the count
 expected is smaller than the bytes the waiting MMAs read, the phase can complete while a TMA is still writing
-part of the tile. Every dense `tcgen05.mma` reads 32 bytes per row of A and per column of B (K = 256 bits of
-elements: 16 f16, 8 tf32, 32 8-bit, 64 4-bit; #tcgen05-kind-shapes), so an MMA group reads
-Σ (M + N) · 32 bytes over its distinct operand tiles; for `.cta_group::2` M and N are the pair's, and the leader's
+part of the tile. A dense `tcgen05.mma` reads K elements per row of A and per column of B (K from the kind,
+#tcgen05-kind-shapes: 16 f16, 8 tf32, 32 8-bit or f8f6f4, 64 (96) mxf4), and the TMA that fills an operand
+moves K · bits / 8 bytes of that row from global memory: 32 for every byte-or-wider type and for mxf4's packed
+e2m1. The 4- and 6-bit types of `f8f6f4`/`mxf8f6f4` sit in shared memory in the padded layout (16 elements
+followed by 8 / 4 bytes of padding, #tcgen05-packing-formats-mat-a-b), which the tensor copy produces from the
+packed global data (PTX ISA #tensor-dimension-size-format-sub-bytes-padding-align, `.b4x16_p64`,
+`.b6x16_p32`); the bytes counted are the packed ones, 16 / 24 per row, the fewest the copy can complete (so
+the padded footprint never raises what is required; upstream Triton expects exactly these). An operand whose
+format field is unknown counts the fewest bytes any format of its kind needs. So an MMA group needs
+Σ (M + N) · row bytes over its distinct operand tiles; for `.cta_group::2` M and N are the pair's, and the leader's
 barrier, on which both CTAs' TMAs complete (`mapa` to the even CTA), must expect both halves. Decided where the
 MMAs' operand addresses are exact (the pipeline prologue, straight-line code) and each operand lies in a tile a
 TMA completing on the waited barrier fills; summed over the `expect_tx` of one block, the largest such sum is
@@ -20,11 +27,22 @@ without both bits leaves one CTA waiting forever.
 """
 from __future__ import annotations
 
+from bwtriton.ptx.descriptors import AB_FORMATS, FORMAT_BITS
+
 from .async_copy import _WAITS, barrier_operand, is_tma_load, same_address
 from .context import Ctx, cta_group_of, decode_mma, exact_operand
 from .mma_operands import smem_reads
 
-_ROW_BYTES = 32   # bytes of one row of A / one column of B a dense tcgen05.mma reads (K x element size)
+
+def _row_bytes(dd, fmt):
+    """The fewest bytes a TMA completes for one row of A (column of B) of one dense MMA: K elements of the
+    operand's format, packed (the padded sub-byte layouts of f8f6f4 add padding only in shared memory)."""
+    k = dd.k
+    if k is None:
+        return None
+    bits = [FORMAT_BITS.get(fmt)] if fmt in FORMAT_BITS else \
+        [FORMAT_BITS[f] for f in AB_FORMATS[dd.kind].values() if f in FORMAT_BITS]
+    return k * min(bits) // 8
 
 
 def _group_after(ctx: Ctx, wait) -> list:
@@ -72,9 +90,15 @@ def check_expect_bytes(ctx: Ctx) -> None:
             if dd is None or not dd.m or not dd.n or reads is None or m.has("sp"):
                 need = None
                 break
-            rows = [dd.m, dd.n] if m.operands[1].kind != "addr" else [dd.n]
+            rows = [(dd.m, dd.a_type), (dd.n, dd.b_type)]
+            if m.operands[1].kind == "addr":
+                rows = rows[1:]
             ops = [o for o in m.operands[1:3] if o.kind != "addr"]
-            for (v, _, _), r, op in zip(reads, rows, ops):
+            for (v, _, _), (r, fmt), op in zip(reads, rows, ops):
+                per_row = _row_bytes(dd, fmt)
+                if per_row is None:
+                    need = None
+                    break
                 if v.lo != v.hi:
                     need = None
                     break
@@ -90,7 +114,7 @@ def check_expect_bytes(ctx: Ctx) -> None:
                 key = ctx.numbering.key(op, 64) or ("reg", op.text)
                 if key not in tiles:
                     tiles.add(key)
-                    need += r * _ROW_BYTES
+                    need += r * per_row
             if need is None:
                 break
         if not need:

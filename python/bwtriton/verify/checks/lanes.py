@@ -84,6 +84,45 @@ def _stage_leaves(key, tr) -> list:
     return out
 
 
+def ld_meets_columns_for_every_thread(ctx: Ctx, ins: Instruction, alloc: str, col0: int, cols: int) -> bool:
+    """Whether every thread's tcgen05.ld/st window of `ins` (address computed from the thread index, e.g. the
+    8-warp epilogue's `base + ((w % 4) * 32 << 16) + (w / 4) * 64`) meets columns [col0, col0 + cols) of TMEM
+    allocation `alloc`: z3 finds no thread of the CTA whose column window misses them."""
+    if z3 is None or ctx.facts_oracle.translator is None:
+        return False
+    shape, num = ld_shape_num(ins)
+    addr = next((o for o in ins.operands if o.kind == "addr"), None)
+    if shape is None or addr is None or addr.base is None or addr.base.kind != "reg":
+        return False
+    key = _LaneNumbering(ctx).key(addr.base, 32)
+    if key is None or not _uses_thread(key) or not _modelled(key) or _stage_leaves(key, ctx.facts_oracle.translator):
+        return False
+    bases = [k for k in _tmem_bases(key)]
+    if bases != [("tmem.base", alloc)]:
+        return False
+    tr = ctx.facts_oracle.translator
+    width = LD_SHAPE_COLS[shape][1] * (num or 1)
+    ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
+    b = tr.term(bases[0], 32)
+    col = (tr.term(key, 32) + (addr.offset or 0) - b) & 0xFFFF
+    misses = z3.Or(z3.ULE(col + width, col0), z3.UGE(col, col0 + cols))
+    return ctx.facts_oracle.unsat([z3.ULT(tr.tid(), ntid), z3.LShR(b, 16) == 0, z3.ULT(b & 0xFFFF, 512),
+                                   z3.ULT(col, 512), misses])
+
+
+def _tmem_bases(key) -> list:
+    if not isinstance(key, tuple):
+        return []
+    if key[:1] == ("tmem.base",):
+        return [key]
+    out = []
+    for k in key:
+        for x in _tmem_bases(k):
+            if x not in out:
+                out.append(x)
+    return out
+
+
 def check_lane_quarter_by_warp(ctx: Ctx) -> None:
     """P8: a tcgen05.ld/st lane computed from the thread index stays in the issuing warp's lane quarter."""
     if z3 is None or ctx.facts_oracle.translator is None:
@@ -137,6 +176,18 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
             answers[(what, value_facts)] = ctx.facts_oracle.solve(facts, constraints(ins))
         return answers[(what, value_facts)]
 
+    leave_memo: dict = {}
+
+    def all_leave(ins: Instruction, facts, tid) -> bool:
+        """No thread (or: not thread `tid`) the value facts allow stays in its quarter; one z3 query per lane
+        expression, value facts and thread (unsat_with reads only the value facts)."""
+        value_facts = frozenset(f for f in facts if isinstance(f[0], tuple) and f[0][:1] in (("eq",), ("ge",)))
+        key = (todo[ins.index], value_facts, tid)
+        if key not in leave_memo:
+            extra = constraints(ins, inside=True) + ([] if tid is None else [tr.tid() == tid])
+            leave_memo[key] = ctx.facts_oracle.unsat_with(facts, extra)
+        return leave_memo[key]
+
     def step(payload, ins, emit):
         if emit and ins.index in todo:
             facts = ctx.current_facts
@@ -144,11 +195,9 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
             if model is not None:
                 tid = model.get(str(tr.tid()))
                 undecided = IMPRECISE in facts or any(f[0][0] == "reg" for f in facts)
-                if undecided and IMPRECISE not in facts and ctx.facts_oracle.unsat_with(
-                        facts, constraints(ins, inside=True)):
+                if undecided and IMPRECISE not in facts and all_leave(ins, facts, None):
                     undecided = False   # every thread the value facts allow leaves its quarter: whichever runs
-                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not ctx.facts_oracle.unsat_with(
-                        facts, constraints(ins, inside=True) + [tr.tid() == tid])):
+                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not all_leave(ins, facts, tid)):
                     return payload   # only some values of the loop-carried index leave the quarter: no claim
                 who = f" (e.g. thread {tid}, warp {tid // 32})" if tid is not None else ""
                 ctx.add("lane-quarter", "P8", "warning" if undecided else "error", ins,

@@ -13,6 +13,7 @@ from bwtriton.ptx.values import AbsVal
 from .async_copy import barrier_operand, same_address
 from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
 from .first_pass import passes_at_once
+from .lanes import ld_meets_columns_for_every_thread
 from .mma_operands import smem_reads as _smem_reads
 from .dataflow import may_have_run, run_dataflow, union_states
 
@@ -221,6 +222,9 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                     overlap = dc is None or (ref[2] < mref[2] + dc and mref[2] < ref[2] + ld_cols)
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
+                elif ref is None and mref is not None and d_cols.get(mi) and \
+                        ld_meets_columns_for_every_thread(ctx, ins, mref[0], mref[2], d_cols[mi]):
+                    overlap = True   # a window computed from the warp index: every warp's meets the D tile
                 what = {"C": "committed but not waited for", "U": "not committed",
                         "P": "committed, but the wait on its mbarrier uses parity 1 as this thread's first wait on "
                              "it, which returns at once,",

@@ -1,0 +1,186 @@
+"""P16 across iterations: a refill in iteration k + d of the stage an MMA of iteration k read, with no wait on the
+barrier of that MMA's commit on the way (single-partition pipelines, cp.async / st.shared / TMA refills).
+
+The exact-address rule (`async_copy`) decides refills whose addresses are constants. In a pipelined loop both the
+MMA's operand descriptor and the refill's destination are computed from loop-carried stage counters, so they
+meet only in particular pairs of iterations. Here a dataflow carries each MMA not known complete with the
+number d of back edges of its loop crossed since it was issued (d <= 2), dropped by any wait that may be on the
+barrier its commit arrives on. At a refill (any asynchronous copy into shared memory) the pair is decided by
+`iterations.LoopSimulation`: the MMA's first smem address (its descriptor's start field: `bfe.u32 addr, 4, 14`,
+plus the k-slice offsets `add.s64`) in iteration k, the refill's destination in iteration k + d. Their difference
+is an affine form; when it is a constant, the refill's 16 bytes must contain the MMA's start; when it holds
+thread-dependent registers (the cp.async thread offset), z3 must find a thread of the CTA whose write does.
+That in one simulated iteration k is an error: the copy overwrites bytes the MMA may still be reading (PTX ISA
+#tcgen05-memory-consistency-model: the MMA's smem reads complete with its commit's mbarrier arrive).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from bwtriton.ptx.ir import Instruction, Operand
+from bwtriton.ptx.smt import z3
+
+from .async_copy import _WAITS, barrier_operand, same_address
+from .completion import writes_shared
+from .context import Ctx
+from .dataflow import may_have_run, run_dataflow, union_states
+from .iterations import Affine, LoopSimulation, _add, _const
+from .lanes import _LaneNumbering, _modelled, _uses_thread
+from .mbarrier_phase import natural_loops, spin_loop
+from .phase_iterations import _on_every_iteration
+
+_MAX_D = 2
+_K = 8
+
+
+def _desc_start(ctx: Ctx, op: Operand, depth: int = 0) -> Optional[tuple[Operand, Instruction, int]]:
+    """(address register, its bfe, byte offset) of a 64-bit smem descriptor built as Triton does:
+    `bfe.u32 s, addr, 4, 14; cvt.u64.u32; or.b64 (high fields); add.s64 (k-slice: start + n)`."""
+    if op.kind != "reg" or depth > 8:
+        return None
+    defs = ctx.func.definitions(op.name)
+    if len(defs) != 1 or defs[0].guard is not None:
+        return None
+    d = defs[0]
+    srcs = d.operands[1:]
+    if d.opcode == "cvt" and len(srcs) == 1:
+        return _desc_start(ctx, srcs[0], depth + 1)
+    if d.opcode in ("or", "add") and len(srcs) == 2 and srcs[1].kind == "imm" and isinstance(srcs[1].value, int):
+        low = srcs[1].value & 0x3FFF
+        if d.opcode == "or" and low:
+            return None
+        inner = _desc_start(ctx, srcs[0], depth + 1)
+        return None if inner is None else (inner[0], inner[1], inner[2] + 16 * low)
+    if d.opcode == "bfe" and len(srcs) == 3 and [o.value for o in srcs[1:]] == [4, 14] and srcs[0].kind == "reg":
+        return srcs[0], d, 0
+    return None
+
+
+def _does_work(ctx: Ctx, body: frozenset) -> bool:
+    """A loop issuing MMAs, commits or copies (not a wait's spin loop, even one whose try_wait was edited out)."""
+    return any(i.opcode in ("tcgen05.mma", "tcgen05.commit") or writes_shared(i)
+               for b in body for i in ctx.func.blocks[b].instructions)
+
+
+def _loop_of(loops: list, ins: Instruction, other: Instruction):
+    """The innermost non-spin loop containing both instructions."""
+    best = None
+    for (latch, header), body in loops:
+        if ins.block in body and other.block in body and (best is None or len(body) < len(best[1])):
+            best = ((latch, header), body)
+    return best
+
+
+class _Pairs:
+    """Whether refill `w`, d iterations after MMA `m`, writes the MMA's first operand bytes (cached)."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.loops = [lp for lp in natural_loops(ctx.func) if not spin_loop(ctx.func, lp[0][0], lp[1])]
+        self.memo: dict = {}
+        self.ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
+
+    def overlaps(self, m: Instruction, w: Instruction, d: int, write_later: bool = True) -> bool:
+        """`write_later`: the write runs d iterations after the MMA (a refill), else d iterations before it (a
+        fill the MMA reads)."""
+        key = (m.index, w.index, d, write_later)
+        if key not in self.memo:
+            self.memo[key] = self._decide(m, w, d, write_later)
+        return self.memo[key]
+
+    def _decide(self, m: Instruction, w: Instruction, d: int, write_later: bool = True) -> bool:
+        lp = _loop_of(self.loops, m, w)
+        if lp is None:
+            return False
+        (latch, header), body = lp
+        every = _on_every_iteration(self.ctx.func, body, header, latch, self.loops) | {m.block, w.block}
+        sim = LoopSimulation(self.ctx, body, header, latch, every)
+        starts = [s for s in (_desc_start(self.ctx, o) for o in m.operands[1:3] if o.kind == "reg") if s is not None]
+        for k in range(_K):
+            dst = sim.operand(w, w.operands[0], k + d if write_later else k)
+            if dst is None:
+                return False
+            for reg, bfe, off in starts:
+                a = sim.operand(bfe, reg, k if write_later else k + d)
+                if a is None:
+                    return False
+                if self._meets(_add(dst, _add(a, _const(off)), -1)):
+                    return True
+        return False
+
+    def _meets(self, diff: Affine) -> bool:
+        """Some thread's 16-byte write at start + diff covers the start: -diff in [0, 16)."""
+        key = ("meets", diff)
+        if key not in self.memo:
+            self.memo[key] = self._meets_uncached(diff)
+        return self.memo[key]
+
+    def _meets_uncached(self, diff: Affine) -> bool:
+        terms, c = diff
+        if not terms:
+            return -16 < c <= 0
+        if z3 is None or self.ctx.facts_oracle.translator is None:
+            return False
+        num, tr = _LaneNumbering(self.ctx), self.ctx.facts_oracle.translator
+        total = z3.BitVecVal(c & 0xFFFFFFFF, 32)
+        for reg, coef in terms:
+            k = num.key(Operand("reg", reg, name=reg), 32)
+            if k is None or not _uses_thread(k) or not _modelled(k):
+                return False   # a loop invariant other than the thread's offset: not decided
+            total = total + tr.term(k, 32) * z3.BitVecVal(coef & 0xFFFFFFFF, 32)
+        return self.ctx.facts_oracle.solve([], [z3.ULT(tr.tid(), self.ntid), z3.ULT(-total, 16)]) is not None
+
+
+def check_loop_refill(ctx: Ctx) -> None:
+    """P16: no refill, in a later iteration, of the stage an MMA whose commit was not waited on still reads."""
+    ins_at = ctx.func.instructions
+    mmas = [i for i in ins_at if i.opcode == "tcgen05.mma"]
+    refills = [i for i in ins_at if writes_shared(i)]
+    if not mmas or not refills:
+        return
+    pairs = _Pairs(ctx)
+    if not pairs.loops:
+        return
+    # loops that contain a working loop are outer loops (a spin loop, even one whose try_wait was edited out,
+    # does not make its loop an outer one)
+    bodies = [b for _, b in pairs.loops if _does_work(ctx, b)]
+    inner_back = {(u, h) for (u, h), b in pairs.loops if not any(o < b for o in bodies)}
+    outer_back = {(u, h) for (u, h), _ in pairs.loops} - inner_back
+    same: dict = {}
+
+    def covers(wait: Instruction, commit: int) -> bool:
+        if (wait.index, commit) not in same:
+            same[(wait.index, commit)] = same_address(ctx, barrier_operand(wait), barrier_operand(ins_at[commit])) \
+                is not False
+        return same[(wait.index, commit)]
+
+    def step(st, ins, emit):
+        if ins.opcode == "tcgen05.mma":
+            return st | {(ins.index, -1, 0)}
+        if ins.opcode == "tcgen05.commit":
+            return frozenset((m, ins.index, d) if c == -1 else (m, c, d) for m, c, d in st)
+        if ins.opcode in _WAITS:
+            return frozenset(x for x in st if not (x[1] >= 0 and covers(ins, x[1])))
+        if emit and writes_shared(ins):
+            for m, c, d in sorted(st):
+                if d >= 1 and may_have_run(ctx, ins_at[m]) and pairs.overlaps(ins_at[m], ins, d):
+                    mma = ins_at[m]
+                    ctx.add("stage-reuse", "P16", "error", ins,
+                            f"this {ins.opcode} refills, {d} iteration(s) later, the shared memory the MMA at line "
+                            f"{mma.line} reads, with no wait on the mbarrier its tcgen05.commit arrives on in "
+                            "between: wait on that barrier (with the phase's parity) before refilling the stage",
+                            related=mma.line)
+                    break
+        return st
+
+    def edge(u, v, st):
+        if (u, v) in outer_back:
+            return frozenset()   # a new round of an outer loop: iterations of the inner one are not counted
+        if (u, v) not in inner_back:
+            return st
+        return frozenset((m, c, d + 1) for m, c, d in st if d < _MAX_D)
+
+    run_dataflow(ctx, frozenset(), step, union_states, edge=edge)
+
+
+__all__ = ["check_loop_refill"]

@@ -1,0 +1,73 @@
+"""The verifier on Triton 3.6 output of the emulator's corpus (tests/emu_cases.py, compiled for sm_100a): the
+correct kernels have no error, and the planted faults the rules of this round decide are errors.
+
+* upstream's mxfp8 x mxfp4 pattern (fp4 B in the padded layout, kind::mxf8f6f4): its expect_tx counts B's packed
+  bytes, which is what the padded copy completes (tma-bytes-short must not fire);
+* the TMA attention kernel: the prefetched K stage's wait and the Q @ K^T MMAs are skipped by two comparisons of
+  one loop counter (mma-data-unwaited must not fire on the infeasible "wait skipped, MMAs issued" path);
+* a flipped accumulator parity after a single-partition pipelined loop (mbarrier-parity-stale);
+* the 8-warp epilogue's unwaited tcgen05.ld (acc-read-unsynced, decided through the warp-index window);
+* a cp.async refill one iteration after the MMA it overwrites, with the MMA-barrier wait dropped (stage-reuse);
+* an MMA reading a stage whose TMA of an earlier iteration nothing waited for (async-copy-unwaited).
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import emu_cases as ec  # noqa: E402 - tests/ is on sys.path (conftest)
+from fixtures import ws_mutants as wm  # noqa: E402
+from bwtriton.verify import verify_ptx  # noqa: E402
+
+
+@functools.cache
+def _ptx(which: str) -> str:
+    kernels = {"mixed_padded_fp4": ec.compile_mixed_scaled_tma, "attention": ec.compile_attn_fwd,
+               "tma_pipelined": ec.compile_tma_matmul,
+               "matmul_8warps": lambda: ec.compile_matmul("fp16", "fp16", 128, 128, 64, "ieee", 8, 3)}
+    return kernels[which]().asm["ptx"]
+
+
+def _errors(ptx: str) -> set[str]:
+    return {f.check for f in verify_ptx(ptx).errors}
+
+
+@pytest.mark.parametrize("which", ["mixed_padded_fp4", "attention", "tma_pipelined", "matmul_8warps"])
+def test_correct_kernel_has_no_error(which):
+    assert _errors(_ptx(which)) == set()
+
+
+def test_padded_fp4_expect_counts_packed_bytes():
+    """The kernel's expect_tx is A's 128 x 128 e4m3 + B's 128 x 64 packed bytes + 2 x 512 scale bytes."""
+    assert "expect_tx.shared.b64 _, [%r10], 25600;" in _ptx("mixed_padded_fp4")
+    assert "tma-bytes-short" not in {f.check for f in verify_ptx(_ptx("mixed_padded_fp4")).findings}
+
+
+@pytest.mark.parametrize("which", ["tma_pipelined", "mixed_padded_fp4", "matmul_8warps"])
+def test_flipped_accumulator_parity_is_stale(which):
+    assert "mbarrier-parity-stale" in _errors(wm.FAULTS["flip_acc_parity"](_ptx(which)))
+
+
+def test_eight_warp_epilogue_without_wait():
+    assert "acc-read-unsynced" in _errors(wm.FAULTS["drop_acc_wait"](_ptx("matmul_8warps")))
+
+
+def test_cp_async_refill_without_mma_wait():
+    """The 8-warp cp.async pipeline with the MMA-barrier wait before the refill dropped: the refill writes, one
+    iteration later, the stage the previous MMAs read."""
+    assert "stage-reuse" in _errors(wm.FAULTS["drop_last_mma_wait"](_ptx("matmul_8warps")))
+
+
+def test_tma_pipeline_without_ready_wait():
+    """The TMA pipeline with the ready wait before the last MMA group dropped: the MMA reads the stage the TMA of
+    two iterations earlier fills."""
+    assert "async-copy-unwaited" in _errors(wm.FAULTS["drop_last_mma_wait"](_ptx("tma_pipelined")))
+
+
+def test_attention_faults_still_errors():
+    for fault in ("drop_last_mma_wait", "mma_after_commit", "drop_acc_wait"):
+        assert _errors(wm.FAULTS[fault](_ptx("attention"))), fault
