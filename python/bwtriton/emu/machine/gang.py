@@ -110,11 +110,14 @@ class GangShared:
         self.data2d = np.zeros((b, stride), dtype=np.uint8)
         self.poison2d = np.zeros((b, stride), dtype=smems[0].poison.dtype)
         self.unfenced2d = np.zeros((b, stride), dtype=smems[0].unfenced.dtype)
+        self.writer2d = np.zeros((b, stride), dtype=smems[0].async_writer.dtype)
         for i, s in enumerate(smems):  # fresh CTAs: nothing to copy (zeros are what a new SharedMemory holds)
             s.data, s.poison, s.unfenced = self.data2d[i, :size], self.poison2d[i, :size], self.unfenced2d[i, :size]
+            s.async_writer = self.writer2d[i, :size]
         self.data = self.data2d.reshape(-1)
         self.poison = self.poison2d.reshape(-1)
         self.unfenced = self.unfenced2d.reshape(-1)
+        self.async_writer = self.writer2d.reshape(-1)
         self.stride = stride
         self.lane_base = np.repeat(np.arange(b, dtype=np.int64) * stride, 32 * rows_per_cta)
 
@@ -140,6 +143,16 @@ class GangShared:
     @property
     def any_unfenced(self) -> bool:
         return any(s.any_unfenced for s in self.smems)
+
+    @property
+    def any_async_written(self) -> bool:
+        """Whether some CTA's bytes name an asynchronous writer (a gang's own writes clear the names)."""
+        return any(s.any_async_written for s in self.smems)
+
+    @any_async_written.setter
+    def any_async_written(self, value: bool) -> None:
+        for s in self.smems:
+            s.any_async_written = s.any_async_written or value
 
     def reader_of(self, lo: int, hi: int):
         return None  # gang operations are issued only when no CTA's pending reads overlap them (pending_read)
@@ -181,6 +194,8 @@ class GangShared:
             raise GangFallback("pending asynchronous operations")  # the per-CTA path names the race
         scatter(self.data, flat, data)
         cells_set(self.unfenced, cells, line)  # what SharedMemory.mark_generic_write records
+        if self.any_async_written:
+            cells_set(self.async_writer, cells, 0)
         for s in self.smems:
             s.any_unfenced = True
 

@@ -129,7 +129,10 @@ class SharedMemory:
       (0: none). Such bytes hold garbage until that write's completion is observed;
     * `async_reads`: (lo, hi, op) ranges pending asynchronous reads (MMA operands, TMA store sources) still use;
     * `unfenced[i]`: PTX line of a generic-proxy write (st.shared, stmatrix) not yet followed by
-      fence.proxy.async (0: none) -- the async proxy must not read such bytes.
+      fence.proxy.async (0: none) -- the async proxy must not read such bytes;
+    * `async_writer[i]`: the engine's code (AsyncEngine.writer_code) of the asynchronous write (TMA load, bulk
+      copy, cp.async) that last wrote byte i, pending or completed (0: none, or a generic write came after): a
+      reader must have observed that write's completion (`any_async_written` says whether any byte has one).
     """
 
     def __init__(self, size: int, rank: int) -> None:
@@ -141,6 +144,8 @@ class SharedMemory:
         self.async_reads: list = []
         self.unfenced = np.zeros(size, dtype=np.int32)
         self.any_unfenced = False
+        self.async_writer = np.zeros(size, dtype=np.int64)
+        self.any_async_written = False
 
     def offsets(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
         off = addr.astype(np.int64) - SMEM_BASE
@@ -181,6 +186,8 @@ class SharedMemory:
     def mark_generic_write(self, off: np.ndarray, line: int) -> None:
         self.unfenced[off] = line
         self.any_unfenced = True
+        if self.any_async_written:  # the bytes' newest writer is this generic store
+            self.async_writer[off] = 0
 
     def proxy_fence(self) -> None:
         """fence.proxy.async: prior generic writes become visible to the async proxy."""
