@@ -59,11 +59,12 @@ class AsyncOverwriteError(AsyncRaceError):
     uses: the shared-memory stage was reused before that operation's completion was observed."""
 
 
-class UnobservedWriteReadError(AsyncRaceError):
+class UnobservedWriteReadError(PoisonReadError):
     """A read of shared memory (tcgen05.mma / tcgen05.cp operand, TMA store source, ld.shared, ldmatrix) whose
     newest writer is an asynchronous write (TMA load, bulk copy, cp.async) that the reading thread never observed
     completing (no wait on its mbarrier / wait_group, directly or handed on through an arrive or a barrier): on
-    hardware the bytes may still be in flight, whenever the emulator's schedule happened to complete them."""
+    hardware the bytes may still be in flight, whenever the emulator's schedule happened to complete them. The
+    hazard of a PoisonReadError, found from the reader's clock rather than from a still-pending write."""
 
 
 class TmemRaceError(EmulationError):

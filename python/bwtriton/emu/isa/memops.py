@@ -105,7 +105,7 @@ def _own_shared_read(w, addr: np.ndarray, nbytes: int) -> Optional[np.ndarray]:
         return None
     if smem.n_poison and smem.poison[lo:hi].any():
         return None
-    if smem.any_async_written and smem.async_writer[lo:hi].any():
+    if smem.any_async_written and smem.async_writer[lo >> 2:(hi + 3) >> 2].any():
         return None
     return gather(smem.data, off, nbytes)
 
@@ -169,7 +169,7 @@ def _span_async_written(smem, a: np.ndarray, nbytes: int) -> bool:
         return False
     lo = max(int(a.min()) - SMEM_BASE, 0)
     hi = min(int(a.max()) - SMEM_BASE + nbytes, smem.size)
-    return lo < hi and bool(smem.async_writer[lo:hi].any())
+    return lo < hi and bool(smem.async_writer[lo >> 2:(hi + 3) >> 2].any())
 
 
 def _line(w) -> int:
@@ -415,13 +415,12 @@ def _cp_wait(n: int) -> Callable:
 
 
 def _observe_group(row, group: list) -> None:
-    """The warp observes its retired cp.async group (groups retire in order: its newest copy covers them)."""
-    for op in reversed(group):
-        if op.key:
-            clock = clock_of(row)
-            if clock.get(op.key, 0) < op.idx:
-                clock[op.key] = op.idx
-            return
+    """The warp observes its retired cp.async group. Groups retire in order, so the newest copy of each source
+    covers the older ones (a group holds its warp's own copies and, where a gang issued them, the gang's)."""
+    clock = clock_of(row)
+    for op in group:
+        if op.key and clock.get(op.key, 0) < op.idx:
+            clock[op.key] = op.idx
 
 
 def _cp_wait_all(w):
