@@ -93,25 +93,27 @@ ROWS = [
 ]
 
 
-def _run(writer: str, observe: str, schedule: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _run(writer: str, observe: str, schedule: str, ctas: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     inp = torch.arange(32, dtype=torch.int32) * 7 + 3
-    out = torch.zeros(32, dtype=torch.int32)
-    emu.run(_KERNEL.replace("{WRITER}", writer).replace("{OBSERVE}", observe), (1,), inp, out, schedule=schedule)
+    out = torch.zeros(32, dtype=torch.int32)  # every CTA stores the same values
+    emu.run(_KERNEL.replace("{WRITER}", writer).replace("{OBSERVE}", observe), (ctas,), inp, out,
+            schedule=schedule)
     return inp, out
 
 
+@pytest.mark.parametrize("ctas", [1, 8], ids=["1cta", "8ctas"])  # 8: CTAs emulated together (a gang)
 @pytest.mark.parametrize("schedule", ["latest", "eager"])
 @pytest.mark.parametrize("pattern,writer,observe,violation", ROWS, ids=[r[0] for r in ROWS])
-def test_read_of_an_unobserved_asynchronous_write(pattern, writer, observe, violation, schedule):
+def test_read_of_an_unobserved_asynchronous_write(pattern, writer, observe, violation, schedule, ctas):
     if not violation:
-        inp, out = _run(writer, observe, schedule)
+        inp, out = _run(writer, observe, schedule, ctas)
         assert torch.equal(out, inp)
         return
     # eager completed the copy at issue: no poison, only the clock tells; latest leaves it pending until warp
     # 0's wait, so warp 1 reads poison or (after that wait) a completion it did not observe
     expected = UnobservedWriteReadError if schedule == "eager" else (UnobservedWriteReadError, PoisonReadError)
     with pytest.raises(expected) as exc:
-        _run(writer, observe, schedule)
+        _run(writer, observe, schedule, ctas)
     assert isinstance(exc.value, AsyncRaceError) and "ld reads shared memory" in str(exc.value)
 
 

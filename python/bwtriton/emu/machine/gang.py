@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import DeadlockError
 from .cells import Chunks, cells_get, cells_of, cells_set, gather, scatter
-from .memory import SMEM_BASE, word_cells
+from .memory import SMEM_BASE, forget_summaries, word_cells
 from .program import DIVERGED, DONE_PC, EXITED, YIELD
 from .scheduler import (QUANTUM, check_budget, cluster_done, exit_lanes, finish_cluster, reselect, run_warp,
                         start_cluster, step_cluster)
@@ -147,17 +147,30 @@ class GangShared:
     def set_async_writer(self, idx, code: int) -> None:
         """SharedMemory.set_async_writer over the stacks: a gang's copy that tiles the same span in each CTA it
         writes is set as one slice of every such CTA's row."""
-        for s in self.smems:
-            s.any_async_written = True
-            s.writer_summary.clear()
         b = len(self.smems)
         if isinstance(idx, Chunks) and idx.first.size % b == 0:
-            # every CTA's lanes (CTA-major) at the same offsets, tiling one span: a slice of every row
             local = idx.first.reshape(b, -1) - (np.arange(b, dtype=np.int64) * self.stride)[:, None]
-            lo, hi = int(local[0].min()), int(local[0].max()) + idx.size
-            if hi - lo == local.shape[1] * idx.size and (local == local[0]).all():
-                self.writer2d[:, lo >> 2:(hi + 3) >> 2] = code
-                return
+            row = local[0]
+            lo, hi = int(row.min()), int(row.max()) + idx.size
+            for s in self.smems:
+                s.any_async_written = True
+                forget_summaries(s, lo, hi)
+            if (local == row).all():  # every CTA's lanes (CTA-major) at the same offsets
+                n, size = row.size, idx.size
+                if hi - lo == n * size:  # tiling one span: a slice of every row
+                    self.writer2d[:, lo >> 2:(hi + 3) >> 2] = code
+                    return
+                step = int(row[1] - row[0]) if n > 1 else 0
+                if n > 1 and step > size and step % 4 == 0 and (lo + n * step) >> 2 <= self.writer2d.shape[1] \
+                        and int(row[0]) == lo and (np.diff(row) == step).all():
+                    # evenly spaced chunks (a column of rows): a strided view of every row
+                    view = self.writer2d[:, lo >> 2:(lo + n * step) >> 2].reshape(b, n, step >> 2)
+                    view[:, :, :size >> 2] = code
+                    return
+        else:
+            for s in self.smems:
+                s.any_async_written = True
+                s.writer_summary.clear()
         cells_set(self.async_writer, word_cells(idx), code)
 
     @property

@@ -121,6 +121,16 @@ class ParamSpace:
         return self.data[offset.astype(np.int64)[:, None] + np.arange(nbytes)]
 
 
+def forget_summaries(smem, lo: int, hi: int) -> None:
+    """Drop the writer summaries of `smem` (SharedMemory.writer_summary, keyed by word spans) over bytes
+    [lo, hi)."""
+    book = smem.writer_summary
+    if book:
+        w_lo, w_hi = lo >> 2, (hi + 3) >> 2
+        for key in [k for k in book if k[0] < w_hi and w_lo < k[1]]:
+            del book[key]
+
+
 def word_cells(idx):
     """The 4-byte words (SharedMemory.async_writer's cells) holding byte cells `idx` (a slice, offsets or
     `Chunks`)."""
@@ -204,12 +214,14 @@ class SharedMemory:
         """Name `code` the newest asynchronous writer of byte cells `idx` (a slice, offsets or `Chunks`); chunks
         that tile their span, as a copy instruction's usually do, are set as one slice (cheaper than per chunk)."""
         self.any_async_written = True
-        self.writer_summary.clear()
         if isinstance(idx, Chunks):
             lo, hi = idx.bounds()
+            forget_summaries(self, lo, hi)
             if hi - lo == idx.first.size * idx.size:
                 self.async_writer[lo >> 2:(hi + 3) >> 2] = code
                 return
+        else:
+            self.writer_summary.clear()
         cells_set(self.async_writer, word_cells(idx), code)
 
     def mark_generic_write(self, off: np.ndarray, line: int) -> None:
