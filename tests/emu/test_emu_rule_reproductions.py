@@ -2,8 +2,10 @@
 real compiler output) must fail with the error of that rule, and the correct pattern (the same kernel unmutated)
 must run to the right result. Hazards on what an asynchronous operation *reads* (a stage refilled, an accumulator
 overwritten) fail under both schedules: the emulator decides them from what the writing warp observed, not from
-when its schedule completed the read. Hazards on what one *writes* (poison reads) need the latest-completion
-schedule: the eager one completes the write at issue, which is a legal (lucky) timing.
+when its schedule completed the read. Hazards on what one *writes* fail under both too, with different errors: the
+latest-completion schedule still holds the write pending, so the read hits poison (PoisonReadError); the eager one
+completed it at issue (a legal, lucky timing), and the reader's clock shows it never observed that completion
+(UnobservedWriteReadError).
 
 Kernels and launches come from tools/tool_agreement.py (its fixtures and the numerics corpus)."""
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Callable, Optional
 import pytest
 
 from bwtriton.emu.errors import (AsyncOverwriteError, AsyncRaceError, EmulationError, MissingProxyFenceError,
-                                 PoisonReadError, TmemRaceError, UnwaitedTmemLoadError)
+                                 PoisonReadError, TmemRaceError, UnobservedWriteReadError, UnwaitedTmemLoadError)
 
 pytestmark = pytest.mark.emulated
 
@@ -78,10 +80,20 @@ ROWS = [
     # the block-scaled tutorial shape: scales copied with tcgen05.cp, one commit per stage tracks cp and MMA
     ("completion: tcgen05.cp by tcgen05.commit", "t10_nvfp4", None, None, BOTH),
     ("mma-data-unwaited/P13", "gluon_ws", "drop_last_mma_wait", PoisonReadError, ("latest",)),
+    ("mma-data-unwaited/P13", "gluon_ws", "drop_last_mma_wait", UnobservedWriteReadError, ("eager",)),
+    ("mma-data-unwaited/P13", "emu:tma_pipelined_matmul", "drop_last_mma_wait", PoisonReadError, ("latest",)),
+    ("mma-data-unwaited/P13", "emu:tma_pipelined_matmul", "drop_last_mma_wait", UnobservedWriteReadError,
+     ("eager",)),
     ("mma-data-unwaited/P13", "gluon_ws", None, None, BOTH),
     ("acc-wait-missing", "t09_ws_tile", "drop_acc_wait", TmemRaceError, BOTH),
     ("acc-wait-missing", "t09_ws_tile", None, None, BOTH),
     ("acc-reuse-unwaited", "t09_persistent_desc_ws_3tiles", "drop_acc_empty_wait", UnwaitedTmemLoadError, BOTH),
+    # the epilogue's named barrier before the acc-empty arrive removed: only a CTA that reuses a buffer (3 tiles,
+    # 2 buffers) can show it; the numerics launch (2 tiles per CTA) cannot
+    ("acc-release-early", "t09_persistent_desc_ws_3tiles", "drop_release_barrier", UnwaitedTmemLoadError, BOTH),
+    ("acc-release-early", "emu~:t09_persistent_warp_specialized_3tiles", "drop_release_barrier",
+     UnwaitedTmemLoadError, BOTH),
+    ("acc-release-early", "emu~:t09_persistent_warp_specialized_3tiles", None, None, BOTH),
     ("parity/T6", "t09_ws_tile", "flip_acc_parity", TmemRaceError, ("latest",)),
     ("parity/T6", "gluon_ws", None, None, BOTH),
     ("missing-proxy-fence/P15", "t09_ws_tile", "drop_mma_proxy_fence", MissingProxyFenceError, BOTH),
@@ -89,16 +101,28 @@ ROWS = [
     ("missing-proxy-fence/P15", "emu:gluon_one_mma", None, None, BOTH),
     ("cta-pair-unsynced (peer stores)", "emu:gluon_two_ctas_m128", "drop_cluster_barrier", AsyncRaceError, BOTH),
     ("cta-pair-unsynced (peer stores)", "emu:gluon_two_ctas_m128", None, None, BOTH),
-    ("completion: TMA by complete_tx bytes", "t09_ws_tile", short_expect_tx, AsyncRaceError, ("latest",)),
+    # eager: the stage's refill overwrites what the MMA read (AsyncOverwriteError); latest: the MMA reads poison
+    ("completion: TMA by complete_tx bytes", "t09_ws_tile", short_expect_tx, AsyncRaceError, BOTH),
     ("completion: cp.async by group", "emu:example_matmul_fp16", cp_async_wait_plus_one, PoisonReadError,
      ("latest",)),
+    ("completion: cp.async by group", "emu:example_matmul_fp16", cp_async_wait_plus_one, UnobservedWriteReadError,
+     ("eager",)),
     ("completion: cp.async by group", "emu:example_matmul_fp16", None, None, BOTH),
 ]
 
 
+def _local_cases() -> dict:
+    """Launches the agreement corpus lacks ("emu~:" names): the persistent warp-specialized GEMM at 3 tiles per CTA
+    (M = 384 over 2 programs), so its 2 accumulator buffers are reused."""
+    import emu_cases as ec  # noqa: PLC0415 - tests/ is on PYTHONPATH only when the tests run
+    return {"emu~:t09_persistent_warp_specialized_3tiles":
+            agreement._emu_case(lambda: ec.case_persistent_tma(ws=True, M=384))}
+
+
 @functools.lru_cache(maxsize=None)
 def _case(name: str):
-    return agreement.all_cases()[name]()
+    cases = _local_cases() if name.startswith("emu~:") else agreement.all_cases()
+    return cases[name]()
 
 
 def _params():

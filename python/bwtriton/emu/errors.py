@@ -59,6 +59,14 @@ class AsyncOverwriteError(AsyncRaceError):
     uses: the shared-memory stage was reused before that operation's completion was observed."""
 
 
+class UnobservedWriteReadError(PoisonReadError):
+    """A read of shared memory (tcgen05.mma / tcgen05.cp operand, TMA store source, ld.shared, ldmatrix) whose
+    newest writer is an asynchronous write (TMA load, bulk copy, cp.async) that the reading thread never observed
+    completing (no wait on its mbarrier / wait_group, directly or handed on through an arrive or a barrier): on
+    hardware the bytes may still be in flight, whenever the emulator's schedule happened to complete them. The
+    hazard of a PoisonReadError, found from the reader's clock rather than from a still-pending write."""
+
+
 class TmemRaceError(EmulationError):
     """TMEM read (tcgen05.ld) before the completion of the MMA/cp writing it was observed
     (tcgen05.commit -> mbarrier wait), or while it is still in flight."""

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...ptx.ir import Instruction, Operand
-from ..machine.async_engine import AsyncOp, engine_of, issuer_of
+from ..machine.async_engine import AsyncOp, clock_of, engine_of, issuer_of
 from ..errors import AsyncOverwriteError, MemoryFaultError, UnsupportedInstructionError
 from ..machine.gang import GangFallback
 from ..machine.cells import cells_of, gather, scatter
@@ -105,6 +105,8 @@ def _own_shared_read(w, addr: np.ndarray, nbytes: int) -> Optional[np.ndarray]:
         return None
     if smem.n_poison and smem.poison[lo:hi].any():
         return None
+    if smem.any_async_written and smem.async_writer[lo >> 2:(hi + 3) >> 2].any():
+        return None
     return gather(smem.data, off, nbytes)
 
 
@@ -131,11 +133,15 @@ def _shared_rw(w, space: str, addr: np.ndarray, nbytes: int, data: Optional[np.n
 def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
     """A generic-proxy access of one CTA's shared memory: reads must not see bytes a pending asynchronous write
     owns; writes must not hit bytes a pending asynchronous operation uses, and are remembered as unfenced."""
-    if data is None and (not smem.n_poison or not _span_poisoned(smem, a, nbytes)):
+    if data is None and (not smem.n_poison or not _span_poisoned(smem, a, nbytes)) and \
+            (not smem.any_async_written or not _span_async_written(smem, a, nbytes)):
         return smem.read(a, nbytes)
     cells = smem.offsets(a, nbytes)[:, None] + np.arange(nbytes)
     if data is None:
-        engine_of(w).check_generic_read(smem, cells, current_instruction(w))
+        engine = engine_of(w)
+        engine.check_generic_read(smem, cells, current_instruction(w))
+        if smem.any_async_written:
+            engine.check_observed_writes(w, smem, cells, current_instruction(w))
         return smem.data[cells]
     if smem.n_poison or smem.async_reads:
         engine_of(w).check_write(smem, int(cells.min()), int(cells.max()) + 1, current_instruction(w), idx=cells,
@@ -155,6 +161,15 @@ def _span_poisoned(smem, a: np.ndarray, nbytes: int) -> bool:
     lo = max(int(a.min()) - SMEM_BASE, 0)
     hi = min(int(a.max()) - SMEM_BASE + nbytes, smem.size)
     return lo < hi and bool(smem.poison[lo:hi].any())
+
+
+def _span_async_written(smem, a: np.ndarray, nbytes: int) -> bool:
+    """Whether any byte between the lowest and highest accessed offset names an asynchronous writer."""
+    if not a.size:
+        return False
+    lo = max(int(a.min()) - SMEM_BASE, 0)
+    hi = min(int(a.max()) - SMEM_BASE + nbytes, smem.size)
+    return lo < hi and bool(smem.async_writer[lo >> 2:(hi + 3) >> 2].any())
 
 
 def _line(w) -> int:
@@ -325,7 +340,7 @@ def _cp_async(ins: Instruction, prog: Program) -> Callable:
         smem = w.cta.smem
         cells = cells_of(smem.offsets(dst, size), size)
         op = AsyncOp(kind="cp.async", line=line, text=text, issuer=issuer_of(w), writes=[(smem, cells)],
-                     observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then "
+                     reader_must_observe=True, observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then "
                              "bar.sync,")
         op.finish = lambda: _copy_in(w, dst, src, srcsize, size)
         w.cp_open.append(engine_of(w).issue(w, op))
@@ -344,7 +359,7 @@ def _gang_cp(w, rd_dst, rd_src, rd_srcsize, size: int, line: int, text: str) -> 
     src = rd_src(w)[idx].copy()
     srcsize = as_lanes(np.asarray(rd_srcsize(w)), w.lanes)[idx].copy() if rd_srcsize else None
     op = AsyncOp(kind="cp.async", line=line, text=text, issuer=("gang", w.wid),
-                 writes=[(shared, cells_of(flat, size))],
+                 writes=[(shared, cells_of(flat, size))], reader_must_observe=True,
                  observe="Execute cp.async.commit_group / cp.async.wait_group in the issuing warp, then bar.sync,")
     launch = w.launch
     op.finish = lambda: scatter(shared.data, flat, _gather_src(launch.gmem, src, srcsize, size))
@@ -393,8 +408,19 @@ def _cp_wait(n: int) -> Callable:
     def wait(w):
         for row in _issuing_rows(w):
             while len(row.cp_groups) > n:
-                engine_of(row).complete_group(row.cp_groups.pop(0))
+                group = row.cp_groups.pop(0)
+                engine_of(row).complete_group(group)
+                _observe_group(row, group)
     return wait
+
+
+def _observe_group(row, group: list) -> None:
+    """The warp observes its retired cp.async group. Groups retire in order, so the newest copy of each source
+    covers the older ones (a group holds its warp's own copies and, where a gang issued them, the gang's)."""
+    clock = clock_of(row)
+    for op in group:
+        if op.key and clock.get(op.key, 0) < op.idx:
+            clock[op.key] = op.idx
 
 
 def _cp_wait_all(w):

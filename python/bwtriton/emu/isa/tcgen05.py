@@ -435,6 +435,8 @@ class _AsyncReads:
         # the span's slices are cheaper than the per-byte checks, which run only when a span holds something
         if (smem.n_poison and smem.poison[lo:hi].any()) or (smem.any_unfenced and smem.unfenced[lo:hi].any()):
             self.engine.check_async_read(smem, off, self.reader)
+        if smem.any_async_written:  # the issuing thread must have observed the loads that filled the operands
+            self.engine.check_observed_writes(self.w, smem, off, self.reader, (lo, hi))
         if self.engine.peer_stores and smem is not self.w.cta.smem:  # cta_group::2: the peer CTA's operands
             self.engine.check_peer_read(self.w, smem, lo, hi, self.reader)
         self.ranges.append((smem, lo, hi))

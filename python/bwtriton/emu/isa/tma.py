@@ -99,7 +99,7 @@ def _load(ins: Instruction, prog: Program) -> Callable:
                     c.smem.write(saddr, data)
             op = AsyncOp(kind="TMA load", line=line, text=text, issuer=issuer_of(w), finish=finish,
                          writes=[(c.smem, idx) for c in ctas], tx=[(b, tmap.box_bytes) for b in bars],
-                         observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
+                         reader_must_observe=True, observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
             for c in ctas:  # poison: the bytes are undefined until the load's completion is observed
                 c.smem.data[idx] = 0xFF
             engine_of(w).issue(w, op)
@@ -141,6 +141,8 @@ def _store(ins: Instruction, prog: Program) -> Callable:
             eb = tmap.elem_bytes
             cells = smem.offsets(tmap.smem_addresses(int(src_all[lane])), eb)[:, None] + np.arange(eb)  # data only
             engine_of(w).check_async_read(smem, cells, reader)
+            if smem.any_async_written:
+                engine_of(w).check_observed_writes(w, smem, cells, reader)
             data = smem.data[cells]
 
             def finish(tmap=tmap, coords=coords, data=data, combine=combine):
@@ -241,6 +243,8 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
                 smem = w.cta.smem
                 off = smem.offsets(np.array([int(src_all[lane])]), n)[0] + np.arange(n)
                 engine.check_async_read(smem, off, "cp.async.bulk")
+                if smem.any_async_written:
+                    engine.check_observed_writes(w, smem, off, "cp.async.bulk")
                 data, gaddr = smem.data[off][None, :], np.array([int(dst_all[lane])], dtype=np.uint64)
                 op = AsyncOp(kind="bulk copy to global", line=line, text=text, issuer=issuer_of(w),
                              finish=lambda g=gaddr, d=data: w.launch.gmem.write(g, d),
@@ -257,7 +261,7 @@ def _bulk_copy(ins: Instruction, prog: Program) -> Callable:
                 cta.smem.write(np.array([dst]), w.launch.gmem.read(src, n))
             op = AsyncOp(kind="bulk copy", line=line, text=text, issuer=issuer_of(w), finish=finish,
                          writes=[(cta.smem, slice(lo, lo + n))],
-                         tx=[(mbarrier_at(w, w.cta.cluster.ctas[brank], bar, line), n)],
+                         tx=[(mbarrier_at(w, w.cta.cluster.ctas[brank], bar, line), n)], reader_must_observe=True,
                          observe=f"Wait on its mbarrier (shared 0x{bar:x}, mbarrier.try_wait.parity)")
             engine.issue(w, op)
     return bulk

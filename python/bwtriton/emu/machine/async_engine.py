@@ -25,7 +25,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from .cells import Chunks, cells_get, cells_set
-from ..errors import AsyncOverwriteError, AsyncRaceError, MissingProxyFenceError, PoisonReadError, short
+from .memory import word_cells
+from ..errors import (AsyncOverwriteError, AsyncRaceError, MissingProxyFenceError, PoisonReadError,
+                      UnobservedWriteReadError, short)
 
 SCHEDULES = ("latest", "eager")
 
@@ -34,7 +36,9 @@ class Clock(dict):
     """A vector clock: event source -> the newest of its events whose completion this holder has observed. The
     sources: ("tc", issuer) counts a thread's tcgen05.mma/cp (a tcgen05.commit covers a prefix of them),
     ("bulk", issuer) its TMA stores / bulk copies to global (retired in order by wait_group), ("ld", warp) a
-    warp's tcgen05.ld (completed by its tcgen05.wait::ld)."""
+    warp's tcgen05.ld (completed by its tcgen05.wait::ld), ("tx", mbarrier) the TMA loads / bulk copies to shared
+    completing on an mbarrier (in phase order), ("cp", warp) a warp's cp.async (retired in order by
+    wait_group)."""
 
     __slots__ = ()
 
@@ -77,6 +81,8 @@ class AsyncOp:
     arrive: list = field(default_factory=list)
     covers: list = field(default_factory=list)
     tracked_by_commit: bool = False
+    #: a reader of what this operation writes must have observed its completion (TMA load, bulk copy, cp.async)
+    reader_must_observe: bool = False
     observe: str = ""
     seq: int = 0
     done: bool = False
@@ -114,6 +120,8 @@ class AsyncEngine:
         #: multi-CTA cluster, which another CTA's async proxy may read only after observing them
         self.peer_stores: dict[int, list] = {}
         self._store_epoch: dict[tuple, int] = {}   # ("st", warp) -> the epoch of its newest recorded store
+        #: writer code -> the asynchronous write it names (the newest ones, for messages)
+        self.write_ops: dict[int, AsyncOp] = {}
 
     def next_event(self, key: tuple) -> int:
         n = self.counter.get(key, 0) + 1
@@ -211,10 +219,16 @@ class AsyncEngine:
             op.key = ("tc", op.issuer)
         elif op.reads:
             op.key = ("bulk", op.issuer)
+        elif op.reader_must_observe:
+            # a waiter on the mbarrier observes every earlier load completing on it; cp.async retire per warp
+            # (a gang's: per warp id, observed by each CTA's warp at its wait_group)
+            op.key = ("tx", id(op.tx[0][0])) if op.tx else ("cp", op.issuer)
         if op.key:
             op.idx = self.next_event(op.key)
         if op.tx or op.arrive:
             op.clock = Clock(clock)
+            if op.reader_must_observe and op.key:
+                op.clock[op.key] = op.idx
             if op.kind == "tcgen05.commit":
                 tc = ("tc", op.issuer)
                 op.clock[tc] = max(op.clock.get(tc, 0), self.counter.get(tc, 0))
@@ -224,6 +238,8 @@ class AsyncEngine:
         for smem, idx in op.writes:
             cells_set(smem.poison, idx, op.seq)
             smem.n_poison += 1
+        if op.reader_must_observe:
+            self._record_write(op)
         for smem, lo, hi in op.reads:
             _record_read(smem, lo, hi, op)
         for tm, cols in op.tmem:
@@ -257,6 +273,7 @@ class AsyncEngine:
             self.complete(c)
         if op.finish is not None:
             op.finish()
+            op.finish = None  # its captured data is not needed again (write_ops may keep the op for messages)
         for smem, idx in op.writes:
             # every byte still holds op.seq: issuing anything that writes poisoned bytes raises (check_write)
             cells_set(smem.poison, idx, 0)
@@ -273,6 +290,15 @@ class AsyncEngine:
         self.delivering.pop(op.seq, None)
         if self.recorder is not None:
             self.recorder.after_complete(op)
+
+    def _record_write(self, op: AsyncOp) -> None:
+        """Name `op` as the newest writer of the bytes it writes."""
+        code = self.writer_code(op.key, op.idx)
+        self.write_ops[code] = op
+        if len(self.write_ops) > MAX_WRITE_RECORDS:
+            del self.write_ops[next(iter(self.write_ops))]
+        for smem, idx in op.writes:
+            smem.set_async_writer(idx, code)
 
     def settle(self, bar) -> bool:
         """A thread waits on mbarrier `bar` whose current phase is incomplete. Complete the pending operations
@@ -314,6 +340,78 @@ class AsyncEngine:
                 f"{reader} reads shared memory written through the generic proxy at PTX line {line} with no "
                 "fence.proxy.async in between: insert fence.proxy.async.shared::cta after the stores (before the "
                 "barrier that hands the buffer to the issuing thread)")
+
+    def check_observed_writes(self, w, smem, cells, reader: str, span: Optional[tuple[int, int]] = None) -> None:
+        """Warp `w` (the issuing thread's, for an asynchronous reader) reads shared::cta `cells` (a slice or an
+        offset array; `span`: their [lo, hi) when the caller knows it): the newest asynchronous write of each
+        byte must be one whose completion `w` observed -- whenever this schedule completed it (a completed load
+        that another warp waited on is still unobserved here). Call it after the poison check: a pending writer
+        is reported as a PoisonReadError."""
+        clock = clock_of(w)
+        if clock is _NO_CLOCK:
+            return
+        lo, hi = span if span is not None else _bounds(cells)
+        # the words over the span are a superset of those read (one slice, no gather; the MMAs of one stage read
+        # the same granules: their summary is kept until the next asynchronous write); only a miss there needs the
+        # exact words
+        w_lo, w_hi = (lo & ~1023) >> 2, ((hi + 1023) & ~1023) >> 2  # 1 KiB granules: a swizzle atom, or more
+        summary = smem.writer_summary.get((w_lo, w_hi))
+        if summary is None:
+            summary = smem.writer_summary[(w_lo, w_hi)] = self._newest_per_source(smem.async_writer[w_lo:w_hi])
+        if all(clock.get(key, 0) >= idx for key, idx in summary):
+            return
+        words = word_cells(cells)
+        seg = cells_get(smem.async_writer, words)
+        code = self._unobserved(clock, seg)
+        if not code:
+            return
+        op = self.write_ops.get(code)
+        what = op.describe() if op is not None else "an asynchronous write"
+        how = op.observe if op is not None and op.observe else "Wait for its completion"
+        flat = np.arange(words.start, words.stop) if isinstance(words, slice) else \
+            words.ravel() if isinstance(words, Chunks) else np.asarray(words).ravel()
+        first = 4 * int(flat[seg.ravel() == code][0])
+        raise UnobservedWriteReadError(
+            f"{reader} reads shared memory (offset 0x{first:x} of CTA {smem.rank}) that {what} wrote, and this "
+            "thread never observed that write completing (the wait that orders it was skipped or passed on a "
+            f"stale phase, and no barrier handed it on): on hardware the bytes may still be in flight. {how} "
+            "in the reading thread (or in a thread that hands it on through an mbarrier arrive or a barrier) "
+            "before the read")
+
+    def _newest_per_source(self, codes: np.ndarray) -> list[tuple[tuple, int]]:
+        """(source, newest event) of every writer source among `codes` (each source's events are observed in
+        order: observing the newest covers the rest)."""
+        newest = int(codes.max()) if codes.size else 0
+        if not newest:
+            return []
+        oldest = int(codes.min())
+        if not oldest:
+            oldest = int(codes[codes != 0].min())
+        if oldest >> 32 == newest >> 32:
+            return [self.writer_of(newest)]
+        src = codes >> 32
+        present = np.flatnonzero(np.bincount(src, minlength=1)).tolist()
+        return [self.writer_of(int(codes[src == n].max())) for n in present if n]
+
+    def _unobserved(self, clock: Clock, codes: np.ndarray) -> int:
+        """The newest writer code among `codes` whose event `clock` has not observed (0: none)."""
+        newest = int(codes.max()) if codes.size else 0
+        if not newest:
+            return 0
+        oldest = int(codes.min())
+        if not oldest:
+            oldest = int(codes[codes != 0].min())
+        lo_src, hi_src = oldest >> 32, newest >> 32
+        if lo_src == hi_src:  # one source (a TMA ring's mbarrier, one warp's cp.async): its newest event decides
+            key, idx = self.writer_of(newest)
+            return 0 if clock.get(key, 0) >= idx else newest
+        # several (cp.async of several warps: numbered together, so the range is short): each against its own
+        seen = np.array([clock.get(self.sources[n], 0) for n in range(lo_src, hi_src + 1)], dtype=np.int64)
+        flat = codes.ravel()
+        src = (flat >> 32) - lo_src
+        missed = (flat & 0xFFFFFFFF) > seen[np.clip(src, 0, hi_src - lo_src)]
+        missed &= flat != 0
+        return int(flat[missed].max()) if missed.any() else 0
 
     def check_generic_read(self, smem, off: np.ndarray, reader: str) -> None:
         seq = smem.poisoned_by(off)
@@ -376,6 +474,8 @@ class AsyncEngine:
 
 #: recorded asynchronous reads of one shared memory beyond which reads no writer can reach any more are dropped
 MAX_READ_RECORDS = 256
+#: asynchronous writes kept to name in messages (older ones are named by their event only)
+MAX_WRITE_RECORDS = 4096
 
 
 def _record_read(smem, lo: int, hi: int, op: AsyncOp) -> None:

@@ -27,8 +27,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..errors import DeadlockError
-from .cells import cells_get, cells_of, cells_set, gather, scatter
-from .memory import SMEM_BASE
+from .cells import Chunks, cells_get, cells_of, cells_set, gather, scatter
+from .memory import SMEM_BASE, forget_summaries, word_cells
 from .program import DIVERGED, DONE_PC, EXITED, YIELD
 from .scheduler import (QUANTUM, check_budget, cluster_done, exit_lanes, finish_cluster, reselect, run_warp,
                         start_cluster, step_cluster)
@@ -110,11 +110,14 @@ class GangShared:
         self.data2d = np.zeros((b, stride), dtype=np.uint8)
         self.poison2d = np.zeros((b, stride), dtype=smems[0].poison.dtype)
         self.unfenced2d = np.zeros((b, stride), dtype=smems[0].unfenced.dtype)
+        self.writer2d = np.zeros((b, stride // 4), dtype=smems[0].async_writer.dtype)  # per 4-byte word
         for i, s in enumerate(smems):  # fresh CTAs: nothing to copy (zeros are what a new SharedMemory holds)
             s.data, s.poison, s.unfenced = self.data2d[i, :size], self.poison2d[i, :size], self.unfenced2d[i, :size]
+            s.async_writer = self.writer2d[i, :s.async_writer.size]
         self.data = self.data2d.reshape(-1)
         self.poison = self.poison2d.reshape(-1)
         self.unfenced = self.unfenced2d.reshape(-1)
+        self.async_writer = self.writer2d.reshape(-1)
         self.stride = stride
         self.lane_base = np.repeat(np.arange(b, dtype=np.int64) * stride, 32 * rows_per_cta)
 
@@ -140,6 +143,40 @@ class GangShared:
     @property
     def any_unfenced(self) -> bool:
         return any(s.any_unfenced for s in self.smems)
+
+    def set_async_writer(self, idx, code: int) -> None:
+        """SharedMemory.set_async_writer over the stacks: a gang's copy that tiles the same span in each CTA it
+        writes is set as one slice of every such CTA's row."""
+        b = len(self.smems)
+        if isinstance(idx, Chunks) and idx.first.size % b == 0:
+            local = idx.first.reshape(b, -1) - (np.arange(b, dtype=np.int64) * self.stride)[:, None]
+            row = local[0]
+            lo, hi = int(row.min()), int(row.max()) + idx.size
+            for s in self.smems:
+                s.any_async_written = True
+                forget_summaries(s, lo, hi)
+            if (local == row).all():  # every CTA's lanes (CTA-major) at the same offsets
+                n, size = row.size, idx.size
+                if hi - lo == n * size:  # tiling one span: a slice of every row
+                    self.writer2d[:, lo >> 2:(hi + 3) >> 2] = code
+                    return
+                step = int(row[1] - row[0]) if n > 1 else 0
+                if n > 1 and step > size and step % 4 == 0 and (lo + n * step) >> 2 <= self.writer2d.shape[1] \
+                        and int(row[0]) == lo and (np.diff(row) == step).all():
+                    # evenly spaced chunks (a column of rows): a strided view of every row
+                    view = self.writer2d[:, lo >> 2:(lo + n * step) >> 2].reshape(b, n, step >> 2)
+                    view[:, :, :size >> 2] = code
+                    return
+        else:
+            for s in self.smems:
+                s.any_async_written = True
+                s.writer_summary.clear()
+        cells_set(self.async_writer, word_cells(idx), code)
+
+    @property
+    def any_async_written(self) -> bool:
+        """Whether some CTA's bytes name an asynchronous writer (a gang's own writes clear the names)."""
+        return any(s.any_async_written for s in self.smems)
 
     def reader_of(self, lo: int, hi: int):
         return None  # gang operations are issued only when no CTA's pending reads overlap them (pending_read)
@@ -171,6 +208,8 @@ class GangShared:
                 self.poison2d[:, lo:hi].any()
             if hit:
                 raise GangFallback("pending asynchronous write")
+        if self.any_async_written and self.writer2d[:, lo >> 2:(hi + 3) >> 2].any():
+            raise GangFallback("bytes an asynchronous write produced")  # each CTA's reader must have observed it
         return gather(self.data, flat, nbytes)
 
     def write(self, addr: np.ndarray, data: np.ndarray, lanes: Optional[np.ndarray], line: int) -> None:
@@ -181,6 +220,10 @@ class GangShared:
             raise GangFallback("pending asynchronous operations")  # the per-CTA path names the race
         scatter(self.data, flat, data)
         cells_set(self.unfenced, cells, line)  # what SharedMemory.mark_generic_write records
+        if self.any_async_written:
+            cells_set(self.async_writer, word_cells(cells), 0)
+            for s in self.smems:
+                s.writer_summary.clear()
         for s in self.smems:
             s.any_unfenced = True
 

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ...targets import TMEM_COLUMNS, TMEM_LANES
-from .cells import gather, scatter
+from .cells import Chunks, cells_set, gather, scatter
 from ..errors import MemoryFaultError
 
 SMEM_BASE = 0x400
@@ -121,6 +121,28 @@ class ParamSpace:
         return self.data[offset.astype(np.int64)[:, None] + np.arange(nbytes)]
 
 
+def forget_summaries(smem, lo: int, hi: int) -> None:
+    """Drop the writer summaries of `smem` (SharedMemory.writer_summary, keyed by word spans) over bytes
+    [lo, hi)."""
+    book = smem.writer_summary
+    if book:
+        w_lo, w_hi = lo >> 2, (hi + 3) >> 2
+        for key in [k for k in book if k[0] < w_hi and w_lo < k[1]]:
+            del book[key]
+
+
+def word_cells(idx):
+    """The 4-byte words (SharedMemory.async_writer's cells) holding byte cells `idx` (a slice, offsets or
+    `Chunks`)."""
+    if isinstance(idx, slice):
+        return slice(idx.start >> 2, (idx.stop + 3) >> 2)
+    if isinstance(idx, Chunks) and idx.size >= 4:
+        return Chunks(idx.first >> 2, idx.size >> 2) if idx.size > 4 else idx.first >> 2
+    if isinstance(idx, Chunks):
+        return idx.first >> 2
+    return np.asarray(idx) >> 2
+
+
 class SharedMemory:
     """One CTA's shared memory: bytes at shared::cta addresses SMEM_BASE .. SMEM_BASE + size.
 
@@ -129,7 +151,12 @@ class SharedMemory:
       (0: none). Such bytes hold garbage until that write's completion is observed;
     * `async_reads`: (lo, hi, op) ranges pending asynchronous reads (MMA operands, TMA store sources) still use;
     * `unfenced[i]`: PTX line of a generic-proxy write (st.shared, stmatrix) not yet followed by
-      fence.proxy.async (0: none) -- the async proxy must not read such bytes.
+      fence.proxy.async (0: none) -- the async proxy must not read such bytes;
+    * `async_writer[j]`: the engine's code (AsyncEngine.writer_code) of the asynchronous write (TMA load, bulk
+      copy, cp.async) that last wrote the 4-byte word j, pending or completed (0: none, or a generic write came
+      after): a reader must have observed that write's completion (`any_async_written` says whether any word has
+      one). Words, not bytes: those writes own whole aligned words (cp.async 4/8/16 bytes, TMA boxes), and the
+      array stays twice the memory's size, not eight times.
     """
 
     def __init__(self, size: int, rank: int) -> None:
@@ -141,6 +168,11 @@ class SharedMemory:
         self.async_reads: list = []
         self.unfenced = np.zeros(size, dtype=np.int32)
         self.any_unfenced = False
+        self.async_writer = np.zeros((size + 3) // 4, dtype=np.int64)
+        self.any_async_written = False
+        #: (lo, hi) -> the newest writer code per source over those bytes (AsyncEngine.check_observed_writes),
+        #: valid until the next change of async_writer
+        self.writer_summary: dict = {}
 
     def offsets(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
         off = addr.astype(np.int64) - SMEM_BASE
@@ -178,9 +210,28 @@ class SharedMemory:
         hit = self.unfenced[off]
         return int(hit.max()) if hit.size else 0
 
+    def set_async_writer(self, idx, code: int) -> None:
+        """Name `code` the newest asynchronous writer of byte cells `idx` (a slice, offsets or `Chunks`); chunks
+        that tile their span, as a copy instruction's usually do, are set as one slice (cheaper than per chunk)."""
+        self.any_async_written = True
+        if isinstance(idx, Chunks):
+            lo, hi = idx.bounds()
+            forget_summaries(self, lo, hi)
+            if hi - lo == idx.first.size * idx.size:
+                self.async_writer[lo >> 2:(hi + 3) >> 2] = code
+                return
+        else:
+            self.writer_summary.clear()
+        cells_set(self.async_writer, word_cells(idx), code)
+
     def mark_generic_write(self, off: np.ndarray, line: int) -> None:
         self.unfenced[off] = line
         self.any_unfenced = True
+        if self.any_async_written:  # the bytes' newest writer is this generic store (for the whole word)
+            words = np.asarray(off) >> 2
+            if self.async_writer[int(words.min()):int(words.max()) + 1].any():
+                self.async_writer[words] = 0
+                self.writer_summary.clear()
 
     def proxy_fence(self) -> None:
         """fence.proxy.async: prior generic writes become visible to the async proxy."""
