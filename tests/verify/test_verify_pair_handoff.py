@@ -33,6 +33,15 @@ def test_handoff_kernel_is_clean():
     assert [f.format() for f in report.findings if f.severity in ("error", "warning")] == []
 
 
+def test_triton_own_two_cta_mainloop_is_clean():
+    """Without the hand-off pass each CTA's TMAs complete on its own barrier, which expects that CTA's half; the
+    peer's half reaches the leader's MMAs through Triton's cluster barrier per K step. Not a short count."""
+    ptx = bwtriton.compile(matmul_tma_bt_kernel, two_cta=True, passes=["-pair-ctas-handoff", "-verify-tcgen05"],
+                           **tma_bt_spec("fp16", block_k=64)).asm["ptx"]
+    assert "mapa" not in ptx and f", {_CTA_BYTES};" in ptx
+    assert [f.format() for f in verify_ptx(ptx).findings if f.check == "tma-bytes-short"] == []
+
+
 def test_leader_expecting_only_its_own_bytes_is_an_error():
     n = _CTA_BYTES
     ptx = _mutate(_ptx(), rf"selp\.b32 \t%bwho_tx{n}, {2 * n},", f"selp.b32 \t%bwho_tx{n}, {n},")

@@ -14,7 +14,9 @@ packed global data (PTX ISA #tensor-dimension-size-format-sub-bytes-padding-alig
 the padded footprint never raises what is required; upstream Triton expects exactly these). An operand whose
 format field is unknown counts the fewest bytes any format of its kind needs. So an MMA group needs
 Σ (M + N) · row bytes over its distinct operand tiles; for `.cta_group::2` M and N are the pair's, and the leader's
-barrier, on which both CTAs' TMAs complete (`mapa` to the even CTA), must expect both halves. Decided where the
+barrier, on which both CTAs' TMAs complete (`mapa` to the even CTA), must expect both halves. Where each CTA's
+TMAs complete on its own barrier (no `mapa`: Triton's own 2-CTA mainloop, which orders the peer's half by a
+cluster barrier before the leader's MMAs), that barrier covers its CTA's half only. Decided where the
 MMAs' operand addresses are exact (the pipeline prologue, straight-line code) and each operand lies in a tile a
 TMA completing on the waited barrier fills; summed over the `expect_tx` of one block, the largest such sum is
 compared. The bytes a TMA delivers (its box, in the tensor map) are not in the PTX, so a TMA that completes on the
@@ -59,6 +61,15 @@ def _group_after(ctx: Ctx, wait) -> list:
     return out
 
 
+def _completes_on_leader(ctx: Ctx, tma) -> bool:
+    """Whether a TMA's mbarrier operand is a `mapa` result (the barrier of another CTA of the cluster)."""
+    op = barrier_operand(tma)
+    base = getattr(op, "base", None)
+    if base is None or base.kind != "reg":
+        return False
+    return any(d.opcode.startswith("mapa") for d in ctx.func.definitions(base.name))
+
+
 def _tx_bytes(ctx: Ctx, e):
     """Upper bound of the bytes an expect_tx adds to the transaction count; None when unknown."""
     addr = next((k for k, o in enumerate(e.operands) if o.kind == "addr"), None)
@@ -84,7 +95,7 @@ def check_expect_bytes(ctx: Ctx) -> None:
         group = _group_after(ctx, w)
         if not group:
             continue
-        need, tiles = 0, set()
+        need, tiles, fed = 0, set(), []
         for m in group:
             dd, reads = decode_mma(ctx, m), smem_reads(ctx, m)
             if dd is None or not dd.m or not dd.n or reads is None or m.has("sp"):
@@ -107,6 +118,7 @@ def check_expect_bytes(ctx: Ctx) -> None:
                     need = None
                     break
                 tma = max(below, key=lambda x: x[1])[2]
+                fed.append(tma)
                 if same_address(ctx, barrier_operand(tma), barrier_operand(w)) is False:
                     need = None   # this operand is another barrier's (e.g. Q loaded once): not decided here
                     break
@@ -131,8 +143,10 @@ def check_expect_bytes(ctx: Ctx) -> None:
         if not per_block:
             continue
         have = max(per_block.values())
+        pair = cta_group_of(group[0]) == 2
+        if pair and not any(_completes_on_leader(ctx, t) for t in fed):
+            need //= 2   # each CTA's barrier expects its own half
         if have < need:
-            pair = cta_group_of(group[0]) == 2
             where = " across the CTA pair" if pair else ""
             both = " (both CTAs: 2 x each CTA's bytes on the leader)" if pair else ""
             ctx.add("tma-bytes-short", "T4", "error", group[0],
