@@ -235,81 +235,56 @@ class Row:
             "emulator protocol error, verifier silent"
 
 
-# Why a disagreement stands. Every one is a real fault one tool misses (the other tool is right); the verifier
-# gaps are for the verifier's owners, each with the kernel and the fault that shows it.
-_V_PARITY_LOOP = ("verifier gap: the accumulator wait's parity is the MMA barrier's loop-carried phase register; "
-                  "xor-ing it with 1 lets the epilogue (or the next refill) pass one phase early while the last "
-                  "MMA is in flight (the emulator reports the TMEM read / stage overwrite), and T6 does not decide "
-                  "the parity of loop-carried phases in single-partition pipelines")
-_V_CP_ASYNC_REFILL = ("verifier gap: the dropped wait is the MMA-barrier wait before the cp.async (non-bulk) refill "
-                      "of the stage the previous MMAs read; P16 checks TMA refills only, so the refill racing the "
-                      "MMA's operand reads is not reported (the emulator reports the overwrite)")
-_V_TMA_WAIT_LOOP = ("verifier gap: the dropped wait is the in-loop TMA-barrier wait before the MMA (stage index and "
-                    "phase loop-carried); T4/P13 do not see the MMA reading a stage whose TMA is pending (the "
-                    "emulator reports the poison read)")
-_V_FROZEN_PHASE = ("verifier gap: the stage's ready wait frozen at parity 0 passes on a stale phase from the "
-                   "second round of the ring, so the MMA reads a stage its TMA still writes (or the refill "
-                   "overwrites it); the verifier does not see the stage barrier as rotating")
+# Why a disagreement stands. Each is a real fault one tool misses (the other tool is right) or a launch that cannot
+# show the fault; the verifier gaps name the kernel and the fault that shows them.
+_V_CP_ASYNC_REFILL = ("verifier gap: the dropped wait is the MMA-barrier wait before the cp.async refill of the stage "
+                      "the previous MMAs read; the per-iteration refill check does not decide this kernel's "
+                      "addresses (the emulator reports the overwrite)")
 _V_ACC_WAIT = ("verifier gap: with the accumulator wait removed the epilogue's tcgen05.ld reads TMEM an MMA still "
                "writes (the emulator reports it); the verifier relates this epilogue's loads to no wait")
-_V_LANE = ("verifier gap: the epilogue's TMEM address is base + loop-carried buffer * 128, whose lane offset the "
-           "verifier does not model (NOT_YET in tests/verify/test_verify_ws_mutants.py); the emulator reports the "
-           "lane-quarter violation")
-_V_MMA_AFTER_COMMIT = ("verifier gap: an MMA moved after the commit that releases its stage; the refill races "
-                       "it (the emulator reports the overwrite of a stage whose MMA the loader never observed)")
-_V_STALE_GLUON = ("verifier gap: the ready wait keeps parity 0, the stale phase lets the MMA warp read stage 0 "
-                  "while the loader refills it (the emulator reports the refill of a stage whose MMA the loader "
-                  "never observed); the verifier does not see Gluon's i % STAGES stage as rotating (NOT_YET in "
-                  "tests/verify/test_verify_ws_mutants.py)")
+_V_LANE = ("verifier gap: the epilogue's TMEM address is base + loop-carried buffer * 128 across the persistent "
+           "tile loop, whose lane offset the verifier does not model; the emulator reports the lane-quarter "
+           "violation")
+_V_REINIT_PARITY = ("verifier gap: the loop re-inits the MMA barrier every K step and the flipped wait asks for "
+                    "parity 1 on a barrier in phase 0, which returns at once, so the next cp.async refill "
+                    "overwrites what the MMA still reads (the emulator reports it; with the MMA done first the "
+                    "wait never returns); the verifier accepts any constant parity on a re-initialised barrier")
+_V_SKIPPED_FROZEN_WAIT = ("verifier gap: the frozen ready wait sits under a skip branch (`@!%p bra skipWait`), and "
+                          "the per-iteration parity check (T6) only decides waits that run every iteration; the "
+                          "emulator reports the MMA reading a stage its TMA still writes")
+_E_SHORT_RING = ("not a tool error: 3 stages and 2 K tiles, so the ring never comes round and the frozen MMA-barrier "
+                 "wait is never reached a second time in this launch; with K = 512 (8-bit types: 1024) the same "
+                 "PTX fails on the emulator (AsyncOverwriteError, PoisonReadError for the padded-fp4 kernel)")
 _E_UNEXECUTED_PATH = ("not a tool error: the fence dropped sits on the K = 0 path (a zero tile stored through "
                       "st.shared and a TMA store), which the launch (K = 256) never executes; the verifier is right, "
                       "the emulator only judges the paths a launch takes")
 _E_TWO_TILES = ("not a tool error: at 2 tiles per CTA the two accumulator buffers are never reused, so the dropped "
-                "acc-empty wait is harmless in this launch; the 3-tile launch of the same kernel shape "
-                "(t09_persistent_desc_ws_3tiles) fails on the emulator and agrees")
+                "wait or barrier is harmless in this launch; 3 tiles per CTA (t09_persistent_desc_ws_3tiles, and "
+                "M = 384 over 2 programs in tests/emu's rule reproductions) fail on the emulator and agree")
 _E_ONE_K_TILE = ("not a tool error: the MMA moved after the commit is left uncovered only on the path with one "
                  "k-tile (the loop body skipped); this launch has two, so the next commit covers it. The one-k-tile "
                  "launch of the same PTX (emu+:..._one_k_tile) fails on the emulator and agrees")
-_V_ATTENTION = ("verifier false error: in the TMA attention kernel the P @ V MMAs follow the commit of the "
-                "Q @ K^T MMAs, which the verifier takes for the commit releasing V's stage; the emulator's "
-                "happens-before check passes every refill of bytes those MMAs read (they are released by the "
-                "commit after them)")
+_E_ONE_K_TILE_REFILL = ("not a tool error: with one k-tile the stage refilled after the dropped wait is never read "
+                        "again; the same PTX at two k-tiles agrees")
 
 KNOWN: dict[tuple[str, str], str] = {
-    ("gluon_ws", "freeze_ready_phase"): _V_STALE_GLUON,
-    ("t09_persistent_desc_ws_3tiles", "ld_lane_plus32"): _V_LANE,
-    ("t09_persistent_desc_ws_3tiles", "drop_mma_proxy_fence"): _E_UNEXECUTED_PATH,
-    ("emu:t06_attention_fwd", "(none)"): _V_ATTENTION,
-    ("emu:t09_persistent_warp_specialized", "drop_acc_empty_wait"): _E_TWO_TILES,
     **{(k, "drop_mma_proxy_fence"): _E_UNEXECUTED_PATH
-       for k in ("emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized", "emu:t09_descriptor_persistent")},
-    **{(k, "ld_lane_plus32"): _V_LANE
-       for k in ("emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized", "emu:t09_descriptor_persistent")},
-    **{(f"emu:{k}", "flip_acc_parity"): _V_PARITY_LOOP
-       for k in ("example_matmul_fp16", "example_matmul_bf16", "dot_fp16_m64", "dot_bf16_n256_8warps",
-                 "dot_fp8e4m3", "dot_fp8e5m2", "dot_tf32", "tma_pipelined_matmul", "t03_bias_leaky_unaligned",
-                 "t09_persistent_tma", "t09_descriptor_persistent", "t10_mixed_mxfp8_mxfp4_fp4_padded_tma",
-                 "lhs_in_tmem_fp16_m64", "lhs_in_tmem_tf32_m64", "lhs_in_tmem_fp16_m128")},
-    **{(f"emu+:{k}", "flip_acc_parity"): _V_PARITY_LOOP
-       for k in ("matmul_fp16_8warps", "block_scaled_tma_nvfp4_1024", "t03_bias_one_k_tile", "t10_mixed_one_k_tile")},
+       for k in ("t09_persistent_desc_ws_3tiles", "emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized",
+                 "emu:t09_descriptor_persistent")},
+    **{(k, "ld_lane_plus32"): _V_LANE for k in ("emu:t09_persistent_tma", "emu:t09_descriptor_persistent")},
+    ("emu:t09_persistent_warp_specialized", "drop_acc_empty_wait"): _E_TWO_TILES,
+    ("emu:t09_persistent_warp_specialized", "drop_release_barrier"): _E_TWO_TILES,
     **{(k, "mma_after_commit"): _E_ONE_K_TILE
        for k in ("emu:t03_bias_leaky_unaligned", "emu:t10_mixed_mxfp8_mxfp4_fp4_padded_tma")},
-    **{(f"emu:{k}", "drop_last_mma_wait"): _V_CP_ASYNC_REFILL
-       for k in ("example_matmul_fp16", "example_matmul_bf16", "dot_fp16_m64", "dot_bf16_n256_8warps",
-                 "dot_fp8e4m3", "dot_fp8e5m2", "dot_tf32", "lhs_in_tmem_fp16_m64", "lhs_in_tmem_tf32_m64",
-                 "lhs_in_tmem_fp16_m128")},
-    ("emu+:matmul_fp16_8warps", "drop_last_mma_wait"): _V_CP_ASYNC_REFILL,
-    **{(f"emu:{k}", "drop_last_mma_wait"): _V_TMA_WAIT_LOOP
-       for k in ("tma_pipelined_matmul", "t09_persistent_tma", "t09_descriptor_persistent",
-                 "t10_mixed_mxfp8_mxfp4_fp4_padded_tma")},
-    ("emu+:block_scaled_tma_nvfp4_1024", "drop_last_mma_wait"): _V_TMA_WAIT_LOOP,
-    ("emu+:block_scaled_tma_nvfp4_1024", "freeze_ready_phase"): _V_FROZEN_PHASE,
-    **{(f"emu:{k}", "freeze_ready_phase"): _V_FROZEN_PHASE
-       for k in ("dot_tf32", "tma_pipelined_matmul", "t09_persistent_tma", "t09_descriptor_persistent")},
-    **{(k, "drop_acc_wait"): _V_ACC_WAIT
-       for k in ("emu:dot_bf16_n256_8warps", "emu:t09_persistent_tma", "emu:t09_descriptor_persistent",
-                 "emu+:matmul_fp16_8warps", "emu+:block_scaled_tma_nvfp4_1024")},
-    **{(k, "mma_after_commit"): _V_MMA_AFTER_COMMIT for k in ("emu:dot_bf16_n256_8warps", "emu+:matmul_fp16_8warps")},
+    ("emu:lhs_in_tmem_tf32_m64", "drop_last_mma_wait"): _V_CP_ASYNC_REFILL,
+    ("emu+:block_scaled_tma_nvfp4_1024", "drop_acc_wait"): _V_ACC_WAIT,
+    ("emu:example_fp4_mxfp4", "flip_acc_parity"): _V_REINIT_PARITY,
+    ("emu:t06_attention_fwd", "freeze_ready_phase"): _V_SKIPPED_FROZEN_WAIT,
+    **{(k, "freeze_ready_phase"): _E_SHORT_RING
+       for k in ("emu:example_matmul_fp16", "emu:example_matmul_bf16", "emu:dot_fp16_m64", "emu:dot_bf16_n256_8warps",
+                 "emu:dot_fp8e4m3", "emu:dot_fp8e5m2", "emu+:matmul_fp16_8warps",
+                 "emu:t10_mixed_mxfp8_mxfp4_fp4_padded_tma", "emu+:t10_mixed_one_k_tile")},
+    ("emu+:t10_mixed_one_k_tile", "drop_last_mma_wait"): _E_ONE_K_TILE_REFILL,
 }
 
 #: the CI sample: (kernel, fault) rows covering every rule family in both directions (None: the clean kernel)
