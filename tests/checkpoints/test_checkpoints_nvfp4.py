@@ -150,6 +150,25 @@ def test_modelopt_linear_keeps_static_input_scale():
     assert nvfp4_linear_from_checkpoint(t, "", static_input_scale=False).x_global_scale is None
 
 
+def test_modelopt_linear_weight_only_ignores_the_input_scale():
+    """activations='bf16': the same weight bytes, bf16 activations (no input scale), and on CPU the output is
+    x @ W^T of the published decode (codes x UE4M3 scale x weight_scale_2, computed here in float64) within one
+    bf16 rounding of the output plus fp32 accumulation over K."""
+    t = _write_modelopt(torch.randn(64, 256, generator=torch.Generator().manual_seed(8)), x_amax=2.0)
+    w4a4 = nvfp4_linear_from_checkpoint(t, "", layout="modelopt")
+    layer = nvfp4_linear_from_checkpoint(t, "", layout="modelopt", activations="bf16")
+    assert layer.activations == "bf16" and layer.x_global_scale is None
+    assert torch.equal(layer.weight_data, w4a4.weight_data) and torch.equal(_bits(layer.weight_scales),
+                                                                            _bits(w4a4.weight_scales))
+    codes = torch.stack([t["weight"] & 15, t["weight"] >> 4], -1).reshape(64, 256).long()
+    w = (E2M1.double()[codes & 7] * (1 - 2 * (codes >> 3)).double()).reshape(64, 16, 16)
+    w = (w * t["weight_scale"].double().unsqueeze(-1)).reshape(64, 256) * t["weight_scale_2"].double()
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(9)).bfloat16()
+    ref = x.double() @ w.T
+    bound = 2.0 ** -8 * ref.abs() + 258 * 2.0 ** -24 * (x.double().abs() @ w.abs().T)
+    assert ((layer(x).double() - ref).abs() <= bound).all()
+
+
 # ------------------------------------------------------------------------------------------------------ errors
 
 def _ct_minimal() -> dict[str, torch.Tensor]:

@@ -128,16 +128,19 @@ def read_nvfp4(tensors: Tensors, prefix: str, layout: str = "auto") -> NVFP4Weig
 
 
 def nvfp4_linear_from_checkpoint(tensors: Tensors, prefix: str, layout: str = "auto", *,
-                                 scale_layout: str = "plain", static_input_scale: bool = True):
+                                 scale_layout: str = "plain", static_input_scale: bool = True,
+                                 activations: str = "nvfp4"):
     """An `NVFP4Linear` holding module `prefix`'s checkpoint weight (bytes copied unchanged; the scales are
-    swizzled to 128x4 when scale_layout='blocked_128x4'). static_input_scale uses the checkpoint's activation
-    scale when it has one; False quantizes activations from each input's amax."""
+    swizzled to 128x4 when scale_layout='blocked_128x4'). activations: 'nvfp4' (W4A4: static_input_scale uses
+    the checkpoint's activation scale when it has one; False quantizes activations from each input's amax) or
+    'bf16' (weight-only: the activations stay bf16 and the checkpoint's input scale is not used)."""
     from ..nn import NVFP4Linear  # bwtriton.nn registers the torch ops: not needed for reading alone
     w = read_nvfp4(tensors, prefix, layout)
     n, k = w.weight.shape
+    static = static_input_scale and activations == "nvfp4"
     layer = NVFP4Linear(k, n, bias=w.bias is not None, scale_layout=scale_layout,
-                        x_global_scale=w.input_decode_scale if static_input_scale else None,
-                        device=w.weight.data.device)
+                        x_global_scale=w.input_decode_scale if static else None,
+                        activations=activations, device=w.weight.data.device)
     q = w.weight.to_blocked() if scale_layout == "blocked_128x4" else w.weight
     layer.weight_data.copy_(q.data)
     layer.weight_scales.copy_(q.scales)
