@@ -21,7 +21,7 @@ from .async_copy import _WAITS, barrier_operand, is_tma_load, same_address
 from .context import Ctx
 from .dataflow import may_have_run, run_dataflow, union_states
 from .iterations import LoopSimulation
-from .loop_refill import _does_work, _loop_of, _Pairs
+from .loop_refill import _loop_of, _Pairs, iteration_counter
 from .phase_iterations import _on_every_iteration
 
 _MAX_D = 4
@@ -66,14 +66,10 @@ def check_loop_fill(ctx: Ctx) -> None:
     pairs = _Pairs(ctx)
     if not pairs.loops:
         return
-    # loops that contain a working loop are outer loops (a spin loop, even one whose try_wait was edited out,
-    # does not make its loop an outer one)
-    bodies = [b for _, b in pairs.loops if _does_work(ctx, b)]
+    bodies, edge = iteration_counter(ctx, pairs, _MAX_D)
     looped = set().union(*bodies)
     if not any(t.block in looped for t in tmas):
         return
-    inner_back = {(u, h) for (u, h), b in pairs.loops if not any(o < b for o in bodies)}
-    outer_back = {(u, h) for (u, h), _ in pairs.loops} - inner_back
     same: dict = {}
 
     def covers(wait: Instruction, tma: int) -> bool:
@@ -98,13 +94,6 @@ def check_loop_fill(ctx: Ctx) -> None:
                             "ready barrier (with the phase's parity) before the MMA", related=tma.line)
                     break
         return st
-
-    def edge(u, v, st):
-        if (u, v) in outer_back:
-            return frozenset()   # a new round of an outer loop: iterations of the inner one are not counted
-        if (u, v) not in inner_back:
-            return st
-        return frozenset((t, d + 1) for t, d in st if d < _MAX_D)
 
     run_dataflow(ctx, frozenset(), step, union_states, edge=edge)
 

@@ -131,6 +131,25 @@ class _Pairs:
         return self.ctx.facts_oracle.solve([], [z3.ULT(tr.tid(), self.ntid), z3.ULT(-total, 16)]) is not None
 
 
+def iteration_counter(ctx: Ctx, pairs: "_Pairs", max_d: int):
+    """(working loop bodies, dataflow edge function) for facts whose last field counts the iterations of an inner
+    working loop crossed: an inner back edge adds one (facts past `max_d` are dropped), a back edge of an outer
+    loop (one containing a working loop) starts a new round and drops every fact. A spin loop, even one whose
+    try_wait was edited out, does not make its loop an outer one."""
+    bodies = [b for _, b in pairs.loops if _does_work(ctx, b)]
+    inner_back = {(u, h) for (u, h), b in pairs.loops if not any(o < b for o in bodies)}
+    outer_back = {(u, h) for (u, h), _ in pairs.loops} - inner_back
+
+    def edge(u, v, st):
+        if (u, v) in outer_back:
+            return frozenset()
+        if (u, v) not in inner_back:
+            return st
+        return frozenset(f[:-1] + (f[-1] + 1,) for f in st if f[-1] < max_d)
+
+    return bodies, edge
+
+
 def check_loop_refill(ctx: Ctx) -> None:
     """P16: no refill, in a later iteration, of the stage an MMA whose commit was not waited on still reads."""
     ins_at = ctx.func.instructions
@@ -141,11 +160,7 @@ def check_loop_refill(ctx: Ctx) -> None:
     pairs = _Pairs(ctx)
     if not pairs.loops:
         return
-    # loops that contain a working loop are outer loops (a spin loop, even one whose try_wait was edited out,
-    # does not make its loop an outer one)
-    bodies = [b for _, b in pairs.loops if _does_work(ctx, b)]
-    inner_back = {(u, h) for (u, h), b in pairs.loops if not any(o < b for o in bodies)}
-    outer_back = {(u, h) for (u, h), _ in pairs.loops} - inner_back
+    _, edge = iteration_counter(ctx, pairs, _MAX_D)
     same: dict = {}
 
     def covers(wait: Instruction, commit: int) -> bool:
@@ -172,13 +187,6 @@ def check_loop_refill(ctx: Ctx) -> None:
                             related=mma.line)
                     break
         return st
-
-    def edge(u, v, st):
-        if (u, v) in outer_back:
-            return frozenset()   # a new round of an outer loop: iterations of the inner one are not counted
-        if (u, v) not in inner_back:
-            return st
-        return frozenset((m, c, d + 1) for m, c, d in st if d < _MAX_D)
 
     run_dataflow(ctx, frozenset(), step, union_states, edge=edge)
 
