@@ -242,9 +242,6 @@ _V_CP_ASYNC_REFILL = ("verifier gap: the dropped wait is the MMA-barrier wait be
                       "addresses (the emulator reports the overwrite)")
 _V_ACC_WAIT = ("verifier gap: with the accumulator wait removed the epilogue's tcgen05.ld reads TMEM an MMA still "
                "writes (the emulator reports it); the verifier relates this epilogue's loads to no wait")
-_V_LANE = ("verifier gap: the epilogue's TMEM address is base + loop-carried buffer * 128 across the persistent "
-           "tile loop, whose lane offset the verifier does not model; the emulator reports the lane-quarter "
-           "violation")
 _V_REINIT_PARITY = ("verifier gap: the loop re-inits the MMA barrier every K step and the flipped wait asks for "
                     "parity 1 on a barrier in phase 0, which returns at once, so the next cp.async refill "
                     "overwrites what the MMA still reads (the emulator reports it; with the MMA done first the "
@@ -271,7 +268,6 @@ KNOWN: dict[tuple[str, str], str] = {
     **{(k, "drop_mma_proxy_fence"): _E_UNEXECUTED_PATH
        for k in ("t09_persistent_desc_ws_3tiles", "emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized",
                  "emu:t09_descriptor_persistent")},
-    **{(k, "ld_lane_plus32"): _V_LANE for k in ("emu:t09_persistent_tma", "emu:t09_descriptor_persistent")},
     ("emu:t09_persistent_warp_specialized", "drop_acc_empty_wait"): _E_TWO_TILES,
     ("emu:t09_persistent_warp_specialized", "drop_release_barrier"): _E_TWO_TILES,
     **{(k, "mma_after_commit"): _E_ONE_K_TILE

@@ -8,7 +8,9 @@ correct kernels have no error, and the planted faults the rules of this round de
 * a flipped accumulator parity after a single-partition pipelined loop (mbarrier-parity-stale);
 * the 8-warp epilogue's unwaited tcgen05.ld (acc-read-unsynced, decided through the warp-index window);
 * a cp.async refill one iteration after the MMA it overwrites, with the MMA-barrier wait dropped (stage-reuse);
-* an MMA reading a stage whose TMA of an earlier iteration nothing waited for (async-copy-unwaited).
+* an MMA reading a stage whose TMA of an earlier iteration nothing waited for (async-copy-unwaited);
+* the persistent epilogue's tcgen05.ld lane moved by 32, its address base + loop-carried buffer * 128 (lane-quarter:
+  the buffer's range [0, 1] comes from Triton's `setp.gt` wrap through a register reused after the loop).
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from bwtriton.verify import verify_ptx  # noqa: E402
 def _ptx(which: str) -> str:
     kernels = {"mixed_padded_fp4": ec.compile_mixed_scaled_tma, "attention": ec.compile_attn_fwd,
                "tma_pipelined": ec.compile_tma_matmul,
-               "matmul_8warps": lambda: ec.compile_matmul("fp16", "fp16", 128, 128, 64, "ieee", 8, 3)}
+               "matmul_8warps": lambda: ec.compile_matmul("fp16", "fp16", 128, 128, 64, "ieee", 8, 3),
+               "persistent_tma": ec.compile_persistent_tma,
+               "persistent_device_desc": lambda: ec.compile_persistent_tma(device_desc=True)}
     return kernels[which]().asm["ptx"]
 
 
@@ -36,7 +40,8 @@ def _errors(ptx: str) -> set[str]:
     return {f.check for f in verify_ptx(ptx).errors}
 
 
-@pytest.mark.parametrize("which", ["mixed_padded_fp4", "attention", "tma_pipelined", "matmul_8warps"])
+@pytest.mark.parametrize("which", ["mixed_padded_fp4", "attention", "tma_pipelined", "matmul_8warps",
+                                   "persistent_tma", "persistent_device_desc"])
 def test_correct_kernel_has_no_error(which):
     assert _errors(_ptx(which)) == set()
 
@@ -71,3 +76,9 @@ def test_tma_pipeline_without_ready_wait():
 def test_attention_faults_still_errors():
     for fault in ("drop_last_mma_wait", "mma_after_commit", "drop_acc_wait"):
         assert _errors(wm.FAULTS[fault](_ptx("attention"))), fault
+
+
+@pytest.mark.parametrize("which", ["persistent_tma", "persistent_device_desc"])
+def test_persistent_epilogue_lane_plus32(which):
+    """Every warp of the persistent epilogue reads the next warp's lane quarter, for either accumulator buffer."""
+    assert "lane-quarter" in _errors(wm.FAULTS["ld_lane_plus32"](_ptx(which)))
