@@ -10,7 +10,10 @@ correct kernels have no error, and the planted faults the rules of this round de
 * a cp.async refill one iteration after the MMA it overwrites, with the MMA-barrier wait dropped (stage-reuse);
 * an MMA reading a stage whose TMA of an earlier iteration nothing waited for (async-copy-unwaited);
 * the persistent epilogue's tcgen05.ld lane moved by 32, its address base + loop-carried buffer * 128 (lane-quarter:
-  the buffer's range [0, 1] comes from Triton's `setp.gt` wrap through a register reused after the loop).
+  the buffer's range [0, 1] comes from Triton's `setp.gt` wrap through a register reused after the loop);
+* the block-scaled pipeline's accumulator wait after the loop dropped (acc-read-unsynced: the loop waits on each
+  commit one iteration later, on the other barrier of its two-slot ring);
+* the TMA attention kernel's ready wait under its skip branch with the parity frozen at 0 (mbarrier-parity-stuck).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ def _ptx(which: str) -> str:
                "tma_pipelined": ec.compile_tma_matmul,
                "matmul_8warps": lambda: ec.compile_matmul("fp16", "fp16", 128, 128, 64, "ieee", 8, 3),
                "persistent_tma": ec.compile_persistent_tma,
+               "block_scaled_nvfp4": lambda: ec.case_block_scaled_tma(16, M=1024, N=1024, K=1024).kernel,
                "persistent_device_desc": lambda: ec.compile_persistent_tma(device_desc=True)}
     return kernels[which]().asm["ptx"]
 
@@ -41,7 +45,7 @@ def _errors(ptx: str) -> set[str]:
 
 
 @pytest.mark.parametrize("which", ["mixed_padded_fp4", "attention", "tma_pipelined", "matmul_8warps",
-                                   "persistent_tma", "persistent_device_desc"])
+                                   "persistent_tma", "persistent_device_desc", "block_scaled_nvfp4"])
 def test_correct_kernel_has_no_error(which):
     assert _errors(_ptx(which)) == set()
 
@@ -82,3 +86,11 @@ def test_attention_faults_still_errors():
 def test_persistent_epilogue_lane_plus32(which):
     """Every warp of the persistent epilogue reads the next warp's lane quarter, for either accumulator buffer."""
     assert "lane-quarter" in _errors(wm.FAULTS["ld_lane_plus32"](_ptx(which)))
+
+
+def test_block_scaled_exit_read_without_wait():
+    assert "acc-read-unsynced" in _errors(wm.FAULTS["drop_acc_wait"](_ptx("block_scaled_nvfp4")))
+
+
+def test_attention_frozen_ready_parity():
+    assert "mbarrier-parity-stuck" in _errors(wm.FAULTS["freeze_ready_phase"](_ptx("attention")))

@@ -20,6 +20,7 @@ from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier,
 from .mbarrier_phase import check_arrival_count, check_parity_alternates
 from .phase_iterations import check_parity_per_iteration
 from .exit_parity import check_exit_wait_parity
+from .exit_read import check_exit_read_unwaited
 from .loop_refill import check_loop_refill
 from .loop_fill import check_loop_fill
 from .release_order import check_release_order
@@ -33,7 +34,7 @@ ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_proxy_fence, check_alloc_result_barrier, check_async_copies, check_barrier_arrivals,
     check_lane_quarter_by_warp, check_leader_issue,
     check_cross_warp, check_pair_operands_synced, check_release_order, check_expect_bytes, check_multicast_mask,
-    check_exit_wait_parity, check_loop_refill, check_loop_fill,
+    check_exit_wait_parity, check_exit_read_unwaited, check_loop_refill, check_loop_fill,
 )
 
 #: checks of generic async-proxy / mbarrier rules, run on every function whether it uses tcgen05 or not
