@@ -235,15 +235,7 @@ class Row:
             "emulator protocol error, verifier silent"
 
 
-# Why a disagreement stands. Each is a real fault one tool misses (the other tool is right) or a launch that cannot
-# show the fault; the verifier gaps name the kernel and the fault that shows them.
-_V_CP_ASYNC_REFILL = ("verifier gap: the dropped wait is the MMA-barrier wait before the cp.async refill of the stage "
-                      "the previous MMAs read; the per-iteration refill check does not decide this kernel's "
-                      "addresses (the emulator reports the overwrite)")
-_V_REINIT_PARITY = ("verifier gap: the loop re-inits the MMA barrier every K step and the flipped wait asks for "
-                    "parity 1 on a barrier in phase 0, which returns at once, so the next cp.async refill "
-                    "overwrites what the MMA still reads (the emulator reports it; with the MMA done first the "
-                    "wait never returns); the verifier accepts any constant parity on a re-initialised barrier")
+# Why a disagreement stands: each is a launch that cannot show the fault (the verifier is right).
 _E_SHORT_RING = ("not a tool error: 3 stages and 2 K tiles, so the ring never comes round and the frozen MMA-barrier "
                  "wait is never reached a second time in this launch; with K = 512 (8-bit types: 1024) the same "
                  "PTX fails on the emulator (AsyncOverwriteError, PoisonReadError for the padded-fp4 kernel)")
@@ -267,8 +259,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("emu:t09_persistent_warp_specialized", "drop_release_barrier"): _E_TWO_TILES,
     **{(k, "mma_after_commit"): _E_ONE_K_TILE
        for k in ("emu:t03_bias_leaky_unaligned", "emu:t10_mixed_mxfp8_mxfp4_fp4_padded_tma")},
-    ("emu:lhs_in_tmem_tf32_m64", "drop_last_mma_wait"): _V_CP_ASYNC_REFILL,
-    ("emu:example_fp4_mxfp4", "flip_acc_parity"): _V_REINIT_PARITY,
     **{(k, "freeze_ready_phase"): _E_SHORT_RING
        for k in ("emu:example_matmul_fp16", "emu:example_matmul_bf16", "emu:dot_fp16_m64", "emu:dot_bf16_n256_8warps",
                  "emu:dot_fp8e4m3", "emu:dot_fp8e5m2", "emu+:matmul_fp16_8warps",

@@ -13,7 +13,11 @@ correct kernels have no error, and the planted faults the rules of this round de
   the buffer's range [0, 1] comes from Triton's `setp.gt` wrap through a register reused after the loop);
 * the block-scaled pipeline's accumulator wait after the loop dropped (acc-read-unsynced: the loop waits on each
   commit one iteration later, on the other barrier of its two-slot ring);
-* the TMA attention kernel's ready wait under its skip branch with the parity frozen at 0 (mbarrier-parity-stuck).
+* the TMA attention kernel's ready wait under its skip branch with the parity frozen at 0 (mbarrier-parity-stuck);
+* the LHS-in-TMEM cp.async pipeline with the MMA-barrier wait dropped: the first iteration refills the stage the
+  peeled first k-step's MMA reads (stage-reuse);
+* the fp4 example, whose loop re-initialises its MMA barrier every K step, waiting with parity 1 on the fresh
+  barrier, which returns at once (stage-reuse).
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ def _ptx(which: str) -> str:
                "matmul_8warps": lambda: ec.compile_matmul("fp16", "fp16", 128, 128, 64, "ieee", 8, 3),
                "persistent_tma": ec.compile_persistent_tma,
                "block_scaled_nvfp4": lambda: ec.case_block_scaled_tma(16, M=1024, N=1024, K=1024).kernel,
+               "lhs_in_tmem_tf32": lambda: ec.case_lhs_in_tmem("fp32", 64).kernel,
+               "fp4_example_reinit": lambda: ec.case_fp4_example("u8").kernel,
                "persistent_device_desc": lambda: ec.compile_persistent_tma(device_desc=True)}
     return kernels[which]().asm["ptx"]
 
@@ -45,7 +51,8 @@ def _errors(ptx: str) -> set[str]:
 
 
 @pytest.mark.parametrize("which", ["mixed_padded_fp4", "attention", "tma_pipelined", "matmul_8warps",
-                                   "persistent_tma", "persistent_device_desc", "block_scaled_nvfp4"])
+                                   "persistent_tma", "persistent_device_desc", "block_scaled_nvfp4",
+                                   "lhs_in_tmem_tf32", "fp4_example_reinit"])
 def test_correct_kernel_has_no_error(which):
     assert _errors(_ptx(which)) == set()
 
@@ -94,3 +101,11 @@ def test_block_scaled_exit_read_without_wait():
 
 def test_attention_frozen_ready_parity():
     assert "mbarrier-parity-stuck" in _errors(wm.FAULTS["freeze_ready_phase"](_ptx("attention")))
+
+
+def test_entry_refill_without_mma_wait():
+    assert "stage-reuse" in _errors(wm.FAULTS["drop_last_mma_wait"](_ptx("lhs_in_tmem_tf32")))
+
+
+def test_reinitialised_barrier_flipped_parity():
+    assert "stage-reuse" in _errors(wm.FAULTS["flip_acc_parity"](_ptx("fp4_example_reinit")))

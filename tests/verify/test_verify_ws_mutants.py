@@ -7,7 +7,9 @@ double-buffered accumulator), a Gluon tutorial-06/08-style kernel with explicit 
 corpus's Gluon 2-CTA (cta_group::2) MMA kernel (`gluon_two_ctas`), and a Gluon tutorial-11-style persistent kernel
 written after the rules (`gluon_persistent_ws`: 3-stage ring with one counter across tiles, two TMEM accumulator
 buffers with ready/empty barriers; `_big`: BN = 256 and scalar masked stores, ~4.2k lines), the measurement on a
-kernel the rules were not tuned on. Every applicable (kernel, fault) pair must be
+kernel the rules were not tuned on; likewise a Triton `warp_specialize` persistent GEMM with a bias + ReLU epilogue
+split into two TMA-stored column halves (`ws_epilogue`, bf16, three configurations), written after the rules of the
+round that closed the emulator-agreement gaps. Every applicable (kernel, fault) pair must be
 an error, except those in `NOT_YET` (with why), so a change that catches one must move it. The caught rate is
 printed (pytest -s) and asserted.
 """
@@ -19,7 +21,7 @@ import pytest
 
 import bwtriton
 from bwtriton.verify import verify_ptx
-from fixtures import gluon_persistent_ws, gluon_ws
+from fixtures import gluon_persistent_ws, gluon_ws, ws_epilogue
 from fixtures import kernels as corpus_kernels
 from fixtures import upstream_style as us
 from fixtures import ws_mutants as wm
@@ -34,6 +36,9 @@ _SOURCES = {
     "gluon_two_ctas": lambda: corpus_kernels._compile_gluon_two_ctas(),
     "gluon_persistent_ws": lambda: gluon_persistent_ws.compile_ptx(),
     "gluon_persistent_ws_big": lambda: gluon_persistent_ws.compile_ptx(bn=256, masked=True),
+    "ws_bias_relu": lambda: ws_epilogue.compile_ptx(),
+    "ws_bias_relu_bn256_w8": lambda: ws_epilogue.compile_ptx(bn=256, warps=8, stages=3),
+    "ws_bias_relu_bn64_s4": lambda: ws_epilogue.compile_ptx(bn=64, warps=4, stages=4),
 }
 KERNELS = tuple(_SOURCES)
 
@@ -111,4 +116,24 @@ def test_gluon_persistent_ws_kernel_emulates_correctly():
     ref = a.double() @ b.double().T
     # as for gluon_ws: exact fp16 products, 256 fp32 additions
     bound = 256 * 2.0 ** -24 * (a.double().abs() @ b.double().abs().T) + 1e-6
+    assert bool(((c.double() - ref).abs() <= bound).all())
+
+
+@pytest.mark.emulated
+def test_ws_epilogue_kernel_emulates_correctly():
+    """The bias + ReLU fixture is a real GEMM: one CTA (NUM_SMS = 1) walks 3 tiles on the emulated B200, so both
+    accumulator buffers are reused; against relu(A @ B^T + bias) in float64."""
+    import torch  # noqa: PLC0415 - only this test needs tensors
+    from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: PLC0415 - host descriptors
+    import bwtriton.emu as emu  # noqa: PLC0415 - only this test emulates
+    M, N, K = 384, 128, 128
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(M, K, generator=g).bfloat16(), torch.randn(N, K, generator=g).bfloat16()
+    bias, c = torch.randn(N, generator=g), torch.zeros(M, N).bfloat16()
+    kernel = ws_epilogue.compile_kernel(num_sms=1)
+    emu.run(kernel, (1,), TensorDescriptor.from_tensor(a, [128, 64]), TensorDescriptor.from_tensor(b, [128, 64]),
+            TensorDescriptor.from_tensor(c, [128, 64]), bias, M, N, K)
+    ref = torch.relu(a.double() @ b.double().T + bias.double())
+    # bf16 products are exact in fp32; 128 fp32 additions, then one bf16 rounding (2^-8 relative) of the output
+    bound = 2.0 ** -8 * ref.abs() + 128 * 2.0 ** -24 * (a.double().abs() @ b.double().abs().T) + 1e-6
     assert bool(((c.double() - ref).abs() <= bound).all())

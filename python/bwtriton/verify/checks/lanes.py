@@ -70,6 +70,8 @@ def _modelled(key) -> bool:
         return _modelled(key[1])
     if kind in ("add", "sub", "mul", "shl", "shr", "and", "or", "xor") and len(key) >= 5:
         return all(_modelled(k) for k in key[3:])
+    if kind in ("neg", "not") and len(key) == 4:   # Triton's cp.async swizzle: -(tid & 1) & 576
+        return _modelled(key[3])
     return False
 
 

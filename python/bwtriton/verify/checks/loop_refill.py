@@ -24,7 +24,7 @@ from .async_copy import _WAITS, barrier_operand, same_address
 from .completion import writes_shared
 from .context import Ctx
 from .dataflow import may_have_run, run_dataflow, union_states
-from .iterations import Affine, LoopSimulation, _add, _const
+from .iterations import Affine, LoopSimulation, _add, _const, _scale
 from .lanes import _LaneNumbering, _modelled, _uses_thread
 from .mbarrier_phase import natural_loops, spin_loop
 from .phase_iterations import _on_every_iteration
@@ -91,7 +91,7 @@ class _Pairs:
     def _decide(self, m: Instruction, w: Instruction, d: int, write_later: bool = True) -> bool:
         lp = _loop_of(self.loops, m, w)
         if lp is None:
-            return False
+            return write_later and self._decide_entry(m, w, d)
         (latch, header), body = lp
         every = _on_every_iteration(self.ctx.func, body, header, latch, self.loops) | {m.block, w.block}
         sim = LoopSimulation(self.ctx, body, header, latch, every)
@@ -108,17 +108,42 @@ class _Pairs:
                     return True
         return False
 
-    def _meets(self, diff: Affine) -> bool:
-        """Some thread's 16-byte write at start + diff covers the start: -diff in [0, 16)."""
-        key = ("meets", diff)
+    def _decide_entry(self, m: Instruction, w: Instruction, d: int) -> bool:
+        """An MMA before the refill's loop (Triton's peeled first k-step) against the refill in iteration d of
+        that loop's first run: the MMA's start register is defined once, outside the loop, so the simulation's
+        loop-invariant leaf is its value at the MMA."""
+        lp = next(((e, b) for e, b in sorted(self.loops, key=lambda x: len(x[1]))
+                   if w.block in b and m.block not in b), None)
+        if lp is None:
+            return False
+        (latch, header), body = lp
+        every = _on_every_iteration(self.ctx.func, body, header, latch, self.loops) | {w.block}
+        sim = LoopSimulation(self.ctx, body, header, latch, every)
+        dst = sim.operand(w, w.operands[0], d)
+        if dst is None:
+            return False
+        for o in m.operands[1:3]:
+            start = _desc_start(self.ctx, o) if o.kind == "reg" else None
+            if start is None or len(self.ctx.func.definitions(start[0].name)) != 1 or \
+                    self.ctx.func.definitions(start[0].name)[0].block in body:
+                continue
+            a = sim.operand(w, start[0], d)
+            if a is not None and self._meets(_add(dst, _add(a, _const(start[2])), -1), _write_bytes(w)):
+                return True
+        return False
+
+    def _meets(self, diff: Affine, size: int = 16) -> bool:
+        """Some thread's `size`-byte write at start + diff covers the start: -diff in [0, size)."""
+        diff = _expand(self.ctx, diff)
+        key = ("meets", diff, size)
         if key not in self.memo:
-            self.memo[key] = self._meets_uncached(diff)
+            self.memo[key] = self._meets_uncached(diff, size)
         return self.memo[key]
 
-    def _meets_uncached(self, diff: Affine) -> bool:
+    def _meets_uncached(self, diff: Affine, size: int = 16) -> bool:
         terms, c = diff
         if not terms:
-            return -16 < c <= 0
+            return -size < c <= 0
         if z3 is None or self.ctx.facts_oracle.translator is None:
             return False
         num, tr = _LaneNumbering(self.ctx), self.ctx.facts_oracle.translator
@@ -128,7 +153,58 @@ class _Pairs:
             if k is None or not _uses_thread(k) or not _modelled(k):
                 return False   # a loop invariant other than the thread's offset: not decided
             total = total + tr.term(k, 32) * z3.BitVecVal(coef & 0xFFFFFFFF, 32)
-        return self.ctx.facts_oracle.solve([], [z3.ULT(tr.tid(), self.ntid), z3.ULT(-total, 16)]) is not None
+        return self.ctx.facts_oracle.solve([], [z3.ULT(tr.tid(), self.ntid), z3.ULT(-total, size)]) is not None
+
+
+def _expand(ctx: Ctx, v: Affine, depth: int = 0) -> Affine:
+    """`v` with each loop-invariant leaf register written once (unguarded) by affine arithmetic of registers also
+    written once (add, sub, mov, shl / mul.lo / mad.lo by a constant) replaced by that arithmetic, so that a
+    refill address `base + tid * 16` kept as one leaf by the simulation and the MMA's `base` cancel."""
+    if depth > 8:
+        return v
+    out: Affine = _const(v[1])
+    for reg, coef in v[0]:
+        sub = _leaf_def(ctx, reg)
+        out = _add(out, _scale(_expand(ctx, sub, depth + 1) if sub is not None else (((reg, 1),), 0), coef))
+    return out
+
+
+def _leaf_def(ctx: Ctx, reg: str) -> Optional[Affine]:
+    defs = ctx.func.definitions(reg)
+    if len(defs) != 1 or defs[0].guard is not None or defs[0].defs != (reg,):
+        return None
+    d = defs[0]
+    vals = []
+    for o in d.operands[1:]:
+        if o.kind == "imm" and isinstance(o.value, int):
+            vals.append(_const(o.value))
+        elif o.kind == "reg" and not o.negated and len(ctx.func.definitions(o.name)) == 1:
+            vals.append((((o.name, 1),), 0))
+        else:
+            return None
+    if d.opcode in ("add", "sub") and len(vals) == 2 and d.types[:1] in (("s32",), ("u32",), ("b32",)):
+        return _add(vals[0], vals[1], 1 if d.opcode == "add" else -1)
+    if d.opcode == "mov" and len(vals) == 1:
+        return vals[0]
+    if d.opcode == "shl" and len(vals) == 2 and not vals[1][0] and d.types[:1] == ("b32",):
+        return _scale(vals[0], 1 << vals[1][1])
+    if d.opcode in ("mul", "mad") and "lo" in d.modifiers and len(vals) >= 2 and d.types[:1] in (("s32",), ("u32",)):
+        prod = _scale(vals[0], vals[1][1]) if not vals[1][0] else _scale(vals[1], vals[0][1]) if not vals[0][0] \
+            else None
+        if prod is None:
+            return None
+        return _add(prod, vals[2]) if d.opcode == "mad" and len(vals) == 3 else prod
+    return None
+
+
+def _write_bytes(w: Instruction) -> int:
+    """Bytes one thread's copy writes from its destination address: a cp.async's size operand (4, 8 or 16),
+    else 16 (the 16-byte cp.async / vector stores of Triton's pipelines; a TMA writes a whole tile)."""
+    if w.opcode.startswith("cp.async") and not w.opcode.startswith("cp.async.bulk") and len(w.operands) >= 3:
+        op = w.operands[2]
+        if op.kind == "imm" and isinstance(op.value, int) and op.value in (4, 8, 16):
+            return op.value
+    return 16
 
 
 def iteration_counter(ctx: Ctx, pairs: "_Pairs", max_d: int):
@@ -150,6 +226,47 @@ def iteration_counter(ctx: Ctx, pairs: "_Pairs", max_d: int):
     return bodies, edge
 
 
+def passes_on_fresh_phase(ctx: Ctx, wait: Instruction) -> bool:
+    """A wait with parity 1 on a barrier whose last event, on every path to the wait, is its `mbarrier.init`
+    (then a CTA barrier, or the init unguarded): the barrier is in phase 0, and a wait for parity 1 returns at
+    once (the phase before the first counts as complete, PTX ISA #parallel-synchronization-and-communication-
+    instructions-mbarrier-test-wait-try-wait), or never, once phase 0 completes. Either way it does not wait for
+    the commit of phase 0 (Triton's loops that re-initialise the MMA barrier every K step)."""
+    if not wait.has("parity") or len(wait.operands) < 3:
+        return False
+    par = ctx.resolver.operand(wait.operands[2], 32)
+    if par is None or par.exact != 1:
+        return False
+    bar = barrier_operand(wait)
+    blk = ctx.func.blocks[wait.block]
+    work, seen = [(wait.block, blk.instructions.index(wait), False)], set()
+    while work:
+        b, limit, synced = work.pop()
+        for ins in reversed(ctx.func.blocks[b].instructions[:limit]):
+            if ins is wait:
+                continue   # its own spin loop
+            if ins.opcode in ("bar", "barrier") and ins.has("sync") and ins.guard is None:
+                synced = True
+            elif ins.opcode == "mbarrier.init" and ins.operands:
+                same = same_address(ctx, ins.operands[0], bar)
+                if same is True and (synced or ins.guard is None):
+                    break   # this path's last event on the barrier: its init
+                if same is not False:
+                    return False
+            elif (ins.opcode in _WAITS or ins.opcode == "mbarrier.inval") and ins.operands and \
+                    same_address(ctx, barrier_operand(ins), bar) is not False:
+                return False
+        else:
+            preds = ctx.func.blocks[b].preds
+            if not preds:
+                return False   # the function's entry: no init on this path
+            for q in preds:
+                if (q, synced) not in seen:
+                    seen.add((q, synced))
+                    work.append((q, len(ctx.func.blocks[q].instructions), synced))
+    return True
+
+
 def check_loop_refill(ctx: Ctx) -> None:
     """P16: no refill, in a later iteration, of the stage an MMA whose commit was not waited on still reads."""
     ins_at = ctx.func.instructions
@@ -161,12 +278,18 @@ def check_loop_refill(ctx: Ctx) -> None:
     if not pairs.loops:
         return
     _, edge = iteration_counter(ctx, pairs, _MAX_D)
+    # MMAs inside no loop (a peeled first k-step): the refill in the first iteration (d = 0) counts too
+    looped = {i.index for i in mmas if any(i.block in b for _, b in pairs.loops)}
     same: dict = {}
 
+    fresh: dict[int, bool] = {}
+
     def covers(wait: Instruction, commit: int) -> bool:
+        if wait.index not in fresh:
+            fresh[wait.index] = passes_on_fresh_phase(ctx, wait)
         if (wait.index, commit) not in same:
-            same[(wait.index, commit)] = same_address(ctx, barrier_operand(wait), barrier_operand(ins_at[commit])) \
-                is not False
+            same[(wait.index, commit)] = not fresh[wait.index] and same_address(
+                ctx, barrier_operand(wait), barrier_operand(ins_at[commit])) is not False
         return same[(wait.index, commit)]
 
     def step(st, ins, emit):
@@ -178,10 +301,12 @@ def check_loop_refill(ctx: Ctx) -> None:
             return frozenset(x for x in st if not (x[1] >= 0 and covers(ins, x[1])))
         if emit and writes_shared(ins):
             for m, c, d in sorted(st):
-                if d >= 1 and may_have_run(ctx, ins_at[m]) and pairs.overlaps(ins_at[m], ins, d):
+                if (d >= 1 or m not in looped) and may_have_run(ctx, ins_at[m]) and pairs.overlaps(ins_at[m], ins, d):
                     mma = ins_at[m]
+                    when = f"{d} iteration(s) later" if m in looped else \
+                        f"in iteration {d} of the loop after it"
                     ctx.add("stage-reuse", "P16", "error", ins,
-                            f"this {ins.opcode} refills, {d} iteration(s) later, the shared memory the MMA at line "
+                            f"this {ins.opcode} refills, {when}, the shared memory the MMA at line "
                             f"{mma.line} reads, with no wait on the mbarrier its tcgen05.commit arrives on in "
                             "between: wait on that barrier (with the phase's parity) before refilling the stage",
                             related=mma.line)
