@@ -57,3 +57,17 @@ def test_multicast_commit_missing_a_cta_is_an_error(mask):
     errors = verify_ptx(ptx).errors
     assert errors and {e.check for e in errors} == {"cta-mask-partial"}
     assert f"mask is {mask:#04b}" in errors[0].message
+
+
+def test_dropped_peer_arrival_is_an_error():
+    """Every TMA left on its own CTA's barrier (mov instead of mapa, as the emulated fault): per phase the leader
+    expects both halves and gets its own, the peer expects 0 and gets its half."""
+    ptx = _mutate(_ptx(), r"mapa\.shared::cluster\.u32 \t(%bwho_bar), (%r\d+), %bwho_leader;", r"mov.u32 \t\1, \2;")
+    errors = verify_ptx(ptx).errors
+    assert errors and {e.check for e in errors} == {"tma-bytes-unbalanced"}
+    lines = ptx.splitlines()
+    # one error per barrier with an expect_tx (3 prologue stages and the loop's refill), each at a TMA load
+    assert len(errors) == 4 and all("cp.async.bulk.tensor" in lines[e.line - 1] for e in errors)
+    n = 2 * _CTA_BYTES
+    assert f"CTA rank 0 expects {n} bytes and receives the TMAs of rank(s) 0;" in errors[0].message
+    assert "CTA rank 1 expects 0 bytes and receives the TMAs of rank(s) 1" in errors[0].message
