@@ -71,3 +71,24 @@ def test_dropped_peer_arrival_is_an_error():
     n = 2 * _CTA_BYTES
     assert f"CTA rank 0 expects {n} bytes and receives the TMAs of rank(s) 0;" in errors[0].message
     assert "CTA rank 1 expects 0 bytes and receives the TMAs of rank(s) 1" in errors[0].message
+
+
+_WAIT_SCOPE = (r"\{\s*\.reg \.pred complete;\s*waitLoop:\s*mbarrier\.try_wait\.parity\.shared\.b64 complete, "
+               r"\[(%r\d+)\], (%r\d+);\s*@!complete bra\.uni waitLoop;\s*\}")
+
+
+@pytest.mark.xfail(strict=True, reason="the stage counters wrap as `selp 0, s + 1, s + 1 > 2`, which "
+                   "bwtriton.ptx.stages does not bound: the ready wait is taken to cover the MMA's commit")
+def test_early_refill_is_an_error():
+    """The in-loop wait on the MMA barrier before the refill dropped: the refill overwrites the stage the
+    previous iteration's pair MMA may still read (P16 across iterations)."""
+    ptx = _ptx()
+    scopes = list(re.finditer(_WAIT_SCOPE, ptx))
+    refill_waits = [m for m in scopes if re.search(r"^[^\n]*expect_tx", ptx[m.end():].split("tcgen05.mma")[0], re.M)]
+    assert refill_waits, "no wait before a refill found: the kernel's PTX changed shape"
+    m = refill_waits[-1]
+    mutant = ptx[:m.start()] + ptx[m.end():]
+    errors = verify_ptx(mutant).errors
+    lines = mutant.splitlines()
+    assert errors and {e.check for e in errors} == {"stage-reuse"}
+    assert all("cp.async.bulk.tensor" in lines[e.line - 1] for e in errors)
