@@ -21,6 +21,7 @@ same address join the equations as optional terms (>= 0), so aliasing never make
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from bwtriton.ptx.ir import Function, Instruction, Operand
@@ -32,6 +33,8 @@ from .context import Ctx
 #: special registers whose value is the same in every CTA of a cluster
 _UNIFORM_SREGS = ("%tid", "%ntid", "%laneid", "%warpid", "%nwarpid", "%nctaid", "%clusterid", "%nclusterid",
                   "%cluster_nctarank", "%cluster_nctaid", "%lanemask")
+#: results that may differ per CTA whatever their operands (memory, TMEM); a parameter load is uniform
+_LOADS = ("ld", "ldu", "atom", "tcgen05.ld")
 _MAX_RANKS = 16
 _MASK = 0xFFFFFFFF
 
@@ -46,10 +49,9 @@ def _rank_dependent(func: Function) -> set[str]:
         for ins in func.instructions:
             if not ins.defs or set(ins.defs) <= tainted:
                 continue
-            srcs = [o for o in ins.operands[1:]] if ins.operands else []
-            dep = (ins.opcode in ("ld", "atom", "ld.global", "ldu") and not ins.has("param")) or \
+            dep = (ins.opcode in _LOADS and not ins.has("param")) or \
                 (ins.guard is not None and ins.guard.reg in tainted) or \
-                any(r in tainted for o in srcs for r in o.regs()) or \
+                any(r in tainted for o in ins.operands[1:] for r in o.regs()) or \
                 any(o.kind == "sreg" and not (o.name or "").startswith(_UNIFORM_SREGS) for o in ins.operands)
             if dep:
                 tainted |= set(ins.defs)
@@ -119,7 +121,9 @@ def _barrier(func: Function, tma: Instruction, rank: int) -> Optional[tuple[int,
     reg, at = addr.base.name, tma
     for _ in range(4):
         d = _reaching_def(func, reg, at)
-        if d is None or d.opcode not in ("mov", "mapa") or d.operands[1].kind != "reg":
+        if d is None:
+            return None   # several definitions reach it: which CTA it names is not known
+        if d.opcode not in ("mov", "mapa") or d.operands[1].kind != "reg":
             return rank, reg, addr.offset
         if d.opcode == "mapa":
             target = _value(func, d.operands[2], rank, d)
@@ -187,6 +191,20 @@ def _local(ins: Instruction) -> Optional[tuple[str, int]]:
     return addr.base.name, addr.offset
 
 
+@dataclass
+class _Cluster:
+    """What the equations of every barrier of one function share."""
+
+    ctx: Ctx
+    ranks: int
+    tmas: list[Instruction]
+    expects: list[Instruction]
+    tainted: set[str]
+    uniform: set[int]
+    #: TMA index -> per issuing rank, (rank owning the barrier, local register, offset) or None
+    routes: dict[int, list]
+
+
 def check_pair_tx_balance(ctx: Ctx) -> None:
     """T4 in a cluster: per barrier and CTA rank, the expected transaction bytes can equal the bytes of the
     TMAs that complete there (see the module docstring)."""
@@ -202,8 +220,9 @@ def check_pair_tx_balance(ctx: Ctx) -> None:
     uniform = _rank_uniform_blocks(func, tainted)
     if uniform is None:
         return
+    cl = _Cluster(ctx, ranks, tmas, expects, tainted, uniform,
+                  {t.index: [_barrier(func, t, r) for r in range(ranks)] for t in tmas})
     from_mapa = _derived_from_mapa(func)
-    routes = {t.index: [_barrier(func, t, r) for r in range(ranks)] for t in tmas}
     groups: dict[tuple[str, int], list[Instruction]] = {}
     for e in expects:
         key = _local(e)
@@ -212,57 +231,60 @@ def check_pair_tx_balance(ctx: Ctx) -> None:
     for key, exp in groups.items():
         if len(func.definitions(key[0])) != 1 or key[0] in from_mapa:
             continue   # a barrier register redefined (loop-carried) or itself remote: not compared
-        members = [t for t in tmas if all(rt is not None and rt[1:] == key for rt in routes[t.index])]
-        if not members:
-            continue
-        _decide(ctx, key, exp, members, tmas, expects, routes, tainted, uniform, ranks)
+        members = [t for t in tmas if all(rt is not None and rt[1:] == key for rt in cl.routes[t.index])]
+        if members:
+            _decide(cl, key, exp, members)
 
 
 def _maybe_same(ctx: Ctx, key: tuple[str, int], other: Optional[tuple[str, int]]) -> bool:
-    if other is None:
-        return True
-    if other == key:
+    if other is None or other == key:
         return True
     a, b = (Operand("addr", f"[{r}+{o}]", base=Operand("reg", r, name=r), offset=o) for r, o in (key, other))
     return same_address(ctx, a, b) is not False
 
 
-def _decide(ctx: Ctx, key: tuple[str, int], exp: list[Instruction], members: list[Instruction], tmas: list,
-            expects: list, routes: dict, tainted: set[str], uniform: set[int], ranks: int) -> None:
-    """Build the per-rank equations of one barrier and report when z3 finds them without a solution."""
-    func = ctx.func
-    opt_t = [t for t in tmas if t not in members and any(rt is None or _maybe_same(ctx, key, rt[1:])
-                                                         for rt in routes[t.index])]
-    opt_e = [e for e in expects if e not in exp and _maybe_same(ctx, key, _local(e))]
+def _issued_alike(cl: _Cluster, ins: Instruction) -> bool:
+    """Every rank issues `ins` alike: a rank-uniform block, a rank-independent guard and (a TMA) the same bytes:
+    a rank-independent tensor map, or size for a non-tensor bulk copy, and one destination CTA."""
+    if ins.block not in cl.uniform or (ins.guard is not None and ins.guard.reg in cl.tainted):
+        return False
+    if not is_tma_load(ins):
+        return True
+    # the tensor map (not the coordinates, which differ per CTA) or the byte count fixes the bytes delivered
+    src = ins.operands[1].base if ins.opcode == "cp.async.bulk.tensor" else ins.operands[2]
+    return src is not None and not ins.has("multicast::cluster") and all(r not in cl.tainted for r in src.regs())
+
+
+def _decide(cl: _Cluster, key: tuple[str, int], exp: list[Instruction], members: list[Instruction]) -> None:
+    """Build the per-rank equations of one barrier and report when z3 finds them without a solution. TMAs and
+    expects that may be on the same barrier through another register are optional terms (>= 0)."""
+    ctx = cl.ctx
+    opt_t = [t for t in cl.tmas if t not in members and
+             any(rt is None or _maybe_same(ctx, key, rt[1:]) for rt in cl.routes[t.index])]
+    opt_e = [e for e in cl.expects if e not in exp and _maybe_same(ctx, key, _local(e))]
     terms, posts = members + opt_t, exp + opt_e
-    for i in terms + posts:
-        if i.block not in uniform or (i.guard is not None and i.guard.reg in tainted):
-            return   # issued by some ranks only
-    for t in terms:
-        tmap = t.operands[1].base if t.operands[1].kind == "addr" else None
-        if t.has("multicast::cluster") or any(rt is None for rt in routes[t.index]) or \
-                tmap is None or tmap.kind != "reg" or tmap.name in tainted:
-            return   # bytes to several CTAs, an unknown route, or a box that may differ per rank
+    if not all(_issued_alike(cl, i) for i in terms + posts) or \
+            any(rt is None for t in terms for rt in cl.routes[t.index]):
+        return
     counts = {}
     for e in posts:
         tx = e.operands[-1]
-        vals = [_value(func, tx, r, e) for r in range(ranks)]
-        if None in vals and any(reg in tainted for reg in tx.regs()):
+        vals = [_value(ctx.func, tx, r, e) for r in range(cl.ranks)]
+        if None in vals and any(reg in cl.tainted for reg in tx.regs()):
             return
-        counts[e.index] = None if None in vals else vals
+        counts[e.index] = None if None in vals else vals   # None: one unknown count, the same in every rank
     x = {t.index: z3.Int(f"x{t.index}") for t in terms}
     m = {e.index: z3.Int(f"m{e.index}") for e in posts}
     s = z3.Solver()
     s.set("timeout", 1000)
     s.add(*[v >= 0 for v in (*x.values(), *m.values())], z3.Sum([x[t.index] for t in members]) >= 1)
-    for r in range(ranks):
+    for r in range(cl.ranks):
         expected = z3.Sum([m[i] * (v[r] if v is not None else 1) for i, v in counts.items()] + [z3.IntVal(0)])
-        got = z3.Sum([x[t.index] for t in terms for rt in routes[t.index] if rt[0] == r] + [z3.IntVal(0)])
+        got = z3.Sum([x[t.index] for t in terms for rt in cl.routes[t.index] if rt[0] == r] + [z3.IntVal(0)])
         s.add(expected == got)
-    if s.check() != z3.unsat:
-        return
-    ctx.add("tma-bytes-unbalanced", "T4", "error", members[0], _message(exp, members, routes, counts, ranks),
-            related=exp[0].line)
+    if s.check() == z3.unsat:
+        ctx.add("tma-bytes-unbalanced", "T4", "error", members[0],
+                _message(exp, members, cl.routes, counts, cl.ranks), related=exp[0].line)
 
 
 def _message(exp: list[Instruction], members: list[Instruction], routes: dict, counts: dict, ranks: int) -> str:
