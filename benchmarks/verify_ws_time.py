@@ -4,6 +4,9 @@ Goal (verifier issue, round 3): <= 2 s CPU for a ~5k-line warp-specialized kerne
 tutorial-09-style persistent warp-specialized GEMM (Triton `warp_specialize`, tensor descriptors), the Gluon
 persistent warp-specialized kernel (and its BN = 256 variant with scalar masked stores, ~4.2k lines: the large
 row), the corpus's Gluon 2-CTA kernel, and the tutorial-08 grouped GEMM (~4.9k lines, not warp-specialized).
+Last, for scale, the slowest kernels of the corpora (1.5-2.2k lines, not warp-specialized): the emulator corpus's
+persistent TMA GEMMs (host and device tensor descriptors, loop-carried accumulator buffer in the epilogue's TMEM
+address) and tutorial-09's descriptor kernel at 8 warps / 3 stages.
 Each row is the median of 3 runs of `verify_ptx` on the compiled PTX (time.process_time, so
 the number does not depend on the other processes of the machine). Beside it, what the user waits for anyway:
 the CPU time of the same kernel's `bwtriton.compile` with the verify pass off (`-verify-tcgen05`; a cached
@@ -42,7 +45,16 @@ def _grouped():
                             ).asm["ptx"]
 
 
+def _persistent_desc_8warps():
+    import bwtriton
+    from fixtures import upstream_style as us
+    return bwtriton.compile(us.CASES["t09_persistent_desc"][0],
+                            **{**us.options("t09_persistent_desc", True, 3, 8, 1), "passes": ["-verify-tcgen05"]}
+                            ).asm["ptx"]
+
+
 def _rows():
+    import emu_cases
     from fixtures import gluon_persistent_ws
     from fixtures import kernels as corpus
     return [
@@ -53,6 +65,10 @@ def _rows():
         ("gluon persistent ws BN=256, masked C^T stores", lambda: gluon_persistent_ws.compile_ptx(bn=256, masked=True)),
         ("t08 grouped GEMM (not ws, for scale)", _grouped),
         ("gluon 2-CTA (corpus)", corpus._compile_gluon_two_ctas),
+        ("emu t09 persistent TMA (not ws)", lambda: emu_cases.compile_persistent_tma().asm["ptx"]),
+        ("emu t09 device-descriptor persistent (not ws)",
+         lambda: emu_cases.compile_persistent_tma(device_desc=True).asm["ptx"]),
+        ("t09 persistent desc 8 warps 3 stages (not ws)", _persistent_desc_8warps),
     ]
 
 

@@ -57,3 +57,38 @@ def test_multicast_commit_missing_a_cta_is_an_error(mask):
     errors = verify_ptx(ptx).errors
     assert errors and {e.check for e in errors} == {"cta-mask-partial"}
     assert f"mask is {mask:#04b}" in errors[0].message
+
+
+def test_dropped_peer_arrival_is_an_error():
+    """Every TMA left on its own CTA's barrier (mov instead of mapa, as the emulated fault): per phase the leader
+    expects both halves and gets its own, the peer expects 0 and gets its half."""
+    ptx = _mutate(_ptx(), r"mapa\.shared::cluster\.u32 \t(%bwho_bar), (%r\d+), %bwho_leader;", r"mov.u32 \t\1, \2;")
+    errors = verify_ptx(ptx).errors
+    assert errors and {e.check for e in errors} == {"tma-bytes-unbalanced"}
+    lines = ptx.splitlines()
+    # one error per barrier with an expect_tx (3 prologue stages and the loop's refill), each at a TMA load
+    assert len(errors) == 4 and all("cp.async.bulk.tensor" in lines[e.line - 1] for e in errors)
+    n = 2 * _CTA_BYTES
+    assert f"CTA rank 0 expects {n} bytes and receives the TMAs of rank(s) 0;" in errors[0].message
+    assert "CTA rank 1 expects 0 bytes and receives the TMAs of rank(s) 1" in errors[0].message
+
+
+_WAIT_SCOPE = (r"\{\s*\.reg \.pred complete;\s*waitLoop:\s*mbarrier\.try_wait\.parity\.shared\.b64 complete, "
+               r"\[(%r\d+)\], (%r\d+);\s*@!complete bra\.uni waitLoop;\s*\}")
+
+
+@pytest.mark.xfail(strict=True, reason="the stage counters wrap as `selp 0, s + 1, s + 1 > 2`, which "
+                   "bwtriton.ptx.stages does not bound: the ready wait is taken to cover the MMA's commit")
+def test_early_refill_is_an_error():
+    """The in-loop wait on the MMA barrier before the refill dropped: the refill overwrites the stage the
+    previous iteration's pair MMA may still read (P16 across iterations)."""
+    ptx = _ptx()
+    scopes = list(re.finditer(_WAIT_SCOPE, ptx))
+    refill_waits = [m for m in scopes if re.search(r"^[^\n]*expect_tx", ptx[m.end():].split("tcgen05.mma")[0], re.M)]
+    assert refill_waits, "no wait before a refill found: the kernel's PTX changed shape"
+    m = refill_waits[-1]
+    mutant = ptx[:m.start()] + ptx[m.end():]
+    errors = verify_ptx(mutant).errors
+    lines = mutant.splitlines()
+    assert errors and {e.check for e in errors} == {"stage-reuse"}
+    assert all("cp.async.bulk.tensor" in lines[e.line - 1] for e in errors)

@@ -25,6 +25,7 @@ from .loop_refill import check_loop_refill
 from .loop_fill import check_loop_fill
 from .release_order import check_release_order
 from .expect_bytes import check_expect_bytes, check_multicast_mask
+from .pair_arrivals import check_pair_tx_balance
 from .tma_store import check_tma_store_fence
 from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_st_shapes
 
@@ -34,6 +35,7 @@ ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_proxy_fence, check_alloc_result_barrier, check_async_copies, check_barrier_arrivals,
     check_lane_quarter_by_warp, check_leader_issue,
     check_cross_warp, check_pair_operands_synced, check_release_order, check_expect_bytes, check_multicast_mask,
+    check_pair_tx_balance,
     check_exit_wait_parity, check_exit_read_unwaited, check_loop_refill, check_loop_fill,
 )
 

@@ -112,6 +112,19 @@ def ld_meets_columns_for_every_thread(ctx: Ctx, ins: Instruction, alloc: str, co
                                    z3.ULT(col, 512), misses])
 
 
+#: the leaves P8 quantifies over besides the thread: loop-carried indices and the TMEM base
+_QUANTIFIED = ("stage", "tmem.base")
+
+
+def _mentions(key, kinds: tuple) -> bool:
+    """Whether a value key holds a leaf of one of `kinds` (e.g. `_QUANTIFIED`)."""
+    if not isinstance(key, tuple) or not key:
+        return False
+    if key[0] in kinds:
+        return True
+    return any(_mentions(k, kinds) for k in key if isinstance(k, tuple))
+
+
 def _tmem_bases(key) -> list:
     if not isinstance(key, tuple):
         return []
@@ -179,28 +192,50 @@ def check_lane_quarter_by_warp(ctx: Ctx) -> None:
         return answers[(what, value_facts)]
 
     leave_memo: dict = {}
+    inside_at_low: dict[tuple, bool] = {}
+
+    def stays_for_some_index(ins: Instruction, facts) -> bool:
+        """Whether every thread stays in its quarter with each loop-carried index at its lowest value, on facts
+        that do not mention those indices or the TMEM base. Then the per-thread query below finds, for whichever
+        thread a model names, an index value that keeps it inside (the facts constrain other variables only,
+        and the model satisfies them), so no claim follows; one facts-free query per lane expression."""
+        what = todo[ins.index]
+        leaves = _stage_leaves(what[0], tr)
+        if not leaves or any(_mentions(f[0], _QUANTIFIED) for f in facts):
+            return False
+        if what not in inside_at_low:
+            low = [v == lo for lo, _, v in leaves]
+            inside_at_low[what] = ctx.facts_oracle.unsat(constraints(ins) + low)
+        return inside_at_low[what]
 
     def all_leave(ins: Instruction, facts, tid) -> bool:
         """No thread (or: not thread `tid`) the value facts allow stays in its quarter; one z3 query per lane
         expression, value facts and thread (unsat_with reads only the value facts)."""
         value_facts = frozenset(f for f in facts if isinstance(f[0], tuple) and f[0][:1] in (("eq",), ("ge",)))
+        if tid is not None and not _mentions(todo[ins.index][0], ("ld.param",)) and \
+                not any(_mentions(f[0], _QUANTIFIED) for f in value_facts):
+            # the lane depends on the thread only, which is fixed, and the facts on none of its other variables;
+            # `tid` comes from a model of these facts, so they hold beside any lane values: drop them
+            value_facts = frozenset()
         key = (todo[ins.index], value_facts, tid)
         if key not in leave_memo:
             extra = constraints(ins, inside=True) + ([] if tid is None else [tr.tid() == tid])
-            leave_memo[key] = ctx.facts_oracle.unsat_with(facts, extra)
+            leave_memo[key] = ctx.facts_oracle.unsat_with(value_facts, extra)
         return leave_memo[key]
 
     def step(payload, ins, emit):
         if emit and ins.index in todo:
             facts = ctx.current_facts
+            if stays_for_some_index(ins, facts):
+                return payload
             model = violation(ins, facts)
             if model is not None:
                 tid = model.get(str(tr.tid()))
+                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not all_leave(ins, facts, tid)):
+                    return payload   # only some values of the loop-carried index leave the quarter: no claim
                 undecided = IMPRECISE in facts or any(f[0][0] == "reg" for f in facts)
                 if undecided and IMPRECISE not in facts and all_leave(ins, facts, None):
                     undecided = False   # every thread the value facts allow leaves its quarter: whichever runs
-                if _stage_leaves(todo[ins.index][0], tr) and (tid is None or not all_leave(ins, facts, tid)):
-                    return payload   # only some values of the loop-carried index leave the quarter: no claim
                 who = f" (e.g. thread {tid}, warp {tid // 32})" if tid is not None else ""
                 ctx.add("lane-quarter", "P8", "warning" if undecided else "error", ins,
                         f"{ins.opcode} lane computed from the thread index leaves the warp's lane quarter{who}: "
