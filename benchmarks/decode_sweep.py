@@ -76,7 +76,7 @@ def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
     for cfg in gm.gluon_candidates(m, n, k, num_sms):
         for f in (1, 2, 0.5):
             c = dict(cfg, SPLIT_K=int(cfg["SPLIT_K"] * f))
-            if c["SPLIT_K"] >= 1 and k % (c["SPLIT_K"] * c["BLOCK_K"]) == 0 and c not in cands:
+            if c["SPLIT_K"] >= 1 and k % (2 * c["SPLIT_K"] * c["BLOCK_K"]) == 0 and c not in cands:
                 cands.append(c)
     return cands
 

@@ -41,6 +41,46 @@ def _loop(sass: str) -> str:
     return sass[start:sass.index("BRA LBB1", start)]
 
 
+def _dest_regs(line: str) -> set[int]:
+    """Registers an instruction writes (its first operand), widened for 64/128-bit results."""
+    body = line.split("\t", 1)[-1].strip().rstrip(";")
+    body = re.sub(r"^@!?U?P\w+\s+", "", body)
+    m = re.match(r"([A-Z0-9_.]+)\s+(R\d+)\b", body)
+    if not m or m.group(1).startswith(("HGMMA", "STS", "STG", "ST.", "RED", "BAR", "WARPGROUP")):
+        return set()
+    op, base = m.group(1), int(m.group(2)[1:])
+    width = 4 if ".128" in op else 2 if (".64" in op or op.startswith(("CS2R", "IMAD.WIDE", "LEA.HI.X.64"))) else 1
+    return set(range(base, base + width))
+
+
+def wgmma_register_hazards(loop: str) -> list[str]:
+    """Instructions of a K loop's SASS that write an A register of an HGMMA group before the second
+    `WARPGROUP.DEPBAR.LE gsb0, 0x1` after it (the first wait that proves that group complete), the loop taken
+    as circular (the back edge leads to its top)."""
+    lines = [ln for ln in loop.splitlines() if "\t" in ln]
+    groups, current = [], None
+    for i, ln in enumerate(lines):
+        if "HGMMA" in ln:
+            a = int(re.search(r"HGMMA\.\S+\s+R\d+,\s+R(\d+)", ln).group(1))
+            if current is None:
+                current = (i, set())
+                groups.append(current)
+            current[1].update(range(a, a + 4))
+        elif "DEPBAR" in ln:
+            current = None
+    waits = [i for i, ln in enumerate(lines) if "DEPBAR.LE gsb0, 0x1" in ln]
+    found = []
+    n = len(lines)
+    for start, regs in groups:
+        after = sorted(((w - start) % n) for w in waits)
+        end = after[1] if len(after) > 1 else n   # the second wait after the group
+        for d in range(1, end):
+            ln = lines[(start + d) % n]
+            if "HGMMA" not in ln and _dest_regs(ln) & regs:
+                found.append(ln.strip())
+    return found
+
+
 # --------------------------------------------------------------------------------------------- sm_90a (CPU)
 
 @pytest.mark.parametrize("block_m,split", [(16, False), (64, True)])
@@ -55,17 +95,30 @@ def test_register_a_wgmma_with_one_group_in_flight(block_m, split):
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in loop and "DEPBAR.LE gsb0, 0x0" not in loop
     assert loop.count("LDG.E.128") >= 2          # the weight words (and x) as 16-byte vectors
     assert "LDS" not in loop                      # the weight never goes through shared memory
+    assert not wgmma_register_hazards(loop)
 
 
-def test_tuner_candidates_compile_without_spills_and_in_few_instructions():
+def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
+    """The check the kernel's two-step loop is held to: with one K step per iteration the decode of step k + 1
+    wrote the A registers of step k's wgmma before the wait that retires it (wrong output rows on the H200)."""
+    loop = ("LBB1:\n--:-:-:-:1\tPRMT R88, R2, 0x5140, R89;\n--:-:-:-:1\tHGMMA.64x64x16.F32.BF16 R56, R88, gdesc[UR12], R56;\n"
+            "--:-:-:-:1\tWARPGROUP.DEPBAR.LE gsb0, 0x1;\n")
+    found = wgmma_register_hazards(loop)
+    assert len(found) == 1 and "PRMT R88" in found[0]
+    safe = loop.replace("PRMT R88", "PRMT R92")
+    assert not wgmma_register_hazards(safe)
+
+
+def test_tuner_candidates_compile_without_spills_or_register_hazards_in_few_instructions():
     shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"])
-              for m in (16, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192)}
-    for bn, bm, bk, w in sorted(shapes)[::2]:     # half of them: each compile is a second of CPU
-        sass = _compile(bn, bm, bk, w).asm["sass"]
+              for m in (16, 32, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192)}
+    for bn, bm, bk, w in sorted(shapes):
+        sass = _compile(bn, bm, bk, w, split=True).asm["sass"]
         assert not re.search(r"\b(STL|LDL)\b", sass), (bn, bm, bk, w)
         loop = _loop(sass)
+        assert not wgmma_register_hazards(loop), (bn, bm, bk, w)
         instructions = len([line for line in loop.splitlines() if "\t" in line])
-        weights_per_thread = bn * bk / (32 * w)
+        weights_per_thread = 2 * bn * bk / (32 * w)  # the loop body is two K steps
         # decode ~2.6 per weight (21 per lane and 8 weights), plus x staging, addressing and the wgmmas
         assert instructions / weights_per_thread < 6.5, (bn, bm, bk, w, instructions)
 

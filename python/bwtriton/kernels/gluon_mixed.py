@@ -100,16 +100,21 @@ def _scales(sp, s_off, half, WL: gl.constexpr):
 
 
 @gluon.jit
-def _step(acc, w, s, xv, th, tl, buf, A_LAYOUT: gl.constexpr, XS: gl.constexpr):
+def _step(acc, a_prev, w, s, xv, th, tl, buf, A_LAYOUT: gl.constexpr, XS: gl.constexpr):
     """Decode this K step's weight (while the previous step's wgmma runs), stage x^T, issue the wgmma and wait
-    for the previous one only."""
+    for the previous one only. Returns (acc, this step's A operand).
+
+    A register operand of a wgmma in flight must not be overwritten, and nothing tells ptxas so: the previous
+    step's A (`a_prev`) is a dependency of this step's wait, and this step's A is carried into the next step, so
+    both stay allocated until their wgmma is known complete (without that the decode reused them: wrong rows)."""
     a = _decode_operand(w, s, th, tl, A_LAYOUT)
     buf.store(xv)
     fence_async_shared()
     gl.thread_barrier()  # every warp's part of x^T is in shared memory before either warpgroup's wgmma
     xt = buf._reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
     acc = warpgroup_mma(a, xt, acc, is_async=True)
-    return warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+    acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
+    return acc, a
 
 
 @gluon.jit
@@ -187,24 +192,30 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
 
     STEP_WORDS: gl.constexpr = BLOCK_K * 2            # words per row tile per K step (K/64 chunks of 128)
     STEP_PAIRS: gl.constexpr = BLOCK_K // 4           # int32 words of scale pairs
-    wp = w_ptr
-    sp = s_ptr
-    xp = x_ptr + k_lo // 2
-    w = gl.load(wp + w_off)
-    s = _scales(sp, s_off, half, WL)
-    xv = gl.load(xp + x_off)
+    w0 = gl.load(w_ptr + w_off)
+    s0 = _scales(s_ptr, s_off, half, WL)
+    x0 = gl.load(x_ptr + (k_lo // 2 + x_off))
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-    for i in range(steps - 1):
-        wp += STEP_WORDS
-        sp += STEP_PAIRS
-        xp += BLOCK_K // 2
-        w_n = gl.load(wp + w_off)   # the next step's loads go out before this step's decode
-        s_n = _scales(sp, s_off, half, WL)
-        x_n = gl.load(xp + x_off)
-        acc = _step(acc, w, s, xv, th, tl, x_smem.index(i % 3), A_LAYOUT, XS)
-        w, s, xv = w_n, s_n, x_n
-    acc = _step(acc, w, s, xv, th, tl, x_smem.index((steps - 1) % 3), A_LAYOUT, XS)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+    a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A_LAYOUT)
+    # Two K steps per iteration: their A operands are different values, so ptxas gives them different registers
+    # and the decode of one step never writes the registers the other step's wgmma (still in flight) reads.
+    # The host keeps `steps` even.
+    for i in range(0, steps - 2, 2):
+        w1 = gl.load(w_ptr + ((i + 1) * STEP_WORDS + w_off))   # the next step's loads go out before the decode
+        s1 = _scales(s_ptr + (i + 1) * STEP_PAIRS, s_off, half, WL)
+        x1 = gl.load(x_ptr + ((k_lo + (i + 1) * BLOCK_K) // 2 + x_off))
+        acc, a0 = _step(acc, a1, w0, s0, x0, th, tl, x_smem.index(i % 3), A_LAYOUT, XS)
+        w0 = gl.load(w_ptr + ((i + 2) * STEP_WORDS + w_off))
+        s0 = _scales(s_ptr + (i + 2) * STEP_PAIRS, s_off, half, WL)
+        x0 = gl.load(x_ptr + ((k_lo + (i + 2) * BLOCK_K) // 2 + x_off))
+        acc, a1 = _step(acc, a0, w1, s1, x1, th, tl, x_smem.index((i + 1) % 3), A_LAYOUT, XS)
+    last = steps - 1
+    w1 = gl.load(w_ptr + (last * STEP_WORDS + w_off))
+    s1 = _scales(s_ptr + last * STEP_PAIRS, s_off, half, WL)
+    x1 = gl.load(x_ptr + ((k_lo + last * BLOCK_K) // 2 + x_off))
+    acc, a0 = _step(acc, a1, w0, s0, x0, th, tl, x_smem.index((last - 1) % 3), A_LAYOUT, XS)
+    acc, a1 = _step(acc, a0, w1, s1, x1, th, tl, x_smem.index(last % 3), A_LAYOUT, XS)
+    acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a1])
     alpha = gl.load(alpha_ptr)
     if not SPLIT:
         _store_out(acc, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_N, BLOCK_M, HAS_BIAS, MMA)
@@ -247,10 +258,10 @@ def _reduce_slices(acc, out_ptr, bias_ptr, alpha, work_ptr, count_ptr, pid_n, pi
 #: 128-row tiles.
 _SHAPES = {
     16: ((128, 128, 4), (128, 64, 4), (64, 128, 4), (256, 64, 8)),
-    32: ((128, 128, 4), (128, 64, 4), (256, 64, 8)),
+    32: ((128, 64, 4), (256, 64, 8)),
     64: ((128, 64, 4), (256, 64, 8), (64, 64, 4)),
-    128: ((256, 64, 8), (128, 64, 8)),
-    256: ((256, 64, 8, 128), (128, 64, 8, 128)),
+    128: ((128, 64, 8), (64, 64, 4)),
+    256: ((128, 64, 8, 128), (64, 64, 4, 128)),
 }
 
 #: Largest split of K.
@@ -313,9 +324,9 @@ def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
         problems.append(f"BLOCK_K must be 64, 128 or 256 (got {bk})")
     if bn * bm > 128 * 32 * w:
         problems.append(f"BLOCK_N * BLOCK_M / (32 * num_warps) accumulator registers must be <= 128")
-    if split < 1 or n % max(bn, 1) or k % (bk * split) or n * k // 8 >= 2 ** 31:
-        problems.append(f"N must be a multiple of BLOCK_N, K of BLOCK_K * SPLIT_K, N * K < 2^34 (got N={n}, "
-                        f"K={k}, SPLIT_K={split})")
+    if split < 1 or n % max(bn, 1) or k % (2 * bk * split) or n * k // 8 >= 2 ** 31:
+        problems.append(f"N must be a multiple of BLOCK_N, K of 2 * BLOCK_K * SPLIT_K (an even number of K steps "
+                        f"per slice), N * K < 2^34 (got N={n}, K={k}, SPLIT_K={split})")
     if problems:
         raise InputError(f"{op}: gluon_mixed config {cfg}: " + "; ".join(problems))
 
