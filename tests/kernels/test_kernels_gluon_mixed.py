@@ -101,7 +101,8 @@ def test_register_a_wgmma_with_one_group_in_flight(block_m, split):
 def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
     """The check the kernel's two-step loop is held to: with one K step per iteration the decode of step k + 1
     wrote the A registers of step k's wgmma before the wait that retires it (wrong output rows on the H200)."""
-    loop = ("LBB1:\n--:-:-:-:1\tPRMT R88, R2, 0x5140, R89;\n--:-:-:-:1\tHGMMA.64x64x16.F32.BF16 R56, R88, gdesc[UR12], R56;\n"
+    loop = ("LBB1:\n--:-:-:-:1\tPRMT R88, R2, 0x5140, R89;\n"
+            "--:-:-:-:1\tHGMMA.64x64x16.F32.BF16 R56, R88, gdesc[UR12], R56;\n"
             "--:-:-:-:1\tWARPGROUP.DEPBAR.LE gsb0, 0x1;\n")
     found = wgmma_register_hazards(loop)
     assert len(found) == 1 and "PRMT R88" in found[0]

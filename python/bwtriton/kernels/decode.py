@@ -4,8 +4,11 @@ and running at every M.
 Paths the tuner times per shape (`decode_candidates`): for M <= MAX_DECODE_M (64) the CUDA-core GEMV, the
 mma.sync kernel below and the frag kernel (`_decode_frag`); above M = 16 the mixed-input wgmma GEMM
 (`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
-the kernel; any M with an explicit config); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
-(graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8).
+the kernel; any M with an explicit config); on sm_90a for M = 16 .. 256 its Gluon form (`gluon_mixed`: the
+weight decoded from a fragment-ordered copy straight into the register A operand, one wgmma group in flight),
+timed first; from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
+(graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8)
+before gluon_mixed, whose own sweep (docs/nvfp4_hopper.md) beat those earlier wgmma times at M = 64 - 256.
 'fragw' (`_decode_frag_wide`, M <= 128: the frag weight with its scale folded into the A fragments, every MMA
 accumulating in place) is exact but measured slower than wgmma at M = 64 / 128 and level with frag at M = 16, so
 the tuner times it only with BWTRITON_DECODE_FRAGW=1 (docs/nvfp4_hopper.md has the numbers and the ncu limit).
@@ -415,7 +418,8 @@ def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: 
     if os.environ.get("BWTRITON_DECODE_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
         return default_config(m, n, k, num_sms)  # not cached: a later call outside capture still tunes
     timings = {}
-    for cand in decode_candidates(m, n, k, num_sms, hopper=device_capability(device) == 90):
+    hopper = device.type == "cuda" and device_capability(device) == 90  # the Gluon wgmma kernel's target
+    for cand in decode_candidates(m, n, k, num_sms, hopper=hopper):
         try:
             _decode(op, x, w_q, cand, out_dtype, device)  # compile + warm up outside the timing
             us = kernel_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device))
@@ -448,8 +452,9 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
     keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
     for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
-    GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 16 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM; default as `default_config`) plus any keys of that path's
-    defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates`, GROUPS_PER_THREAD for the GEMV).
+    GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 16 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
+    default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates` /
+    `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
 
     Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
     earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
@@ -599,8 +604,8 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
                          f"'dequant_gemm' (or no config)")
     if path not in _PATHS:
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' / 'fragw' (mma.sync; "
-                         f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM), 'gluon_mixed' "
-                         f"(Gluon mixed-input wgmma GEMM, sm_90a, M 16 .. 256) or 'dequant_gemm' (bf16 weight + "
+                         f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM), "
+                         f"'gluon_mixed' (its Gluon form, sm_90a, M 16 .. 256) or 'dequant_gemm' (bf16 weight + "
                          f"matmul), got {path!r}")
     if path == "dequant_gemm":
         defaults = {"SPLIT_K": 1}
