@@ -14,14 +14,26 @@ BLOCK_N weight rows (wgmma's M side, 64 per warpgroup) and BLOCK_M activation ro
   instructions per 8 weights and lane. The joins / permute / reshape that turn the decoded registers into the
   [BLOCK_N, BLOCK_K] operand are register renamings (`convert_layout(..., assert_trivial=True)` pins that).
 * x^T lives in shared memory (3 rotating [BLOCK_M, BLOCK_K] buffers: with two warpgroups a buffer is rewritten
-  only after both finished the wgmma that read it), written from registers loaded one K step ahead; the weight of
-  step k + 1 is loaded while step k decodes, and `warpgroup_mma_wait(1)` leaves step k's wgmma running while
-  step k + 1 decodes.
+  only after both finished the wgmma that read it), written from registers loaded one K step ahead (as int32
+  pairs: bf16 elements made LLVM repack halves with PRMT); the weight of step k + 1 is loaded while step k
+  decodes, and `warpgroup_mma_wait(1)` leaves step k's wgmma running while step k + 1 decodes.
+* The loop body is two K steps. A register A operand of a wgmma in flight must not be written, and neither
+  Triton nor ptxas guards it: with one step per iteration the decode of step k + 1 reused the registers of step
+  k's A (wrong output rows on the H200). Two steps give two A values in two register sets, each a dependency of
+  the wait that retires its wgmma (`tests/kernels/test_kernels_gluon_mixed.py` checks the SASS for the hazard).
 * Split K (the grid's third axis) where N / BLOCK_N x M / BLOCK_M is too few CTAs: every slice stores its fp32
   partial, the last slice of a tile to arrive (acq_rel counter) sums them in slice order: a fixed order, one launch.
 
 Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x bf16 products are exact in fp32);
 NaN scales (0x7F, never produced by quantization) are not propagated.
+
+sm_90a SASS per weight and thread in the K loop (decode, x staging, addressing and the wgmmas): 3.4 - 3.7 at
+BLOCK_M 16 - 64, 4.5 at 128 (`ptxas`: 240 registers for 128 x 64 x 64 on 4 warps). Measured on the H200
+(docs/nvfp4_hopper.md: graph replay, weights rotated past L2, cuBLAS bf16 `F.linear` in the same run): 1.40 -
+1.51x cuBLAS at M = 16, 0.67 - 1.20x at M = 64, 0.63 - 0.82x at M = 128, 0.68x at M = 256. What limits it
+(ncu, M = 64, N = K = 8192): latency, not bandwidth or issue: DRAM 21%, 0.35 instructions issued per scheduler
+per cycle, 1.8 warps per scheduler (registers allow 2 CTAs of 4 warps per SM), no eligible warp 65% of cycles:
+one K step of weight loads in flight per CTA is too few bytes to cover the HBM latency.
 """
 from __future__ import annotations
 
