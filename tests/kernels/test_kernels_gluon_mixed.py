@@ -29,8 +29,8 @@ _SIG = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*bf16", "
         "N": "i32", "K": "i32", "stride_xm": "i32", "stride_om": "i32"}
 
 
-def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False):
-    const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split)
+def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False, deep: bool = False):
+    const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split, DEEP=deep)
     return bwtriton.compile(gm.gluon_mixed_kernel, signature=_SIG, constexprs=const, target="sm_90a",
                             num_warps=warps, num_stages=1, divisible_by_16=[a for a in _SIG if a != "M"])
 
@@ -83,9 +83,9 @@ def wgmma_register_hazards(loop: str) -> list[str]:
 
 # --------------------------------------------------------------------------------------------- sm_90a (CPU)
 
-@pytest.mark.parametrize("block_m,split", [(16, False), (64, True)])
-def test_register_a_wgmma_with_one_group_in_flight(block_m, split):
-    res = _compile(128, block_m, 64, 4, split)
+@pytest.mark.parametrize("block_m,split,deep", [(16, False, False), (64, True, False), (64, True, True)])
+def test_register_a_wgmma_with_one_group_in_flight(block_m, split, deep):
+    res = _compile(128, block_m, 64, 4, split, deep)
     ptx = res.asm["ptx"]
     wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.bf16\.bf16\s+\{[^}]*\},\s*"
                        r"\{%r\d+,\s*%r\d+,\s*%r\d+,\s*%r\d+\},\s*%rd\d+", ptx)
@@ -94,7 +94,8 @@ def test_register_a_wgmma_with_one_group_in_flight(block_m, split):
     loop = _loop(res.asm["sass"])
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in loop and "DEPBAR.LE gsb0, 0x0" not in loop
     assert loop.count("LDG.E.128") >= 2          # the weight words (and x) as 16-byte vectors
-    assert "LDS" not in loop                      # the weight never goes through shared memory
+    assert not re.search(r"\bLDS\S*\s+R\d", loop)   # the weight never goes through shared memory
+    assert ("LDGSTS" in loop) == deep             # DEEP: x^T by cp.async
     assert not wgmma_register_hazards(loop)
 
 
@@ -111,17 +112,17 @@ def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
 
 
 def test_tuner_candidates_compile_without_spills_or_register_hazards_in_few_instructions():
-    shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"])
+    shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"], c["DEEP"])
               for m in (16, 32, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192)}
-    for bn, bm, bk, w in sorted(shapes):
-        sass = _compile(bn, bm, bk, w, split=True).asm["sass"]
-        assert not re.search(r"\b(STL|LDL)\b", sass), (bn, bm, bk, w)
+    for bn, bm, bk, w, deep in sorted(shapes):
+        sass = _compile(bn, bm, bk, w, split=True, deep=deep).asm["sass"]
+        assert not re.search(r"\b(STL|LDL)\b", sass), (bn, bm, bk, w, deep)
         loop = _loop(sass)
-        assert not wgmma_register_hazards(loop), (bn, bm, bk, w)
+        assert not wgmma_register_hazards(loop), (bn, bm, bk, w, deep)
         instructions = len([line for line in loop.splitlines() if "\t" in line])
         weights_per_thread = 2 * bn * bk / (32 * w)  # the loop body is two K steps
         # decode ~2.6 per weight (21 per lane and 8 weights), plus x staging, addressing and the wgmmas
-        assert instructions / weights_per_thread < 6.5, (bn, bm, bk, w, instructions)
+        assert instructions / weights_per_thread < 6.5, (bn, bm, bk, w, deep, instructions)
 
 
 # ----------------------------------------------------------------------------------------------- repack (CPU)

@@ -41,6 +41,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 from ..errors import InputError
@@ -146,14 +147,16 @@ def _store_out(acc, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_
 @gluon.jit
 def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, work_ptr, count_ptr,
                        M, N, K, stride_xm, stride_om, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                       BLOCK_K: gl.constexpr, SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr = False):
+                       BLOCK_K: gl.constexpr, SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr = False,
+                       DEEP: gl.constexpr = False):
     """out[m, n] = alpha[0] * sum_k x[m, k] * (e2m1 * s)[n, k] (+ bias[n]), fp32 accumulation in wgmma.
 
     w_ptr: the natural-k repacked words (int32 [N/16, K/64, 32, 4]), s_ptr: their scale pairs (int16
     [N/16, K/64, 8, 4]), table_ptr: `_decode_frag_wide.lane_tables` (int32 [32, 2]). Grid (N / BLOCK_N,
     cdiv(M, BLOCK_M), S) with K % (BLOCK_K * S) == 0, N % BLOCK_N == 0, BLOCK_N = 64 * warpgroups * reps.
     SPLIT (S > 1): work_ptr fp32 [S, tiles, BLOCK_N * BLOCK_M] partials, count_ptr int32 [tiles] arrival counters
-    (zero between launches; the last slice resets its tile's)."""
+    (zero between launches; the last slice resets its tile's). DEEP: x^T by cp.async two K steps ahead into 4
+    shared buffers and the weight two steps ahead in registers (`_deep_loop`)."""
     W: gl.constexpr = gl.num_warps()
     BN2: gl.constexpr = BLOCK_N // 2
     BK4: gl.constexpr = BLOCK_K // 4
@@ -200,40 +203,95 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
     rk = gl.arange(0, BLOCK_K // 2, layout=gl.SliceLayout(0, XL))
     # rows past M read row M - 1 (their outputs are not stored): no masks, no zero fills
     x_off = gl.expand_dims(gl.minimum(rm, M - 1) * stride_xm, 1) + gl.expand_dims(rk, 0)
-    x_smem = gl.allocate_shared_memory(gl.int32, [3, BLOCK_M, BLOCK_K // 2], XS32)
-
     STEP_WORDS: gl.constexpr = BLOCK_K * 2            # words per row tile per K step (K/64 chunks of 128)
     STEP_PAIRS: gl.constexpr = BLOCK_K // 4           # int32 words of scale pairs
-    w0 = gl.load(w_ptr + w_off)
-    s0 = _scales(s_ptr, s_off, half, WL)
-    x0 = gl.load(x_ptr + (k_lo // 2 + x_off))
-    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-    a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A_LAYOUT)
-    # Two K steps per iteration: their A operands are different values, so ptxas gives them different registers
-    # and the decode of one step never writes the registers the other step's wgmma (still in flight) reads.
-    # The host keeps `steps` even.
-    for i in range(0, steps - 2, 2):
-        w1 = gl.load(w_ptr + ((i + 1) * STEP_WORDS + w_off))   # the next step's loads go out before the decode
-        s1 = _scales(s_ptr + (i + 1) * STEP_PAIRS, s_off, half, WL)
-        x1 = gl.load(x_ptr + ((k_lo + (i + 1) * BLOCK_K) // 2 + x_off))
-        acc, a0 = _step(acc, a1, w0, s0, x0, th, tl, x_smem.index(i % 3), A_LAYOUT, XS)
-        w0 = gl.load(w_ptr + ((i + 2) * STEP_WORDS + w_off))
-        s0 = _scales(s_ptr + (i + 2) * STEP_PAIRS, s_off, half, WL)
-        x0 = gl.load(x_ptr + ((k_lo + (i + 2) * BLOCK_K) // 2 + x_off))
-        acc, a1 = _step(acc, a0, w1, s1, x1, th, tl, x_smem.index((i + 1) % 3), A_LAYOUT, XS)
-    last = steps - 1
-    w1 = gl.load(w_ptr + (last * STEP_WORDS + w_off))
-    s1 = _scales(s_ptr + last * STEP_PAIRS, s_off, half, WL)
-    x1 = gl.load(x_ptr + ((k_lo + last * BLOCK_K) // 2 + x_off))
-    acc, a0 = _step(acc, a1, w0, s0, x0, th, tl, x_smem.index((last - 1) % 3), A_LAYOUT, XS)
-    acc, a1 = _step(acc, a0, w1, s1, x1, th, tl, x_smem.index(last % 3), A_LAYOUT, XS)
-    acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a1])
+    if DEEP:
+        acc = _deep_loop(x_ptr + (k_lo // 2 + x_off), w_ptr + w_off, s_ptr, s_off, half, th, tl, steps, BLOCK_M,
+                         BLOCK_N, BLOCK_K, STEP_WORDS, STEP_PAIRS, MMA, A_LAYOUT, WL, XS32, XS)
+    else:
+        x_smem = gl.allocate_shared_memory(gl.int32, [3, BLOCK_M, BLOCK_K // 2], XS32)
+        w0 = gl.load(w_ptr + w_off)
+        s0 = _scales(s_ptr, s_off, half, WL)
+        x0 = gl.load(x_ptr + (k_lo // 2 + x_off))
+        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+        a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A_LAYOUT)
+        # Two K steps per iteration: their A operands are different values, so ptxas gives them different
+        # registers and the decode of one step never writes the registers the other step's wgmma (still in
+        # flight) reads. The host keeps `steps` even.
+        for i in range(0, steps - 2, 2):
+            w1 = gl.load(w_ptr + ((i + 1) * STEP_WORDS + w_off))  # the next step's loads go before the decode
+            s1 = _scales(s_ptr + (i + 1) * STEP_PAIRS, s_off, half, WL)
+            x1 = gl.load(x_ptr + ((k_lo + (i + 1) * BLOCK_K) // 2 + x_off))
+            acc, a0 = _step(acc, a1, w0, s0, x0, th, tl, x_smem.index(i % 3), A_LAYOUT, XS)
+            w0 = gl.load(w_ptr + ((i + 2) * STEP_WORDS + w_off))
+            s0 = _scales(s_ptr + (i + 2) * STEP_PAIRS, s_off, half, WL)
+            x0 = gl.load(x_ptr + ((k_lo + (i + 2) * BLOCK_K) // 2 + x_off))
+            acc, a1 = _step(acc, a0, w1, s1, x1, th, tl, x_smem.index((i + 1) % 3), A_LAYOUT, XS)
+        last = steps - 1
+        w1 = gl.load(w_ptr + (last * STEP_WORDS + w_off))
+        s1 = _scales(s_ptr + last * STEP_PAIRS, s_off, half, WL)
+        x1 = gl.load(x_ptr + ((k_lo + last * BLOCK_K) // 2 + x_off))
+        acc, a0 = _step(acc, a1, w0, s0, x0, th, tl, x_smem.index((last - 1) % 3), A_LAYOUT, XS)
+        acc, a1 = _step(acc, a0, w1, s1, x1, th, tl, x_smem.index(last % 3), A_LAYOUT, XS)
+        acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a1])
     alpha = gl.load(alpha_ptr)
     if not SPLIT:
         _store_out(acc, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_N, BLOCK_M, HAS_BIAS, MMA)
     else:
         _reduce_slices(acc, out_ptr, bias_ptr, alpha, work_ptr, count_ptr, pid_n, pid_m, pid_k, M, stride_om,
                        BLOCK_N, BLOCK_M, HAS_BIAS, MMA)
+
+
+@gluon.jit
+def _deep_loop(xp, wp, s_ptr, s_off, half, th, tl, steps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               BLOCK_K: gl.constexpr, STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr, MMA: gl.constexpr,
+               A_LAYOUT: gl.constexpr, WL: gl.constexpr, XS32: gl.constexpr, XS: gl.constexpr):
+    """The K loop with more bytes in flight: x^T of step k + 2 goes to shared memory by cp.async (4 buffers: the
+    one written at step k was last read by step k - 2's wgmma, which both warpgroups retired before step k's
+    barrier) and the weight of step k + 2 is loaded into registers while step k decodes."""
+    x_smem = gl.allocate_shared_memory(gl.int32, [4, BLOCK_M, BLOCK_K // 2], XS32)
+    async_copy.async_copy_global_to_shared(x_smem.index(0), xp)
+    async_copy.commit_group()
+    async_copy.async_copy_global_to_shared(x_smem.index(1), xp + BLOCK_K // 2)
+    async_copy.commit_group()
+    w0 = gl.load(wp)
+    s0 = _scales(s_ptr, s_off, half, WL)
+    w1 = gl.load(wp + STEP_WORDS)
+    s1 = _scales(s_ptr + STEP_PAIRS, s_off, half, WL)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+    a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A_LAYOUT)
+    for i in range(0, steps - 2, 2):  # two K steps per iteration, as in the register loop (`_step`)
+        w2 = gl.load(wp + (i + 2) * STEP_WORDS)
+        s2 = _scales(s_ptr + (i + 2) * STEP_PAIRS, s_off, half, WL)
+        acc, a0 = _deep_step(acc, a1, w0, s0, th, tl, x_smem.index(i % 4), 1, A_LAYOUT, XS)
+        async_copy.async_copy_global_to_shared(x_smem.index((i + 2) % 4), xp + (i + 2) * (BLOCK_K // 2))
+        async_copy.commit_group()
+        w3 = gl.load(wp + (i + 3) * STEP_WORDS)
+        s3 = _scales(s_ptr + (i + 3) * STEP_PAIRS, s_off, half, WL)
+        acc, a1 = _deep_step(acc, a0, w1, s1, th, tl, x_smem.index((i + 1) % 4), 1, A_LAYOUT, XS)
+        async_copy.async_copy_global_to_shared(x_smem.index((i + 3) % 4), xp + (i + 3) * (BLOCK_K // 2))
+        async_copy.commit_group()
+        w0, s0, w1, s1 = w2, s2, w3, s3
+    last = steps - 1
+    acc, a0 = _deep_step(acc, a1, w0, s0, th, tl, x_smem.index((last - 1) % 4), 1, A_LAYOUT, XS)
+    acc, a1 = _deep_step(acc, a0, w1, s1, th, tl, x_smem.index(last % 4), 0, A_LAYOUT, XS)
+    acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a1])
+    return acc
+
+
+@gluon.jit
+def _deep_step(acc, a_prev, w, s, th, tl, buf, PENDING: gl.constexpr, A_LAYOUT: gl.constexpr,
+               XS: gl.constexpr):
+    """`_step` with x^T already on its way by cp.async: wait for this step's group (PENDING later ones may stay
+    in flight), then as `_step`."""
+    a = _decode_operand(w, s, th, tl, A_LAYOUT)
+    async_copy.wait_group(PENDING)
+    fence_async_shared()
+    gl.thread_barrier()  # every thread's copies landed before either warpgroup's wgmma reads them
+    xt = buf._reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
+    acc = warpgroup_mma(a, xt, acc, is_async=True)
+    acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
+    return acc, a
 
 
 @gluon.jit
@@ -299,26 +357,28 @@ def gluon_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int,
         split *= 2
     split = max(1, split // split_div)
     return {"path": "gluon_mixed", "BLOCK_N": block_n, "BLOCK_M": bm, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_warps": warps}
+            "num_warps": warps, "DEEP": False}
 
 
 def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
-    """Every config the decode tuner times at this shape (none outside MIN_M .. MAX_M)."""
+    """Every config the decode tuner times at this shape (none outside MIN_M .. MAX_M), each with both K loops
+    (DEEP: x^T by cp.async and the weight two steps ahead; otherwise both one step ahead in registers)."""
     if not MIN_M <= m <= MAX_M:
         return []
     cands = []
     for bn, bk, w, *bm in _SHAPES[block_m_for(m)]:
         for div in (1, 2):
             cfg = gluon_config(m, n, k, bn, bk, w, bm[0] if bm else None, num_sms, div)
-            if cfg is not None and cfg not in cands:
-                cands.append(cfg)
+            for deep in (True, False):
+                if cfg is not None and dict(cfg, DEEP=deep) not in cands:
+                    cands.append(dict(cfg, DEEP=deep))
     return cands
 
 
 def gluon_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gluon_mixed 128x64x64 w4 split4'."""
     return (f"gluon_mixed {cfg['BLOCK_N']}x{cfg['BLOCK_M']}x{cfg['BLOCK_K']} w{cfg['num_warps']} "
-            f"split{cfg['SPLIT_K']}")
+            f"split{cfg['SPLIT_K']}{' deep' if cfg.get('DEEP') else ''}")
 
 
 def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
@@ -408,7 +468,8 @@ def launch_gluon(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor 
     tables = _wide.lane_tables(device)
     args = (x32, fw.words, fw.scales32, out, alpha, b, tables, work, count, m, n, k, x32.stride(0), out.stride(0))
     kwargs = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_M": cfg["BLOCK_M"], "BLOCK_K": cfg["BLOCK_K"],
-              "SPLIT": cfg["SPLIT_K"] > 1, "HAS_BIAS": bias is not None, "num_warps": cfg["num_warps"]}
+              "SPLIT": cfg["SPLIT_K"] > 1, "HAS_BIAS": bias is not None, "num_warps": cfg["num_warps"],
+              "DEEP": bool(cfg.get("DEEP", False))}
     key = ("gluon_mixed", m, n, k, x32.stride(0), out.dtype, b.dtype, tuple(sorted(kwargs.items())))
     entry = _LAUNCHER.launch(key, gluon_grid(cfg, m, n), device, args, kwargs)
     return out, GluonLaunch(cfg, m, n, k, out_dtype, device, entry, scratch, w_q.scale_layout)
