@@ -5,7 +5,7 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluon mixed GEMM's configs
-(`kernels.gluon_mixed`, each split also doubled and halved), t = the auto path (the tuner's configs, its
+(`kernels.gluon_mixed`, each split also doubled and halved, each in both K loops), t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
 against F.linear; for 't' jobs the tuner's own times (one weight copy, L2-warm) beside the rotated-weight one.
 """
@@ -70,14 +70,15 @@ def _wgmma_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
 
 
 def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
-    """The Gluon mixed GEMM's tuner candidates, each also with twice and half its split."""
+    """The Gluon mixed GEMM's tuner candidates, each also with twice and half its split, in both K loops."""
     gm = __import__("bwtriton.kernels.gluon_mixed", fromlist=["x"])
     cands = []
     for cfg in gm.gluon_candidates(m, n, k, num_sms):
         for f in (1, 2, 0.5):
-            c = dict(cfg, SPLIT_K=int(cfg["SPLIT_K"] * f))
-            if c["SPLIT_K"] >= 1 and k % (2 * c["SPLIT_K"] * c["BLOCK_K"]) == 0 and c not in cands:
-                cands.append(c)
+            for deep in (False, True):
+                c = dict(cfg, SPLIT_K=int(cfg["SPLIT_K"] * f), DEEP=deep)
+                if c["SPLIT_K"] >= 1 and k % (2 * c["SPLIT_K"] * c["BLOCK_K"]) == 0 and c not in cands:
+                    cands.append(c)
     return cands
 
 

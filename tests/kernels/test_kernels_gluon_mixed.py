@@ -112,8 +112,8 @@ def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
 
 
 def test_tuner_candidates_compile_without_spills_or_register_hazards_in_few_instructions():
-    shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"], c["DEEP"])
-              for m in (16, 32, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192)}
+    shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"], deep)
+              for m in (16, 32, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192) for deep in (False, True)}
     for bn, bm, bk, w, deep in sorted(shapes):
         sass = _compile(bn, bm, bk, w, split=True, deep=deep).asm["sass"]
         assert not re.search(r"\b(STL|LDL)\b", sass), (bn, bm, bk, w, deep)
@@ -190,14 +190,15 @@ def _one_hot_weight(n: int, k: int) -> QuantizedTensor:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
 @pytest.mark.parametrize("m,split", [(16, 1), (40, 4), (128, 8)])
-def test_gpu_one_hot_rows_pick_weights_exactly(m, split):
+@pytest.mark.parametrize("deep", [False, True])
+def test_gpu_one_hot_rows_pick_weights_exactly(m, split, deep):
     n, k = 256, 2048
     w_q = _one_hot_weight(n, k)
     cols = torch.arange(m) * 37 % k
     x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
     x[torch.arange(m), cols.cuda()] = 1.0
     cfg = {"path": "gluon_mixed", "BLOCK_N": 128, "BLOCK_M": gm.block_m_for(m), "BLOCK_K": 64, "SPLIT_K": split,
-           "num_warps": 4 if m <= 64 else 8}
+           "num_warps": 4 if m <= 64 else 8, "DEEP": deep}
     out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=cfg)
     assert torch.equal(out.double().cpu(), w_q.dequantize(torch.float64)[:, cols.cuda()].T.cpu())
 
@@ -211,7 +212,8 @@ def test_gpu_every_candidate_is_close_and_deterministic(m):
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=m == 100)
     ref_w = w_q.dequantize(torch.float64)
-    for cfg in gm.gluon_candidates(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count):
+    cands = gm.gluon_candidates(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+    for cfg in cands + [dict(c, DEEP=True) for c in cands]:
         out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
         assert_close_to_reference(out, x.double(), ref_w)
         assert torch.equal(out, decode.nvfp4_decode_matmul(x, w_q, config=cfg))  # fixed slice order

@@ -16,7 +16,10 @@ BLOCK_N weight rows (wgmma's M side, 64 per warpgroup) and BLOCK_M activation ro
 * x^T lives in shared memory (3 rotating [BLOCK_M, BLOCK_K] buffers: with two warpgroups a buffer is rewritten
   only after both finished the wgmma that read it), written from registers loaded one K step ahead (as int32
   pairs: bf16 elements made LLVM repack halves with PRMT); the weight of step k + 1 is loaded while step k
-  decodes, and `warpgroup_mma_wait(1)` leaves step k's wgmma running while step k + 1 decodes.
+  decodes, and `warpgroup_mma_wait(1)` leaves step k's wgmma running while step k + 1 decodes. DEEP configs
+  (`_deep_loop`, explicit configs only: not yet run on a GPU) put more bytes in flight: x^T by cp.async two
+  steps ahead into 4 buffers, the weight two steps ahead in registers (the register loop is latency-bound: see
+  below).
 * The loop body is two K steps. A register A operand of a wgmma in flight must not be written, and neither
   Triton nor ptxas guards it: with one step per iteration the decode of step k + 1 reused the registers of step
   k's A (wrong output rows on the H200). Two steps give two A values in two register sets, each a dependency of
@@ -361,17 +364,17 @@ def gluon_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int,
 
 
 def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
-    """Every config the decode tuner times at this shape (none outside MIN_M .. MAX_M), each with both K loops
-    (DEEP: x^T by cp.async and the weight two steps ahead; otherwise both one step ahead in registers)."""
+    """Every config the decode tuner times at this shape (none outside MIN_M .. MAX_M). All use the register K
+    loop; DEEP (`_deep_loop`) is taken only from an explicit config: it compiles clean for sm_90a but has not
+    been timed or checked on a GPU yet."""
     if not MIN_M <= m <= MAX_M:
         return []
     cands = []
     for bn, bk, w, *bm in _SHAPES[block_m_for(m)]:
         for div in (1, 2):
             cfg = gluon_config(m, n, k, bn, bk, w, bm[0] if bm else None, num_sms, div)
-            for deep in (True, False):
-                if cfg is not None and dict(cfg, DEEP=deep) not in cands:
-                    cands.append(dict(cfg, DEEP=deep))
+            if cfg is not None and cfg not in cands:
+                cands.append(cfg)
     return cands
 
 
