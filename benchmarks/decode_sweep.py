@@ -4,7 +4,8 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
     PYTHONPATH=python python benchmarks/decode_sweep.py --out DIR [--jobs "g8192x8192:64 t4096x7168:16 l4096x4096:1"]
 
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
-per step x warps x split), w = a grid of mixed-input wgmma configs, t = the auto path (the tuner's configs, its
+per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluon mixed GEMM's configs
+(`kernels.gluon_mixed`, each split also doubled and halved, each in both K loops), t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
 against F.linear; for 't' jobs the tuner's own times (one weight copy, L2-warm) beside the rotated-weight one.
 """
@@ -68,6 +69,19 @@ def _wgmma_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
     return cands
 
 
+def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
+    """The Gluon mixed GEMM's tuner candidates, each also with twice and half its split, in both K loops."""
+    gm = __import__("bwtriton.kernels.gluon_mixed", fromlist=["x"])
+    cands = []
+    for cfg in gm.gluon_candidates(m, n, k, num_sms):
+        for f in (1, 2, 0.5):
+            for deep in (False, True):
+                c = dict(cfg, SPLIT_K=int(cfg["SPLIT_K"] * f), DEEP=deep)
+                if c["SPLIT_K"] >= 1 and k % (2 * c["SPLIT_K"] * c["BLOCK_K"]) == 0 and c not in cands:
+                    cands.append(c)
+    return cands
+
+
 def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True, kind: str = "g") -> dict:
     """Times of every config and of cuBLAS at one shape."""
     import torch
@@ -80,7 +94,8 @@ def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True, kind: 
     peer_ms, _ = graph_ms([lambda s=s: F.linear(s["x"], s["w_bf16"]) for s in states], target_ms=rep_ms)
     rows = []
     ref = F.linear(states[0]["x"].double(), states[0]["w_q"].dequantize(torch.float64))
-    configs = _configs(m, n, k) if kind == "g" else _wgmma_configs(m, n, k, num_sms) if kind == "w" else []
+    configs = (_configs(m, n, k) if kind == "g" else _wgmma_configs(m, n, k, num_sms) if kind == "w"
+               else _gluon_configs(m, n, k, num_sms) if kind == "q" else [])
     for cfg in configs:
         label = dec.config_label(cfg)
         try:
@@ -178,7 +193,7 @@ def main(argv: "list[str] | None" = None) -> int:
         if kind == "l":
             linear_rows.append(linear_shape(m, n, k, args.rep_ms))
         else:
-            decode_rows.append(sweep_shape(m, n, k, args.rep_ms, grid=kind in "gw", kind=kind))
+            decode_rows.append(sweep_shape(m, n, k, args.rep_ms, grid=kind in "gwq", kind=kind))
         torch.cuda.empty_cache()
         print(f"[{time.time() - t0:6.1f}s] {kind} M={m} N={n} K={k} done", flush=True)
         (out / "sweep.md").write_text(markdown(decode_rows, linear_rows))

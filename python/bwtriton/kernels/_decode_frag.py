@@ -37,17 +37,21 @@ from bwtriton.formats import from_blocked_scales
 SIGN_BITS = (7, 15, 23, 31, 3, 11, 19, 27)
 
 
-def _fragment_index() -> tuple[torch.Tensor, torch.Tensor]:
-    """(row, k) within a 16x16 tile of fragment code s of lane l, as [32, 8] tensors. mma.m16n8k16's A layout:
-    lane l = 4g + t holds rows g, g+8 at MMA k positions 2t, 2t+1, 2t+8, 2t+9 (registers a0a1 a2a3 a4a5 a6a7 =
-    (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)). Any K order within a tile gives the same sum, so MMA
-    positions 2t, 2t+1, 2t+8, 2t+9 take k = 4t .. 4t+3: lane t's B operand (x at the same k) is then one 8-byte
-    load."""
+def _fragment_index(natural_k: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, k) within a 16x16 tile of fragment code s of lane l, as [32, 8] tensors. mma.m16n8k16's A layout
+    (and wgmma's register A, per warp): lane l = 4g + t holds rows g, g+8 at MMA k positions 2t, 2t+1, 2t+8,
+    2t+9 (registers a0a1 a2a3 a4a5 a6a7 = (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)). Any K order
+    within a tile gives the same sum, so by default MMA positions 2t, 2t+1, 2t+8, 2t+9 take k = 4t .. 4t+3: lane
+    t's B operand (x at the same k) is then one 8-byte load. `natural_k` keeps k = MMA position, for a B operand
+    read from shared memory in its natural order (the Gluon wgmma kernel)."""
     lane = torch.arange(32)
     g, t = lane // 4, lane % 4
     s = torch.arange(8)
     row = g[:, None] + 8 * ((s[None, :] // 2) % 2)
-    k = 4 * t[:, None] + (s[None, :] % 2) + 2 * (s[None, :] // 4)
+    if natural_k:
+        k = 2 * t[:, None] + (s[None, :] % 2) + 8 * (s[None, :] // 4)
+    else:
+        k = 4 * t[:, None] + (s[None, :] % 2) + 2 * (s[None, :] // 4)
     return row, k
 
 
@@ -55,15 +59,16 @@ def _fragment_index() -> tuple[torch.Tensor, torch.Tensor]:
 TILES_PER_LOAD = 4
 
 
-def repack(data: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def repack(data: torch.Tensor, scales: torch.Tensor, natural_k: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 codes uint8 [N, K/2] (low nibble first) and plain UE4M3 scales [N, K/16] -> (words int32
     [N/16, K/64, 32, 4], scale pairs int16 [N/16, K/64, 8, 4]): word (T, c, lane, j) is lane's A fragment of rows
     16T.. and k tile kc = 4c + j; pair (T, c, g, j) holds that tile's scales of rows 16T+g (low byte) and 16T+g+8
-    (high byte). A lane's 4 words (16 bytes) and 4 pairs (8 bytes) of a chunk are contiguous."""
+    (high byte). A lane's 4 words (16 bytes) and 4 pairs (8 bytes) of a chunk are contiguous. `natural_k`: see
+    `_fragment_index`."""
     n, kh = data.shape
     k = 2 * kh
     codes = torch.stack((data & 15, data >> 4), dim=-1).reshape(n // 16, 16, k // 16, 16)  # [T, row, kc, k]
-    row, kk = (i.to(data.device) for i in _fragment_index())
+    row, kk = (i.to(data.device) for i in _fragment_index(natural_k))
     frag = codes[:, row, :, kk]                                    # [32, 8, T, kc]
     frag = frag.permute(2, 3, 0, 1).to(torch.int32)                # [T, kc, 32, 8]
     shifts = torch.arange(8, device=data.device, dtype=torch.int32)
@@ -85,12 +90,13 @@ REPACK_BYTES = 1 << 30
 class FragWeight:
     """A weight's repacked copy for the frag path (made once per weight tensor, see `frag_weight`)."""
 
-    def __init__(self, data: torch.Tensor, scales: torch.Tensor, scale_layout: str, shape: tuple[int, int]):
+    def __init__(self, data: torch.Tensor, scales: torch.Tensor, scale_layout: str, shape: tuple[int, int],
+                 natural_k: bool = False):
         n, k = shape
         plain = scales if scale_layout == "plain" else from_blocked_scales(scales, n, k // 16)
         # in blocks of rows: the repack's int32 temporaries are ~16x the weight's bytes
         step = max(16, (REPACK_BYTES // max(1, 16 * k)) // 16 * 16)
-        parts = [repack(data[r:r + step], plain[r:r + step]) for r in range(0, n, step)]
+        parts = [repack(data[r:r + step], plain[r:r + step], natural_k) for r in range(0, n, step)]
         self.words = torch.cat([w for w, _ in parts]) if len(parts) > 1 else parts[0][0]
         self.scales = torch.cat([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
         self.shape = (n, k)
@@ -99,22 +105,22 @@ class FragWeight:
         self.words64, self.scales32 = self.words.view(torch.int64), self.scales.view(torch.int32)
 
 
-#: Repacked copies by id of the weight's data tensor (a WeakKeyDictionary would compare tensor keys with ==,
-#: which is elementwise); an entry goes when that tensor does.
-_FRAG: dict[int, FragWeight] = {}
+#: Repacked copies by (id of the weight's data tensor, natural_k) (a WeakKeyDictionary would compare tensor keys
+#: with ==, which is elementwise); an entry goes when that tensor does.
+_FRAG: dict[tuple[int, bool], FragWeight] = {}
 
 
 def frag_weight_of(data: torch.Tensor, scales: torch.Tensor, scale_layout: str,
-                   shape: tuple[int, int]) -> FragWeight:
-    """The repacked copy of these codes and scales: made on first use, again after an in-place edit of either
-    (their version counters), dropped with the data tensor."""
-    key = id(data)
+                   shape: tuple[int, int], natural_k: bool = False) -> FragWeight:
+    """The repacked copy of these codes and scales (in `_fragment_index`'s k order): made on first use, again
+    after an in-place edit of either (their version counters), dropped with the data tensor."""
+    key = (id(data), natural_k)
     hit = _FRAG.get(key)
     if hit is not None and hit.shape == tuple(shape) and hit.versions == (data._version, scales._version):
         return hit
     if hit is None:
         weakref.finalize(data, _FRAG.pop, key, None)
-    hit = _FRAG[key] = FragWeight(data, scales, scale_layout, tuple(shape))
+    hit = _FRAG[key] = FragWeight(data, scales, scale_layout, tuple(shape), natural_k)
     return hit
 
 

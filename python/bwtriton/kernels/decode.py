@@ -4,8 +4,11 @@ and running at every M.
 Paths the tuner times per shape (`decode_candidates`): for M <= MAX_DECODE_M (64) the CUDA-core GEMV, the
 mma.sync kernel below and the frag kernel (`_decode_frag`); above M = 16 the mixed-input wgmma GEMM
 (`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
-the kernel; any M with an explicit config); from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
-(graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8).
+the kernel; any M with an explicit config); on sm_90a for M = 16 .. 256 its Gluon form (`gluon_mixed`: the
+weight decoded from a fragment-ordered copy straight into the register A operand, one wgmma group in flight),
+timed first; from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
+(graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8)
+before gluon_mixed, whose own sweep (docs/nvfp4_hopper.md) beat those earlier wgmma times at M = 64 - 256.
 'fragw' (`_decode_frag_wide`, M <= 128: the frag weight with its scale folded into the A fragments, every MMA
 accumulating in place) is exact but measured slower than wgmma at M = 64 / 128 and level with frag at M = 16, so
 the tuner times it only with BWTRITON_DECODE_FRAGW=1 (docs/nvfp4_hopper.md has the numbers and the ncu limit).
@@ -57,12 +60,13 @@ from triton.experimental.gluon import language as gl
 
 from ..errors import InputError
 from ..targets import H100_SM_COUNT
-from ._device import sm_count
+from ._device import device_capability, sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_as_words
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
+from . import gluon_mixed as _gluon
 from . import mixed_gemm as _mixed
 from .matmul import matmul
 from .nvfp4_dequant import dequantize_nvfp4_bf16
@@ -309,14 +313,17 @@ def _gemv_candidate(m: int, n: int, k: int, num_sms: int, rows: int, groups: int
     return None
 
 
-def decode_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
+def decode_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT, hopper: bool = True) -> list[dict]:
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
     (M <= GEMV_TUNE_MAX_M) and the mma.sync kernel's (M <= MAX_DECODE_M), then at every M the mixed-input wgmma
-    GEMM's (above the frag path's M <= 16) and from DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM."""
+    GEMM's (above the frag path's M <= 16), on sm_90a (`hopper`) the Gluon mixed GEMM's (M = 16 .. 256), and from
+    DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM."""
     # wgmma only past the frag path's range: at M <= 16 the frag / GEMV kernels measured 2x faster on the H200
     # (N = K = 8192: 15.2 against 31.8 us at M = 1, 23.0 against 33.8 us at M = 16)
     mixed = _mixed.mixed_candidates(m, n, k, num_sms) if m > _frag.FRAG_MAX_M else []
+    # the Gluon wgmma kernel (sm_90a only: `hopper`), M = 16 .. 256, first: it is the fastest there on the H200
+    mixed = (_gluon.gluon_candidates(m, n, k, num_sms) if hopper else []) + mixed
     frag_on = os.environ.get("BWTRITON_DECODE_FRAG") != "0"
     # the scaled-weight frag kernel, tuned only on request (BWTRITON_DECODE_FRAGW=1): on the H200 it never won
     # (N = K = 8192: 58 against 49 us for wgmma at M = 64, 104 against 85 at M = 128, a tie with frag at M = 16;
@@ -368,7 +375,7 @@ _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
 _FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
 _WIDE_LAUNCHER = CachedLauncher(_wide.nvfp4_frag_wide_kernel, pipeline=False)
-_PATHS = ("gemv", "mma", "frag", "fragw", "wgmma", "dequant_gemm")
+_PATHS = ("gemv", "mma", "frag", "fragw", "wgmma", "gluon_mixed", "dequant_gemm")
 
 #: Smallest M for which the tuner also tries dequantizing the weight to bf16 and running the bf16 GEMM
 #: (`kernels.matmul`): 2 bytes per weight written and read back per call, paid off only where the GEMM is long.
@@ -390,6 +397,8 @@ def config_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gemv R2 G2 split1', 'mma BN32 split2' or 'frag T4 C2 w8 split16'."""
     if cfg["path"] == "wgmma":
         return _mixed.mixed_label(cfg)
+    if cfg["path"] == "gluon_mixed":
+        return _gluon.gluon_label(cfg)
     if cfg["path"] == "dequant_gemm":
         return "dequant_gemm (bf16 weight + kernels.matmul)"
     if cfg["path"] in ("frag", "fragw"):
@@ -409,7 +418,8 @@ def _tuned(op: str, x, w_q, m: int, n: int, k: int, out_dtype, device, num_sms: 
     if os.environ.get("BWTRITON_DECODE_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
         return default_config(m, n, k, num_sms)  # not cached: a later call outside capture still tunes
     timings = {}
-    for cand in decode_candidates(m, n, k, num_sms):
+    hopper = device.type == "cuda" and device_capability(device) == 90  # the Gluon wgmma kernel's target
+    for cand in decode_candidates(m, n, k, num_sms, hopper=hopper):
         try:
             _decode(op, x, w_q, cand, out_dtype, device)  # compile + warm up outside the timing
             us = kernel_time_us(lambda c=cand: _decode(op, x, w_q, c, out_dtype, device))
@@ -442,8 +452,9 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
     keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
     for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
-    GEMM, 'dequant_gemm' for dequantize + bf16 GEMM; default as `default_config`) plus any keys of that path's
-    defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates`, GROUPS_PER_THREAD for the GEMV).
+    GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 16 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
+    default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates` /
+    `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
 
     Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
     earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
@@ -504,6 +515,8 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
     if path == "wgmma":  # entry is a MixedLaunch: one launch, split-K reduced inside the kernel
         return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, alpha, bias)
+    if path == "gluon_mixed":  # a GluonLaunch, likewise
+        return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, bias)
     if path == "dequant_gemm":  # no entry: the dequantize kernel and kernels.matmul keep their own caches
         return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
                                                     out_dtype)
@@ -591,10 +604,17 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
                          f"'dequant_gemm' (or no config)")
     if path not in _PATHS:
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' / 'fragw' (mma.sync; "
-                         f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM) or "
-                         f"'dequant_gemm' (bf16 weight + matmul), got {path!r}")
+                         f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM), "
+                         f"'gluon_mixed' (its Gluon form, sm_90a, M 16 .. 256) or 'dequant_gemm' (bf16 weight + "
+                         f"matmul), got {path!r}")
     if path == "dequant_gemm":
         defaults = {"SPLIT_K": 1}
+    elif path == "gluon_mixed":
+        cands = _gluon.gluon_candidates(m, n, k, num_sms)
+        if not cands:
+            raise InputError(f"{op}: the gluon_mixed path takes M = {_gluon.MIN_M} .. {_gluon.MAX_M} and N, K that "
+                             f"its tiles divide (N % 64, K % 128), got M={m}, N={n}, K={k}; use path 'wgmma'")
+        defaults = {key: v for key, v in cands[0].items() if key != "path"}
     elif path == "wgmma":
         cands = _mixed.mixed_candidates(m, n, k, num_sms)
         if not cands:
@@ -635,6 +655,9 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     if cfg["path"] == "dequant_gemm":
         return _dequant_gemm(x, w_q.data, w_q.scales, w_q.scale_layout, tuple(w_q.shape), alpha, bias,
                              out_dtype), None
+    if cfg["path"] == "gluon_mixed":
+        _gluon.check_config(op, cfg, m, n, k)
+        return _gluon.launch_gluon(x, w_q, alpha, bias, cfg, out_dtype=out_dtype)
     if cfg["path"] == "wgmma":
         if not _mixed.mixed_tiles(cfg, m, n, k):
             raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "

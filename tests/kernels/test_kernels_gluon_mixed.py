@@ -1,0 +1,237 @@
+"""The Gluon mixed-input NVFP4 GEMM (`kernels.gluon_mixed`): sm_90a code generation on the CPU, the natural-k
+weight repack, config validation, and numerics on a GPU.
+
+What is pinned: the decoded weight is wgmma's *register* A operand and the loop keeps one wgmma group in flight
+(`wgmma.wait_group 1` before the loop's back edge); a thread's weight words come in 16-byte loads; no tuner
+candidate spills. Products are exact (e2m1 * e4m3 in bf16, bf16 x bf16 in fp32), so one-hot activations give the
+dequantized weight bit for bit; general inputs are held to `assert_close_to_reference` (fp32 accumulation over K
+plus one rounding to the output type); split-K slices are summed in a fixed order (two runs are bit-equal).
+"""
+from __future__ import annotations
+
+import importlib
+import re
+
+import pytest
+import torch
+
+import bwtriton
+from bwtriton.errors import InputError
+from bwtriton.formats import QuantizedTensor, quantize_nvfp4
+from test_kernels_blockscaled import assert_close_to_reference
+
+gm = importlib.import_module("bwtriton.kernels.gluon_mixed")
+frag = importlib.import_module("bwtriton.kernels._decode_frag")
+decode = importlib.import_module("bwtriton.kernels.decode")
+
+_SIG = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*bf16", "alpha_ptr": "*fp32",
+        "bias_ptr": "*bf16", "table_ptr": "*i32", "work_ptr": "*fp32", "count_ptr": "*i32", "M": "i32",
+        "N": "i32", "K": "i32", "stride_xm": "i32", "stride_om": "i32"}
+
+
+def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False, deep: bool = False):
+    const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split, DEEP=deep)
+    return bwtriton.compile(gm.gluon_mixed_kernel, signature=_SIG, constexprs=const, target="sm_90a",
+                            num_warps=warps, num_stages=1, divisible_by_16=[a for a in _SIG if a != "M"])
+
+
+def _loop(sass: str) -> str:
+    """The SASS of the main K loop (between its label and its back edge)."""
+    start = sass.index("LBB1:")
+    return sass[start:sass.index("BRA LBB1", start)]
+
+
+def _dest_regs(line: str) -> set[int]:
+    """Registers an instruction writes (its first operand), widened for 64/128-bit results."""
+    body = line.split("\t", 1)[-1].strip().rstrip(";")
+    body = re.sub(r"^@!?U?P\w+\s+", "", body)
+    m = re.match(r"([A-Z0-9_.]+)\s+(R\d+)\b", body)
+    if not m or m.group(1).startswith(("HGMMA", "STS", "STG", "ST.", "RED", "BAR", "WARPGROUP")):
+        return set()
+    op, base = m.group(1), int(m.group(2)[1:])
+    width = 4 if ".128" in op else 2 if (".64" in op or op.startswith(("CS2R", "IMAD.WIDE", "LEA.HI.X.64"))) else 1
+    return set(range(base, base + width))
+
+
+def wgmma_register_hazards(loop: str) -> list[str]:
+    """Instructions of a K loop's SASS that write an A register of an HGMMA group before the second
+    `WARPGROUP.DEPBAR.LE gsb0, 0x1` after it (the first wait that proves that group complete), the loop taken
+    as circular (the back edge leads to its top)."""
+    lines = [ln for ln in loop.splitlines() if "\t" in ln]
+    groups, current = [], None
+    for i, ln in enumerate(lines):
+        if "HGMMA" in ln:
+            a = int(re.search(r"HGMMA\.\S+\s+R\d+,\s+R(\d+)", ln).group(1))
+            if current is None:
+                current = (i, set())
+                groups.append(current)
+            current[1].update(range(a, a + 4))
+        elif "DEPBAR" in ln:
+            current = None
+    waits = [i for i, ln in enumerate(lines) if "DEPBAR.LE gsb0, 0x1" in ln]
+    found = []
+    n = len(lines)
+    for start, regs in groups:
+        after = sorted(((w - start) % n) for w in waits)
+        end = after[1] if len(after) > 1 else n   # the second wait after the group
+        for d in range(1, end):
+            ln = lines[(start + d) % n]
+            if "HGMMA" not in ln and _dest_regs(ln) & regs:
+                found.append(ln.strip())
+    return found
+
+
+# --------------------------------------------------------------------------------------------- sm_90a (CPU)
+
+@pytest.mark.parametrize("block_m,split,deep", [(16, False, False), (64, True, False), (64, True, True)])
+def test_register_a_wgmma_with_one_group_in_flight(block_m, split, deep):
+    res = _compile(128, block_m, 64, 4, split, deep)
+    ptx = res.asm["ptx"]
+    wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.bf16\.bf16\s+\{[^}]*\},\s*"
+                       r"\{%r\d+,\s*%r\d+,\s*%r\d+,\s*%r\d+\},\s*%rd\d+", ptx)
+    assert wgmma and {int(n) for n in wgmma} == {block_m}  # A from registers, x^T (N = BLOCK_M) from smem
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx
+    loop = _loop(res.asm["sass"])
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in loop and "DEPBAR.LE gsb0, 0x0" not in loop
+    assert loop.count("LDG.E.128") >= 2          # the weight words (and x) as 16-byte vectors
+    assert not re.search(r"\bLDS\S*\s+R\d", loop)   # the weight never goes through shared memory
+    assert ("LDGSTS" in loop) == deep             # DEEP: x^T by cp.async
+    assert not wgmma_register_hazards(loop)
+
+
+def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
+    """The check the kernel's two-step loop is held to: with one K step per iteration the decode of step k + 1
+    wrote the A registers of step k's wgmma before the wait that retires it (wrong output rows on the H200)."""
+    loop = ("LBB1:\n--:-:-:-:1\tPRMT R88, R2, 0x5140, R89;\n"
+            "--:-:-:-:1\tHGMMA.64x64x16.F32.BF16 R56, R88, gdesc[UR12], R56;\n"
+            "--:-:-:-:1\tWARPGROUP.DEPBAR.LE gsb0, 0x1;\n")
+    found = wgmma_register_hazards(loop)
+    assert len(found) == 1 and "PRMT R88" in found[0]
+    safe = loop.replace("PRMT R88", "PRMT R92")
+    assert not wgmma_register_hazards(safe)
+
+
+def test_tuner_candidates_compile_without_spills_or_register_hazards_in_few_instructions():
+    shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"], deep)
+              for m in (16, 32, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192) for deep in (False, True)}
+    for bn, bm, bk, w, deep in sorted(shapes):
+        sass = _compile(bn, bm, bk, w, split=True, deep=deep).asm["sass"]
+        assert not re.search(r"\b(STL|LDL)\b", sass), (bn, bm, bk, w, deep)
+        loop = _loop(sass)
+        assert not wgmma_register_hazards(loop), (bn, bm, bk, w, deep)
+        instructions = len([line for line in loop.splitlines() if "\t" in line])
+        weights_per_thread = 2 * bn * bk / (32 * w)  # the loop body is two K steps
+        # decode ~2.6 per weight (21 per lane and 8 weights), plus x staging, addressing and the wgmmas
+        assert instructions / weights_per_thread < 6.5, (bn, bm, bk, w, deep, instructions)
+
+
+# ----------------------------------------------------------------------------------------------- repack (CPU)
+
+def test_natural_k_repack_puts_each_code_at_its_wgmma_register_position():
+    """Code s of lane 4g + t: row g + 8 ((s // 2) % 2), k 2t + s % 2 + 8 (s // 4), i.e. registers a0a1 .. a6a7."""
+    row, k = frag._fragment_index(natural_k=True)
+    assert sorted((row * 16 + k).flatten().tolist()) == list(range(256))
+    lane = torch.arange(32)
+    assert torch.equal(k[:, 0], 2 * (lane % 4)) and torch.equal(k[:, 4], 2 * (lane % 4) + 8)
+    assert torch.equal(row[:, 2], lane // 4 + 8) and torch.equal(k[:, 2], k[:, 0])
+    w_q = quantize_nvfp4(torch.randn(32, 256, generator=torch.Generator().manual_seed(0)))
+    nat = frag.frag_weight_of(w_q.data, w_q.scales, "plain", (32, 256), natural_k=True)
+    perm = frag.frag_weight_of(w_q.data, w_q.scales, "plain", (32, 256))
+    assert nat is not perm and torch.equal(nat.scales, perm.scales)  # two copies; scales do not depend on k order
+    codes = torch.stack((w_q.data & 15, w_q.data >> 4), dim=-1).reshape(32, 256).to(torch.int64)
+    u = nat.words.to(torch.int64) & 0xFFFFFFFF
+    for s in range(8):
+        mag = (u[1, 2, :, 3] >> (4 * s)) & 7
+        sign = (u[1, 2, :, 3] >> frag.SIGN_BITS[s]) & 1
+        assert torch.equal(mag | (sign << 3), codes[16 + row[:, s], 16 * 11 + k[:, s]])
+
+
+# ------------------------------------------------------------------------------------------- validation (CPU)
+
+def test_config_validation_names_the_problem():
+    cfg = gm.gluon_candidates(64, 4096, 4096)[0]
+    with pytest.raises(InputError, match="M must be in 16 .. 256"):
+        gm.check_config("op", cfg, 300, 4096, 4096)
+    with pytest.raises(InputError, match="BLOCK_K must be"):
+        gm.check_config("op", dict(cfg, BLOCK_K=32), 64, 4096, 4096)
+    with pytest.raises(InputError, match="accumulator registers"):
+        gm.check_config("op", dict(cfg, BLOCK_N=256, BLOCK_M=256, num_warps=8), 200, 4096, 4096)
+    with pytest.raises(InputError, match="N must be a multiple of BLOCK_N"):
+        gm.check_config("op", cfg, 64, 4096 + 64, 4096)
+    with pytest.raises(InputError, match="gluon_mixed path takes M = 16 .. 256"):
+        decode._user_config("op", {"path": "gluon_mixed"}, 8, 4096, 4096, 132)
+    assert decode._user_config("op", {"path": "gluon_mixed", "SPLIT_K": 2}, 64, 4096, 4096, 132)["SPLIT_K"] == 2
+
+
+def test_tuner_offers_it_on_hopper_only_and_only_for_m_16_to_256():
+    def paths(m, hopper=True):
+        return {c["path"] for c in decode.decode_candidates(m, 4096, 4096, 132, hopper=hopper)}
+    assert "gluon_mixed" in paths(16) and "gluon_mixed" in paths(256)
+    assert "gluon_mixed" not in paths(8) and "gluon_mixed" not in paths(512)
+    assert "gluon_mixed" not in paths(64, hopper=False)
+
+
+# ------------------------------------------------------------------------------------------------------ GPU
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+def _one_hot_weight(n: int, k: int) -> QuantizedTensor:
+    """Every byte value in every row, scales down to the UE4M3 subnormals (0x7F, NaN, left out)."""
+    g = torch.Generator().manual_seed(7)
+    data = torch.stack([torch.randperm(256, generator=g)[torch.arange(k // 2) % 256] for _ in range(n)])
+    scales = torch.randint(0, 0x7F, (n, k // 16), generator=g, dtype=torch.uint8)
+    return QuantizedTensor(data=data.to(torch.uint8).cuda(), scales=scales.view(torch.float8_e4m3fn).cuda(),
+                           scale_layout="plain", global_scale=torch.tensor(0.75, device="cuda"), format="nvfp4",
+                           shape=(n, k))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
+@pytest.mark.parametrize("m,split", [(16, 1), (40, 4), (128, 8)])
+@pytest.mark.parametrize("deep", [False, True])
+def test_gpu_one_hot_rows_pick_weights_exactly(m, split, deep):
+    n, k = 256, 2048
+    w_q = _one_hot_weight(n, k)
+    cols = torch.arange(m) * 37 % k
+    x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
+    x[torch.arange(m), cols.cuda()] = 1.0
+    cfg = {"path": "gluon_mixed", "BLOCK_N": 128, "BLOCK_M": gm.block_m_for(m), "BLOCK_K": 64, "SPLIT_K": split,
+           "num_warps": 4 if m <= 64 else 8, "DEEP": deep}
+    out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=cfg)
+    assert torch.equal(out.double().cpu(), w_q.dequantize(torch.float64)[:, cols.cuda()].T.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
+@pytest.mark.parametrize("m", [16, 64, 100, 256])
+def test_gpu_every_candidate_is_close_and_deterministic(m):
+    torch.manual_seed(11)
+    n, k = 512, 4096
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=m == 100)
+    ref_w = w_q.dequantize(torch.float64)
+    cands = gm.gluon_candidates(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+    for cfg in cands + [dict(c, DEEP=True) for c in cands]:
+        out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
+        assert_close_to_reference(out, x.double(), ref_w)
+        assert torch.equal(out, decode.nvfp4_decode_matmul(x, w_q, config=cfg))  # fixed slice order
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
+def test_gpu_bias_and_replay():
+    from bwtriton.kernels._common import decode_scale_arg
+    torch.manual_seed(5)
+    m, n, k = 48, 1024, 2048
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    cfg = dict(gm.gluon_candidates(m, n, k)[0], SPLIT_K=4)
+    alpha = decode_scale_arg(w_q, x.device)
+    out, launch = gm.launch_gluon(x, w_q, alpha, bias, cfg)
+    ref_w = w_q.dequantize(torch.float64)
+    assert_close_to_reference(out, x.double(), ref_w, bias)
+    x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    assert_close_to_reference(launch.run(x2, w_q.data, w_q.scales, alpha, bias), x2.double(), ref_w, bias)
