@@ -77,8 +77,6 @@ _WAIT_SCOPE = (r"\{\s*\.reg \.pred complete;\s*waitLoop:\s*mbarrier\.try_wait\.p
                r"\[(%r\d+)\], (%r\d+);\s*@!complete bra\.uni waitLoop;\s*\}")
 
 
-@pytest.mark.xfail(strict=True, reason="the stage counters wrap as `selp 0, s + 1, s + 1 > 2`, which "
-                   "bwtriton.ptx.stages does not bound: the ready wait is taken to cover the MMA's commit")
 def test_early_refill_is_an_error():
     """The in-loop wait on the MMA barrier before the refill dropped: the refill overwrites the stage the
     previous iteration's pair MMA may still read (P16 across iterations)."""
