@@ -453,8 +453,8 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
     for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
     GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 16 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
-    default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates` /
-    `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
+    default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` /
+    `mixed_gemm.mixed_candidates` / `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
 
     Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
     earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""

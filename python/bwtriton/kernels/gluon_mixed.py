@@ -52,12 +52,12 @@ from ..targets import H100_SM_COUNT
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
 from ._launcher import CachedLauncher, StreamScratch, run_entry
+from ._tiles import SWAP_AB_MAX_M as MAX_M, SWAP_AB_MIN_M as MIN_M, k_split, swap_ab_block_m
 
 __all__ = ["gluon_mixed_kernel", "gluon_candidates", "gluon_config", "launch_gluon", "gluon_label", "MIN_M",
            "MAX_M"]
 
 #: The M range this kernel is built (and tuned) for: the wgmma N side is BLOCK_M = 16 .. 256.
-MIN_M, MAX_M = 16, 256
 
 
 def _decode_ptx() -> tuple[str, str]:
@@ -337,28 +337,16 @@ _SHAPES = {
     256: ((128, 64, 8, 128), (64, 64, 4, 128)),
 }
 
-#: Largest split of K.
-MAX_SPLIT_K = 16
-
-
-def block_m_for(m: int) -> int:
-    """Activation rows per CTA (the wgmma N side) for M rows: 16 .. 256."""
-    return min(MAX_M, max(MIN_M, triton.next_power_of_2(m)))
-
-
 def gluon_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int, block_m: "int | None" = None,
                  num_sms: int = H100_SM_COUNT, split_div: int = 1) -> "dict | None":
     """A config of that shape that tiles (N, K), K split (powers of two up to MAX_SPLIT_K, at least 2 K steps
     per slice) until the grid has >= 2 CTAs per SM, then divided by `split_div`; None if the shape does not
     tile or the warps do not cover BLOCK_N (64 rows per warpgroup)."""
-    bm = block_m or block_m_for(m)
+    bm = block_m or swap_ab_block_m(m)
     if n % block_n or k % block_k or block_n % (16 * warps) or block_n * bm > 128 * 32 * warps:
         return None
     ctas = (n // block_n) * triton.cdiv(m, bm)
-    split = 1
-    while ctas * split < 2 * num_sms and k % (4 * split * block_k) == 0 and split < MAX_SPLIT_K:
-        split *= 2
-    split = max(1, split // split_div)
+    split = k_split(ctas, k, block_k, 4, num_sms, split_div)
     return {"path": "gluon_mixed", "BLOCK_N": block_n, "BLOCK_M": bm, "BLOCK_K": block_k, "SPLIT_K": split,
             "num_warps": warps, "DEEP": False}
 
@@ -370,7 +358,7 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> li
     if not MIN_M <= m <= MAX_M:
         return []
     cands = []
-    for bn, bk, w, *bm in _SHAPES[block_m_for(m)]:
+    for bn, bk, w, *bm in _SHAPES[swap_ab_block_m(m)]:
         for div in (1, 2):
             cfg = gluon_config(m, n, k, bn, bk, w, bm[0] if bm else None, num_sms, div)
             if cfg is not None and cfg not in cands:
@@ -398,7 +386,8 @@ def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
     if bk not in (64, 128, 256):
         problems.append(f"BLOCK_K must be 64, 128 or 256 (got {bk})")
     if bn * bm > 128 * 32 * w:
-        problems.append(f"BLOCK_N * BLOCK_M / (32 * num_warps) accumulator registers must be <= 128")
+        problems.append(f"BLOCK_N * BLOCK_M / (32 * num_warps) accumulator registers must be <= 128 "
+                        f"(got {bn} * {bm} / (32 * {w}))")
     if split < 1 or n % max(bn, 1) or k % (2 * bk * split) or n * k // 8 >= 2 ** 31:
         problems.append(f"N must be a multiple of BLOCK_N, K of 2 * BLOCK_K * SPLIT_K (an even number of K steps "
                         f"per slice), N * K < 2^34 (got N={n}, K={k}, SPLIT_K={split})")

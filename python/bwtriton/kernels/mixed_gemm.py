@@ -42,6 +42,7 @@ from ..language.quant import dequantize_nvfp4_tile, quantize_nvfp4_tile
 from ..targets import H100_SM_COUNT
 from ._common import dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher, StreamScratch, run_entry
+from ._tiles import k_split, swap_ab_block_m
 from .nvfp4_dequant import encode_scale_from_amax
 
 __all__ = ["nvfp4_mixed_gemm_kernel", "mixed_candidates", "mixed_config", "launch_mixed", "mixed_label"]
@@ -162,35 +163,23 @@ _SHAPES = {
     256: ((128, 64, 8, 3),),
 }
 
-#: Largest split of K (fp32 atomics) the small-M configs use.
-MAX_SPLIT_K = 16
-
-
-def block_m_for(m: int) -> int:
-    """Activation rows per CTA (the wgmma N dimension) for M rows: 16 .. 256."""
-    return min(256, max(16, triton.next_power_of_2(m)))
-
-
 def mixed_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int, stages: int,
                  num_sms: int = H100_SM_COUNT, block_m: "int | None" = None, k_order: bool = True,
                  split_div: int = 1) -> "dict | None":
     """A config of that shape that tiles (N, K), with K split (powers of two, at most MAX_SPLIT_K) until the grid
     has >= 2 CTAs per SM, then divided by `split_div` (fewer, longer slices); None if the shape does not tile."""
-    bm = block_m or block_m_for(m)
+    bm = block_m or swap_ab_block_m(m)
     if n % block_n or k % block_k:
         return None
     ctas = (n // block_n) * triton.cdiv(m, bm)
-    split = 1
-    while ctas * split < 2 * num_sms and k % (2 * split * block_k) == 0 and split < MAX_SPLIT_K:
-        split *= 2
-    split = max(1, split // split_div)
+    split = k_split(ctas, k, block_k, 2, num_sms, split_div)
     return {"path": "wgmma", "BLOCK_N": block_n, "BLOCK_M": bm, "BLOCK_K": block_k, "SPLIT_K": split,
             "num_warps": warps, "num_stages": stages, "K_ORDER": k_order}
 
 
 def mixed_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
     """Every mixed-GEMM config the tuners time for this shape (the first is the untuned default)."""
-    bm = block_m_for(m)
+    bm = swap_ab_block_m(m)
     shapes = list(_SHAPES[bm])
     if bm == 256:  # also the 128-row tile: twice the CTAs at M = 256 .. 512
         shapes += [(bn, bk, w, s, 128) for bn, bk, w, s in _SHAPES[128][:1]]
