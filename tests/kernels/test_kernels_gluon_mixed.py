@@ -235,3 +235,14 @@ def test_gpu_bias_and_replay():
     assert_close_to_reference(out, x.double(), ref_w, bias)
     x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     assert_close_to_reference(launch.run(x2, w_q.data, w_q.scales, alpha, bias), x2.double(), ref_w, bias)
+
+
+@pytest.mark.emulated
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the emulated B200 takes CPU tensors only on a CPU machine")
+def test_explicit_gluon_mixed_on_a_non_hopper_device_is_refused():
+    from bwtriton.emu.driver import emulated_gpu  # noqa: PLC0415 - the emulator is needed by this test alone
+    w_q = quantize_nvfp4(torch.randn(128, 256))
+    x = torch.randn(16, 256, dtype=torch.bfloat16)
+    with emulated_gpu("sm_100a"):
+        with pytest.raises(InputError, match="gluon_mixed path is written for sm_90 .* use path 'wgmma'"):
+            decode.nvfp4_decode_matmul(x, w_q, config={"path": "gluon_mixed"})

@@ -657,6 +657,9 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
                              out_dtype), None
     if cfg["path"] == "gluon_mixed":
         _gluon.check_config(op, cfg, m, n, k)
+        if device.type != "cuda" or device_capability(device) != 90:
+            raise InputError(f"{op}: the gluon_mixed path is written for sm_90 (Hopper wgmma), this device is "
+                             f"{device}; use path 'wgmma' or leave config unset")
         return _gluon.launch_gluon(x, w_q, alpha, bias, cfg, out_dtype=out_dtype)
     if cfg["path"] == "wgmma":
         if not _mixed.mixed_tiles(cfg, m, n, k):
