@@ -110,7 +110,10 @@ def main() -> None:
         proc = bwtriton("diff", "before.json", "after.json", "--fail-on", "shared>+0,mbarrier,registers>+8",
                         cwd=work)
         report = proc.stdout
-        print(textwrap.indent("\n".join(l for l in report.splitlines() if not l.startswith("| SASS")), "  | "))
+        # the report is wrapped to 100 columns; re-wrap its long bullets so the "  | " indent keeps to 100
+        lines = [textwrap.fill(l, 96, subsequent_indent="  ", break_long_words=False) if len(l) > 96 else l
+                 for l in report.splitlines() if not l.startswith("| SASS")]
+        print(textwrap.indent("\n".join(lines), "  | "))
         print(f"  bwtriton diff exit code {proc.returncode} (1: a change matched --fail-on)")
 
         print("\n3. an upstream-style lit file, %triton-opt = python -m bwtriton.opt")
