@@ -5,7 +5,8 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluon mixed GEMM's configs
-(`kernels.gluon_mixed`, each split also doubled and halved, each in both K loops), t = the auto path (the tuner's configs, its
+(`kernels.gluon_mixed`, its candidates and GLUON_EXTRA, in the register and the staged K loop
+(the staged ones also with half the split)), t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
 against F.linear; for 't' jobs the tuner's own times (one weight copy, L2-warm) beside the rotated-weight one.
 """
@@ -69,15 +70,28 @@ def _wgmma_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
     return cands
 
 
+#: (BLOCK_N, BLOCK_K, num_warps, BLOCK_M or None) tried beside the tuner's shapes in 'q' jobs, and the stage counts.
+GLUON_EXTRA = ((128, 128, 4, None), (128, 64, 8, None))
+GLUON_STAGES = (0, 4, 6)
+
+
 def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
-    """The Gluon mixed GEMM's tuner candidates, each also with twice and half its split, in both K loops."""
+    """The Gluon mixed GEMM's tuner candidates and GLUON_EXTRA shapes, each also with twice and half its split,
+    in the register loop and the staged loop (GLUON_STAGES, also with half the split); configs the kernel refuses are left out."""
     gm = __import__("bwtriton.kernels.gluon_mixed", fromlist=["x"])
+    errors = __import__("bwtriton.errors", fromlist=["x"])
+    base = list(gm.gluon_candidates(m, n, k, num_sms))
+    base += [c for bn, bk, w, bm in GLUON_EXTRA if (c := gm.gluon_config(m, n, k, bn, bk, w, bm, num_sms))]
     cands = []
-    for cfg in gm.gluon_candidates(m, n, k, num_sms):
-        for f in (1, 2, 0.5):
-            for deep in (False, True):
-                c = dict(cfg, SPLIT_K=int(cfg["SPLIT_K"] * f), DEEP=deep)
-                if c["SPLIT_K"] >= 1 and k % (2 * c["SPLIT_K"] * c["BLOCK_K"]) == 0 and c not in cands:
+    for cfg in base:
+        for stages in GLUON_STAGES:
+            for f in ((1,) if stages == 0 else (1, 0.5)):  # deeper rings may want fewer, longer slices
+                c = dict(cfg, SPLIT_K=max(1, int(cfg["SPLIT_K"] * f)), STAGES=stages)
+                try:
+                    gm.check_config("sweep", c, m, n, k)
+                except errors.InputError:
+                    continue
+                if c not in cands:
                     cands.append(c)
     return cands
 

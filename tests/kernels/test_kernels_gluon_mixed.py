@@ -18,6 +18,7 @@ import torch
 import bwtriton
 from bwtriton.errors import InputError
 from bwtriton.formats import QuantizedTensor, quantize_nvfp4
+from bwtriton.kernels._tiles import swap_ab_block_m
 from test_kernels_blockscaled import assert_close_to_reference
 
 gm = importlib.import_module("bwtriton.kernels.gluon_mixed")
@@ -29,8 +30,8 @@ _SIG = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*bf16", "
         "N": "i32", "K": "i32", "stride_xm": "i32", "stride_om": "i32"}
 
 
-def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False, deep: bool = False):
-    const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split, DEEP=deep)
+def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False, stages: int = 0):
+    const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split, STAGES=stages)
     return bwtriton.compile(gm.gluon_mixed_kernel, signature=_SIG, constexprs=const, target="sm_90a",
                             num_warps=warps, num_stages=1, divisible_by_16=[a for a in _SIG if a != "M"])
 
@@ -83,9 +84,9 @@ def wgmma_register_hazards(loop: str) -> list[str]:
 
 # --------------------------------------------------------------------------------------------- sm_90a (CPU)
 
-@pytest.mark.parametrize("block_m,split,deep", [(16, False, False), (64, True, False), (64, True, True)])
-def test_register_a_wgmma_with_one_group_in_flight(block_m, split, deep):
-    res = _compile(128, block_m, 64, 4, split, deep)
+@pytest.mark.parametrize("block_m,split,stages", [(16, False, 0), (64, True, 0), (64, True, 4), (16, True, 6)])
+def test_register_a_wgmma_with_one_group_in_flight(block_m, split, stages):
+    res = _compile(128, block_m, 64, 4, split, stages)
     ptx = res.asm["ptx"]
     wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.bf16\.bf16\s+\{[^}]*\},\s*"
                        r"\{%r\d+,\s*%r\d+,\s*%r\d+,\s*%r\d+\},\s*%rd\d+", ptx)
@@ -93,9 +94,11 @@ def test_register_a_wgmma_with_one_group_in_flight(block_m, split, deep):
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
     loop = _loop(res.asm["sass"])
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in loop and "DEPBAR.LE gsb0, 0x0" not in loop
-    assert loop.count("LDG.E.128") >= 2          # the weight words (and x) as 16-byte vectors
-    assert not re.search(r"\bLDS\S*\s+R\d", loop)   # the weight never goes through shared memory
-    assert ("LDGSTS" in loop) == deep             # DEEP: x^T by cp.async
+    if not stages:  # the register loop: the weight words (and x) as 16-byte vectors, never in shared memory
+        assert loop.count("LDG.E.128") >= 2 and not re.search(r"\bLDS\S*\s+R\d", loop) and "LDGSTS" not in loop
+    else:  # the staged loop: weight words and x by 16-byte cp.async, read back from shared memory; no plain LDG
+        assert "LDGSTS.E.BYPASS.128" in loop and "LDS.128" in loop and not re.search(r"\bLDG\b", loop)
+        assert "DEPBAR.LE SB0" in loop        # the cp.async group wait
     assert not wgmma_register_hazards(loop)
 
 
@@ -112,17 +115,18 @@ def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
 
 
 def test_tuner_candidates_compile_without_spills_or_register_hazards_in_few_instructions():
-    shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"], deep)
-              for m in (16, 32, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192) for deep in (False, True)}
-    for bn, bm, bk, w, deep in sorted(shapes):
-        sass = _compile(bn, bm, bk, w, split=True, deep=deep).asm["sass"]
-        assert not re.search(r"\b(STL|LDL)\b", sass), (bn, bm, bk, w, deep)
+    shapes = {(c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_K"], c["num_warps"], c["STAGES"])
+              for m in (16, 32, 64, 128, 256) for c in gm.gluon_candidates(m, 8192, 8192)}
+    assert {stages for *_, stages in shapes} >= {0, 4}  # both K loops are tuned
+    for bn, bm, bk, w, stages in sorted(shapes):
+        sass = _compile(bn, bm, bk, w, split=True, stages=stages).asm["sass"]
+        assert not re.search(r"\b(STL|LDL)\b", sass), (bn, bm, bk, w, stages)
         loop = _loop(sass)
-        assert not wgmma_register_hazards(loop), (bn, bm, bk, w, deep)
+        assert not wgmma_register_hazards(loop), (bn, bm, bk, w, stages)
         instructions = len([line for line in loop.splitlines() if "\t" in line])
         weights_per_thread = 2 * bn * bk / (32 * w)  # the loop body is two K steps
         # decode ~2.6 per weight (21 per lane and 8 weights), plus x staging, addressing and the wgmmas
-        assert instructions / weights_per_thread < 6.5, (bn, bm, bk, w, deep, instructions)
+        assert instructions / weights_per_thread < 6.5, (bn, bm, bk, w, stages, instructions)
 
 
 # ----------------------------------------------------------------------------------------------- repack (CPU)
@@ -150,16 +154,22 @@ def test_natural_k_repack_puts_each_code_at_its_wgmma_register_position():
 
 def test_config_validation_names_the_problem():
     cfg = gm.gluon_candidates(64, 4096, 4096)[0]
-    with pytest.raises(InputError, match="M must be in 16 .. 256"):
+    with pytest.raises(InputError, match="M must be in 1 .. 256"):
         gm.check_config("op", cfg, 300, 4096, 4096)
     with pytest.raises(InputError, match="BLOCK_K must be"):
         gm.check_config("op", dict(cfg, BLOCK_K=32), 64, 4096, 4096)
     with pytest.raises(InputError, match="accumulator registers"):
         gm.check_config("op", dict(cfg, BLOCK_N=256, BLOCK_M=256, num_warps=8), 200, 4096, 4096)
     with pytest.raises(InputError, match="N must be a multiple of BLOCK_N"):
-        gm.check_config("op", cfg, 64, 4096 + 64, 4096)
-    with pytest.raises(InputError, match="gluon_mixed path takes M = 16 .. 256"):
-        decode._user_config("op", {"path": "gluon_mixed"}, 8, 4096, 4096, 132)
+        gm.check_config("op", cfg, 64, 4096 + 32, 4096)
+    with pytest.raises(InputError, match="STAGES must be one of"):
+        gm.check_config("op", dict(cfg, STAGES=3), 64, 4096, 4096)
+    # 8 slots of 256 x 64 x 128: 16 KB of words, 8 KB of scale pairs and 16 KB of x^T each
+    with pytest.raises(InputError, match=r"STAGES \* 40960 bytes of ring <= 204800 \(got 8\)"):
+        gm.check_config("op", dict(cfg, BLOCK_N=256, BLOCK_K=128, num_warps=8, STAGES=8), 64, 4096, 4096)
+    with pytest.raises(InputError, match="gluon_mixed path takes M = 1 .. 256"):
+        decode._user_config("op", {"path": "gluon_mixed"}, 300, 4096, 4096, 132)
+    assert decode._user_config("op", {"path": "gluon_mixed"}, 8, 4096, 4096, 132)["BLOCK_M"] == 16
     assert decode._user_config("op", {"path": "gluon_mixed", "SPLIT_K": 2}, 64, 4096, 4096, 132)["SPLIT_K"] == 2
 
 
@@ -189,16 +199,16 @@ def _one_hot_weight(n: int, k: int) -> QuantizedTensor:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
-@pytest.mark.parametrize("m,split", [(16, 1), (40, 4), (128, 8)])
-@pytest.mark.parametrize("deep", [False, True])
-def test_gpu_one_hot_rows_pick_weights_exactly(m, split, deep):
+@pytest.mark.parametrize("m,split", [(1, 2), (5, 1), (16, 1), (40, 4), (128, 8)])
+@pytest.mark.parametrize("stages", [0, 4, 6])
+def test_gpu_one_hot_rows_pick_weights_exactly(m, split, stages):
     n, k = 256, 2048
     w_q = _one_hot_weight(n, k)
     cols = torch.arange(m) * 37 % k
     x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
     x[torch.arange(m), cols.cuda()] = 1.0
-    cfg = {"path": "gluon_mixed", "BLOCK_N": 128, "BLOCK_M": gm.block_m_for(m), "BLOCK_K": 64, "SPLIT_K": split,
-           "num_warps": 4 if m <= 64 else 8, "DEEP": deep}
+    cfg = {"path": "gluon_mixed", "BLOCK_N": 128, "BLOCK_M": swap_ab_block_m(m), "BLOCK_K": 64,
+           "SPLIT_K": split, "num_warps": 4 if m <= 64 else 8, "STAGES": stages}
     out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=cfg)
     assert torch.equal(out.double().cpu(), w_q.dequantize(torch.float64)[:, cols.cuda()].T.cpu())
 
@@ -213,7 +223,7 @@ def test_gpu_every_candidate_is_close_and_deterministic(m):
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=m == 100)
     ref_w = w_q.dequantize(torch.float64)
     cands = gm.gluon_candidates(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
-    for cfg in cands + [dict(c, DEEP=True) for c in cands]:
+    for cfg in cands + [dict(c, STAGES=0 if c["STAGES"] else 4) for c in cands]:  # each in the other K loop too
         out = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
         assert_close_to_reference(out, x.double(), ref_w)
         assert torch.equal(out, decode.nvfp4_decode_matmul(x, w_q, config=cfg))  # fixed slice order

@@ -64,6 +64,7 @@ from ._device import device_capability, sm_count
 from ._validate import InputChecker, check_bf16_activations, check_out_dtype, check_quantized
 from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_as_words
 from ._launcher import CachedLauncher, kernel_time_us, run_entry
+from ._tiles import SWAP_AB_MIN_M
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
 from . import gluon_mixed as _gluon
@@ -323,7 +324,7 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT, hopp
     # (N = K = 8192: 15.2 against 31.8 us at M = 1, 23.0 against 33.8 us at M = 16)
     mixed = _mixed.mixed_candidates(m, n, k, num_sms) if m > _frag.FRAG_MAX_M else []
     # the Gluon wgmma kernel (sm_90a only: `hopper`), M = 16 .. 256, first: it is the fastest there on the H200
-    mixed = (_gluon.gluon_candidates(m, n, k, num_sms) if hopper else []) + mixed
+    mixed = (_gluon.gluon_candidates(m, n, k, num_sms) if hopper and m >= SWAP_AB_MIN_M else []) + mixed
     frag_on = os.environ.get("BWTRITON_DECODE_FRAG") != "0"
     # the scaled-weight frag kernel, tuned only on request (BWTRITON_DECODE_FRAGW=1): on the H200 it never won
     # (N = K = 8192: 58 against 49 us for wgmma at M = 64, 104 against 85 at M = 128, a tie with frag at M = 16;

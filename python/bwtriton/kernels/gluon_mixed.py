@@ -52,12 +52,17 @@ from ..targets import H100_SM_COUNT
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
 from ._launcher import CachedLauncher, StreamScratch, run_entry
-from ._tiles import SWAP_AB_MAX_M as MAX_M, SWAP_AB_MIN_M as MIN_M, k_split, swap_ab_block_m
+from ._tiles import SWAP_AB_MAX_M as MAX_M, k_split, swap_ab_block_m
 
 __all__ = ["gluon_mixed_kernel", "gluon_candidates", "gluon_config", "launch_gluon", "gluon_label", "MIN_M",
            "MAX_M"]
 
-#: The M range this kernel is built (and tuned) for: the wgmma N side is BLOCK_M = 16 .. 256.
+#: The M range this kernel takes: the wgmma N side is BLOCK_M = 16 .. 256 (rows past M read row M - 1).
+MIN_M = 1
+#: Stage counts of the staged K loop (0: the register loop); shared memory per CTA bounds them (`stage_bytes`).
+STAGE_CHOICES = (0, 4, 5, 6, 8)
+#: Shared memory a config's ring may use (of the H200's 227 KB per CTA; the rest is the epilogue's scratch).
+MAX_RING_BYTES = 200 * 1024
 
 
 def _decode_ptx() -> tuple[str, str]:
@@ -106,13 +111,18 @@ def _decode_operand(w, s, th, tl, A_LAYOUT: gl.constexpr):
 
 
 @gluon.jit
-def _scales(sp, s_off, half, WL: gl.constexpr):
-    """The scale pairs of a thread's 4 K tiles (one 8-byte load: 2 int32 of 2 pairs), spread to the words'
+def _select_scales(s, half, WL: gl.constexpr):
+    """A thread's scale pairs of 4 K tiles (2 int32 of 2 pairs each, as loaded) spread to the words'
     [BN/2, BK/4] in WL (a register renaming); tile j's pair in the low 16 bits of its element."""
-    s = gl.load(sp + s_off)
     s = gl.join(s, s)
     s = gl.convert_layout(gl.reshape(s, [s.shape[0], 2 * s.shape[1]]), WL, assert_trivial=True)
     return gl.inline_asm_elementwise(_SCALE_SELECT, "=r,r,r", [s, half], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _scales(sp, s_off, half, WL: gl.constexpr):
+    """`_select_scales` of the pairs at sp + s_off (one 8-byte load per thread)."""
+    return _select_scales(gl.load(sp + s_off), half, WL)
 
 
 @gluon.jit
@@ -151,15 +161,16 @@ def _store_out(acc, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_
 def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, work_ptr, count_ptr,
                        M, N, K, stride_xm, stride_om, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_K: gl.constexpr, SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr = False,
-                       DEEP: gl.constexpr = False):
+                       STAGES: gl.constexpr = 0):
     """out[m, n] = alpha[0] * sum_k x[m, k] * (e2m1 * s)[n, k] (+ bias[n]), fp32 accumulation in wgmma.
 
     w_ptr: the natural-k repacked words (int32 [N/16, K/64, 32, 4]), s_ptr: their scale pairs (int16
     [N/16, K/64, 8, 4]), table_ptr: `_decode_frag_wide.lane_tables` (int32 [32, 2]). Grid (N / BLOCK_N,
     cdiv(M, BLOCK_M), S) with K % (BLOCK_K * S) == 0, N % BLOCK_N == 0, BLOCK_N = 64 * warpgroups * reps.
     SPLIT (S > 1): work_ptr fp32 [S, tiles, BLOCK_N * BLOCK_M] partials, count_ptr int32 [tiles] arrival counters
-    (zero between launches; the last slice resets its tile's). DEEP: x^T by cp.async two K steps ahead into 4
-    shared buffers and the weight two steps ahead in registers (`_deep_loop`)."""
+    (zero between launches; the last slice resets its tile's). STAGES 0: the register loop (the next step's
+    operands loaded into registers); STAGES >= 4: the staged loop (`_staged_loop`: a STAGES-slot cp.async
+    ring)."""
     W: gl.constexpr = gl.num_warps()
     BN2: gl.constexpr = BLOCK_N // 2
     BK4: gl.constexpr = BLOCK_K // 4
@@ -208,9 +219,10 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
     x_off = gl.expand_dims(gl.minimum(rm, M - 1) * stride_xm, 1) + gl.expand_dims(rk, 0)
     STEP_WORDS: gl.constexpr = BLOCK_K * 2            # words per row tile per K step (K/64 chunks of 128)
     STEP_PAIRS: gl.constexpr = BLOCK_K // 4           # int32 words of scale pairs
-    if DEEP:
-        acc = _deep_loop(x_ptr + (k_lo // 2 + x_off), w_ptr + w_off, s_ptr, s_off, half, th, tl, steps, BLOCK_M,
-                         BLOCK_N, BLOCK_K, STEP_WORDS, STEP_PAIRS, MMA, A_LAYOUT, WL, XS32, XS)
+    if STAGES > 0:
+        acc = _staged_loop(x_ptr + (k_lo // 2 + x_off), w_ptr + w_off, s_ptr + s_off, half, th, tl, steps,
+                           BLOCK_M, BLOCK_N, BLOCK_K, STAGES, STEP_WORDS, STEP_PAIRS, MMA, A_LAYOUT, WL, SL, XS32,
+                           XS)
     else:
         x_smem = gl.allocate_shared_memory(gl.int32, [3, BLOCK_M, BLOCK_K // 2], XS32)
         w0 = gl.load(w_ptr + w_off)
@@ -246,55 +258,76 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
 
 
 @gluon.jit
-def _deep_loop(xp, wp, s_ptr, s_off, half, th, tl, steps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               BLOCK_K: gl.constexpr, STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr, MMA: gl.constexpr,
-               A_LAYOUT: gl.constexpr, WL: gl.constexpr, XS32: gl.constexpr, XS: gl.constexpr):
-    """The K loop with more bytes in flight: x^T of step k + 2 goes to shared memory by cp.async (4 buffers: the
-    one written at step k was last read by step k - 2's wgmma, which both warpgroups retired before step k's
-    barrier) and the weight of step k + 2 is loaded into registers while step k decodes."""
-    x_smem = gl.allocate_shared_memory(gl.int32, [4, BLOCK_M, BLOCK_K // 2], XS32)
-    async_copy.async_copy_global_to_shared(x_smem.index(0), xp)
+def _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, step, steps, STAGES: gl.constexpr,
+                  STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr, STEP_X: gl.constexpr):
+    """cp.async of K step `step`'s weight words, scale pairs and x^T into slot step % STAGES, as one commit group;
+    past the last step the copies are masked off (an empty group: every step commits one, so the waits count
+    steps). A mask, not a branch: ptxas serializes every wgmma of a loop whose in-flight group spans a branch."""
+    slot = step % STAGES
+    live = step < steps
+    async_copy.async_copy_global_to_shared(w_smem.index(slot), wp + step * STEP_WORDS,
+                                           mask=gl.full(wp.shape, 1, gl.int1, wp.type.layout) & live)
+    async_copy.async_copy_global_to_shared(s_smem.index(slot), sp + step * STEP_PAIRS,
+                                           mask=gl.full(sp.shape, 1, gl.int1, sp.type.layout) & live)
+    async_copy.async_copy_global_to_shared(x_smem.index(slot), xp + step * STEP_X,
+                                           mask=gl.full(xp.shape, 1, gl.int1, xp.type.layout) & live)
     async_copy.commit_group()
-    async_copy.async_copy_global_to_shared(x_smem.index(1), xp + BLOCK_K // 2)
-    async_copy.commit_group()
-    w0 = gl.load(wp)
-    s0 = _scales(s_ptr, s_off, half, WL)
-    w1 = gl.load(wp + STEP_WORDS)
-    s1 = _scales(s_ptr + STEP_PAIRS, s_off, half, WL)
-    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-    a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A_LAYOUT)
-    for i in range(0, steps - 2, 2):  # two K steps per iteration, as in the register loop (`_step`)
-        w2 = gl.load(wp + (i + 2) * STEP_WORDS)
-        s2 = _scales(s_ptr + (i + 2) * STEP_PAIRS, s_off, half, WL)
-        acc, a0 = _deep_step(acc, a1, w0, s0, th, tl, x_smem.index(i % 4), 1, A_LAYOUT, XS)
-        async_copy.async_copy_global_to_shared(x_smem.index((i + 2) % 4), xp + (i + 2) * (BLOCK_K // 2))
-        async_copy.commit_group()
-        w3 = gl.load(wp + (i + 3) * STEP_WORDS)
-        s3 = _scales(s_ptr + (i + 3) * STEP_PAIRS, s_off, half, WL)
-        acc, a1 = _deep_step(acc, a0, w1, s1, th, tl, x_smem.index((i + 1) % 4), 1, A_LAYOUT, XS)
-        async_copy.async_copy_global_to_shared(x_smem.index((i + 3) % 4), xp + (i + 3) * (BLOCK_K // 2))
-        async_copy.commit_group()
-        w0, s0, w1, s1 = w2, s2, w3, s3
-    last = steps - 1
-    acc, a0 = _deep_step(acc, a1, w0, s0, th, tl, x_smem.index((last - 1) % 4), 1, A_LAYOUT, XS)
-    acc, a1 = _deep_step(acc, a0, w1, s1, th, tl, x_smem.index(last % 4), 0, A_LAYOUT, XS)
-    acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a1])
-    return acc
 
 
 @gluon.jit
-def _deep_step(acc, a_prev, w, s, th, tl, buf, PENDING: gl.constexpr, A_LAYOUT: gl.constexpr,
-               XS: gl.constexpr):
-    """`_step` with x^T already on its way by cp.async: wait for this step's group (PENDING later ones may stay
-    in flight), then as `_step`."""
-    a = _decode_operand(w, s, th, tl, A_LAYOUT)
-    async_copy.wait_group(PENDING)
+def _staged_step(acc, a_prev, k, steps, w_smem, s_smem, x_smem, wp, sp, xp, half, th, tl, STAGES: gl.constexpr,
+                 AHEAD: gl.constexpr, STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr, STEP_X: gl.constexpr,
+                 A_LAYOUT: gl.constexpr, WL: gl.constexpr, SL: gl.constexpr, XS: gl.constexpr):
+    """K step k of the staged loop: start the copies of step k + AHEAD, wait for step k's (AHEAD later groups
+    stay in flight), decode from shared memory, issue the wgmma, wait for the previous one.
+
+    The slot refilled here, (k + AHEAD) % STAGES, was last read as x^T by the wgmma of step k + AHEAD - STAGES
+    <= k - 2 (one warpgroup: retired by its wait at step k - 1, which every warp of it passed) or <= k - 3 (two
+    warpgroups: the other one passed step k - 1's barrier, so its wait at step k - 2 retired step k - 3); its
+    weight words were read by this thread's own shared loads. The copies go before the wait so that the wait's
+    barrier separates them from this step's shared reads (no barrier of their own)."""
+    _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, k + AHEAD, steps, STAGES, STEP_WORDS, STEP_PAIRS, STEP_X)
+    async_copy.wait_group(AHEAD)
     fence_async_shared()
-    gl.thread_barrier()  # every thread's copies landed before either warpgroup's wgmma reads them
+    gl.thread_barrier()  # every thread's copies of step k landed before either warpgroup's wgmma reads them
+    slot = k % STAGES
+    w = w_smem.index(slot).load(WL)
+    s = _select_scales(s_smem.index(slot).load(SL), half, WL)
+    a = _decode_operand(w, s, th, tl, A_LAYOUT)
+    buf = x_smem.index(slot)
     xt = buf._reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
     acc = warpgroup_mma(a, xt, acc, is_async=True)
     acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
     return acc, a
+
+
+@gluon.jit
+def _staged_loop(xp, wp, sp, half, th, tl, steps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 BLOCK_K: gl.constexpr, STAGES: gl.constexpr, STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr,
+                 MMA: gl.constexpr, A_LAYOUT: gl.constexpr, WL: gl.constexpr, SL: gl.constexpr,
+                 XS32: gl.constexpr, XS: gl.constexpr):
+    """The K loop with AHEAD = STAGES - 1 - warpgroups steps of copies in flight beyond the current one: weight
+    words, scale pairs and x^T all go to a STAGES-slot shared ring by cp.async (each thread's weight bytes are
+    its own fragments, read back by the same thread), so the bytes in flight cost shared memory, not registers."""
+    PLAIN: gl.constexpr = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=1, order=[1, 0])
+    PAIRS: gl.constexpr = gl.SwizzledSharedLayout(vec=2, per_phase=1, max_phase=1, order=[1, 0])
+    STEP_X: gl.constexpr = BLOCK_K // 2
+    AHEAD: gl.constexpr = STAGES - 1 - gl.num_warps() // 4
+    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 2, BLOCK_K // 4], PLAIN)
+    s_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 2, BLOCK_K // 8], PAIRS)
+    x_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, BLOCK_K // 2], XS32)
+    for j in gl.static_range(AHEAD):
+        _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, j, steps, STAGES, STEP_WORDS, STEP_PAIRS, STEP_X)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+    a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A_LAYOUT)
+    for i in range(0, steps, 2):  # two K steps per iteration, as in the register loop (`_step`)
+        acc, a0 = _staged_step(acc, a1, i, steps, w_smem, s_smem, x_smem, wp, sp, xp, half, th, tl, STAGES, AHEAD,
+                               STEP_WORDS, STEP_PAIRS, STEP_X, A_LAYOUT, WL, SL, XS)
+        acc, a1 = _staged_step(acc, a0, i + 1, steps, w_smem, s_smem, x_smem, wp, sp, xp, half, th, tl, STAGES,
+                               AHEAD, STEP_WORDS, STEP_PAIRS, STEP_X, A_LAYOUT, WL, SL, XS)
+    acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a1])
+    async_copy.wait_group(0)
+    return acc
 
 
 @gluon.jit
@@ -325,20 +358,25 @@ def _reduce_slices(acc, out_ptr, bias_ptr, alpha, work_ptr, count_ptr, pid_n, pi
 # Host side: the configs the decode tuner times, and the launch (inputs validated by the caller)
 # --------------------------------------------------------------------------------------------------------------
 
-#: (BLOCK_N, BLOCK_K, num_warps[, BLOCK_M]) tried per activation tile height. Each compiles for sm_90a without
+#: (BLOCK_N, BLOCK_K, num_warps, STAGES, BLOCK_M or None, split divisors) tried per activation tile height: the
+#: H200 sweep's winners (docs/nvfp4_hopper.md; graph replay, weights rotated past L2) at N = K = 4096 and 8192,
+#: mostly 64-row tiles in the staged loop, and one register-loop config each. Each compiles for sm_90a without
 #: register spills (`ptxas`, 255 registers); the fp32 accumulator alone is BLOCK_N * BLOCK_M / (32 * num_warps)
-#: registers per thread, and x^T's next step BLOCK_M * BLOCK_K / (64 * num_warps), so M = 256 runs as two
-#: 128-row tiles.
+#: registers per thread, so M = 256 runs as two 128-row tiles.
 _SHAPES = {
-    16: ((128, 128, 4), (128, 64, 4), (64, 128, 4), (256, 64, 8)),
-    32: ((128, 64, 4), (256, 64, 8)),
-    64: ((128, 64, 4), (256, 64, 8), (64, 64, 4)),
-    128: ((128, 64, 8), (64, 64, 4)),
-    256: ((128, 64, 8, 128), (64, 64, 4, 128)),
+    16: ((64, 128, 4, 4, None, (1, 2)), (128, 64, 4, 4, None, (1,)), (128, 64, 4, 6, None, (2,)),
+         (128, 128, 4, 0, None, (1,))),
+    32: ((64, 128, 4, 4, None, (1, 2)), (128, 64, 4, 4, None, (1,)), (128, 64, 4, 0, None, (1,))),
+    64: ((64, 64, 4, 4, None, (1, 2)), (64, 64, 4, 6, None, (2,)), (128, 64, 4, 6, None, (2,)),
+         (128, 64, 4, 0, None, (1,))),
+    128: ((64, 64, 4, 4, None, (2, 4)), (64, 64, 4, 6, None, (2, 4)), (128, 64, 8, 6, None, (2,)),
+          (64, 64, 4, 0, None, (1,))),
+    256: ((64, 64, 4, 4, 128, (2, 4)), (128, 64, 8, 4, 128, (1, 2)), (128, 64, 8, 0, 128, (1,))),
 }
 
+
 def gluon_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int, block_m: "int | None" = None,
-                 num_sms: int = H100_SM_COUNT, split_div: int = 1) -> "dict | None":
+                 num_sms: int = H100_SM_COUNT, split_div: int = 1, stages: int = 0) -> "dict | None":
     """A config of that shape that tiles (N, K), K split (powers of two up to MAX_SPLIT_K, at least 2 K steps
     per slice) until the grid has >= 2 CTAs per SM, then divided by `split_div`; None if the shape does not
     tile or the warps do not cover BLOCK_N (64 rows per warpgroup)."""
@@ -348,19 +386,18 @@ def gluon_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int,
     ctas = (n // block_n) * triton.cdiv(m, bm)
     split = k_split(ctas, k, block_k, 4, num_sms, split_div)
     return {"path": "gluon_mixed", "BLOCK_N": block_n, "BLOCK_M": bm, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_warps": warps, "DEEP": False}
+            "num_warps": warps, "STAGES": stages}
 
 
 def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
-    """Every config the decode tuner times at this shape (none outside MIN_M .. MAX_M). All use the register K
-    loop; DEEP (`_deep_loop`) is taken only from an explicit config: it compiles clean for sm_90a but has not
-    been timed or checked on a GPU yet."""
+    """Every config the decode tuner times at this shape (none outside MIN_M .. MAX_M; below M = 16 the tuner
+    does not ask: the frag kernel is faster there)."""
     if not MIN_M <= m <= MAX_M:
         return []
     cands = []
-    for bn, bk, w, *bm in _SHAPES[swap_ab_block_m(m)]:
-        for div in (1, 2):
-            cfg = gluon_config(m, n, k, bn, bk, w, bm[0] if bm else None, num_sms, div)
+    for bn, bk, w, stages, bm, divs in _SHAPES[swap_ab_block_m(m)]:
+        for div in divs:
+            cfg = gluon_config(m, n, k, bn, bk, w, bm, num_sms, div, stages)
             if cfg is not None and cfg not in cands:
                 cands.append(cfg)
     return cands
@@ -369,7 +406,7 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> li
 def gluon_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gluon_mixed 128x64x64 w4 split4'."""
     return (f"gluon_mixed {cfg['BLOCK_N']}x{cfg['BLOCK_M']}x{cfg['BLOCK_K']} w{cfg['num_warps']} "
-            f"split{cfg['SPLIT_K']}{' deep' if cfg.get('DEEP') else ''}")
+            f"split{cfg['SPLIT_K']}{' s%d' % cfg['STAGES'] if cfg.get('STAGES') else ''}")
 
 
 def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
@@ -385,6 +422,10 @@ def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
                         f"(got {bn}, {w})")
     if bk not in (64, 128, 256):
         problems.append(f"BLOCK_K must be 64, 128 or 256 (got {bk})")
+    stages = cfg.get("STAGES", 0)
+    if stages not in STAGE_CHOICES or stages * stage_bytes(bn, bm, bk) > MAX_RING_BYTES:
+        problems.append(f"STAGES must be one of {STAGE_CHOICES} with STAGES * {stage_bytes(bn, bm, bk)} bytes of ring "
+                        f"<= {MAX_RING_BYTES} (got {stages})")
     if bn * bm > 128 * 32 * w:
         problems.append(f"BLOCK_N * BLOCK_M / (32 * num_warps) accumulator registers must be <= 128 "
                         f"(got {bn} * {bm} / (32 * {w}))")
@@ -393,6 +434,12 @@ def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
                         f"per slice), N * K < 2^34 (got N={n}, K={k}, SPLIT_K={split})")
     if problems:
         raise InputError(f"{op}: gluon_mixed config {cfg}: " + "; ".join(problems))
+
+
+def stage_bytes(block_n: int, block_m: int, block_k: int) -> int:
+    """Shared memory of one slot of the staged loop's ring: weight words (4 bits per weight), scale pairs (as
+    each of the 4 lanes of a row pair loads them: 4 bytes per 16 x 2 weights) and x^T (bf16)."""
+    return block_n * block_k // 2 + block_n * block_k // 4 + 2 * block_m * block_k
 
 
 def gluon_grid(cfg: dict, m: int, n: int) -> tuple[int, int, int]:
@@ -461,7 +508,7 @@ def launch_gluon(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor 
     args = (x32, fw.words, fw.scales32, out, alpha, b, tables, work, count, m, n, k, x32.stride(0), out.stride(0))
     kwargs = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_M": cfg["BLOCK_M"], "BLOCK_K": cfg["BLOCK_K"],
               "SPLIT": cfg["SPLIT_K"] > 1, "HAS_BIAS": bias is not None, "num_warps": cfg["num_warps"],
-              "DEEP": bool(cfg.get("DEEP", False))}
+              "STAGES": int(cfg.get("STAGES", 0))}
     key = ("gluon_mixed", m, n, k, x32.stride(0), out.dtype, b.dtype, tuple(sorted(kwargs.items())))
     entry = _LAUNCHER.launch(key, gluon_grid(cfg, m, n), device, args, kwargs)
     return out, GluonLaunch(cfg, m, n, k, out_dtype, device, entry, scratch, w_q.scale_layout)
