@@ -31,8 +31,6 @@ from triton.experimental.gluon import language as gl
 
 from bwtriton.formats import from_blocked_scales
 
-from ._launcher import StreamScratch
-
 #: Where the sign of fragment code s (s = 0..7) is stored, in the selectors' mode bits (3, 7, .., 31): codes 0..3
 #: at bits 7, 15, 23, 31, so `word & 0x80808080` is the sign byte-plane of the high-byte lookup of codes 0..3;
 #: codes 4..7 at bits 3, 11, 19, 27, so `(word << 4) & 0x80808080` is theirs.
@@ -213,9 +211,9 @@ def lane_tables(device: torch.device) -> torch.Tensor:
 
 
 @gluon.jit
-def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, work_ptr, count_ptr, M, N, K,
-                      stride_xm, stride_om, split_k, TILES_PER_THREAD: gl.constexpr, CHUNKS_PER_STEP: gl.constexpr,
-                      ACT_ROWS: gl.constexpr, SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr = False):
+def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, M, N, K, stride_xm, stride_om,
+                      split_k, TILES_PER_THREAD: gl.constexpr, CHUNKS_PER_STEP: gl.constexpr,
+                      ACT_ROWS: gl.constexpr, ATOMIC: gl.constexpr, HAS_BIAS: gl.constexpr = False):
     """out[m, n] = alpha * sum_kc s[n, kc] * (A-fragment MMA of 16 rows x 16 k with x^T), fp32 throughout.
 
     A CTA owns TILES_PER_THREAD * num_warps row tiles of 16 (a warp's lanes form each tile's fragments, as
@@ -224,10 +222,7 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
     (1, 8 or 16) bounds M: 1 accumulates only the MMA's first column, 16 issues a second MMA for activation rows
     8..15. x_ptr is the bf16 activation viewed as int64 [M, K/4]; w_ptr / s_ptr the `repack`ed words (int64 view)
     and scale pairs (int32 view). The grid's second axis splits K in `split_k` slices (a runtime value: one
-    compile serves every split); SPLIT must be set when split_k > 1: each slice stores its fp32 partials in
-    work_ptr (fp32 [split_k, N * 2 * accumulators]) and the last slice of a row block to arrive (count_ptr, int32
-    [N / rows per CTA], zero between launches) sums them in slice order and stores the output: one launch, and
-    the same result whichever slice came last."""
+    compile serves every split); ATOMIC must be set when split_k > 1 (fp32 atomics into a zeroed output)."""
     W: gl.constexpr = gl.num_warps()
     BT: gl.constexpr = TILES_PER_THREAD * W
     L: gl.constexpr = gl.BlockedLayout([TILES_PER_THREAD, 1, 2], [1, 32, 1], [W, 1, 1], [2, 1, 0])
@@ -282,90 +277,35 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
         sp += CHUNKS_PER_STEP * 16
         xp0 += CHUNKS_PER_STEP * 16
         xp1 += CHUNKS_PER_STEP * 16
-    NACC: gl.constexpr = 2 if ACT_ROWS == 1 else (4 if ACT_ROWS == 8 else 8)
-    # the accumulators' [BT, 32] sums, in the epilogue order: (row offset, activation row offset) below
-    p0, p1, p2, p3 = gl.sum(a0, axis=2), gl.sum(a2, axis=2), gl.sum(a1, axis=2), gl.sum(a3, axis=2)
-    p4, p5, p6, p7 = gl.sum(a4, axis=2), gl.sum(a5, axis=2), gl.sum(a6, axis=2), gl.sum(a7, axis=2)
+    alpha = gl.load(alpha_ptr)
     r = gl.expand_dims(tile * 16, 1) + gl.expand_dims(lane // 4, 0)            # accumulator rows g (+8)
     c = gl.expand_dims(2 * (lane % 4), 0) + gl.zeros([BT, 32], gl.int32, L2)   # activation rows 2t (+1, +8, +9)
-    if SPLIT:
-        local = gl.expand_dims(gl.arange(0, BT, layout=gl.SliceLayout(1, L2)) * 32, 1) + gl.expand_dims(lane, 0)
-        part = work_ptr + (pid_k * gl.num_programs(0) + pid_n).to(gl.int64) * (NACC * BT * 32) + local
-        _frag_partials(part, BT * 32, p0, p1, p2, p3, p4, p5, p6, p7, NACC)
-        gl.thread_barrier()  # every thread's partials are written before the (release) arrival below
-        arrived = gl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-        if arrived == split_k - 1:
-            p0, p1, p2, p3, p4, p5, p6, p7 = _frag_sum_slices(
-                work_ptr + pid_n.to(gl.int64) * (NACC * BT * 32) + local, gl.num_programs(0) * (NACC * BT * 32),
-                BT * 32, split_k, NACC, p0)
-            gl.store(count_ptr + pid_n, 0)
-            _frag_epilogue(out_ptr, bias_ptr, alpha_ptr, p0, p1, p2, p3, p4, p5, p6, p7, r, c, M, stride_om,
-                           NACC, HAS_BIAS)
-    else:
-        _frag_epilogue(out_ptr, bias_ptr, alpha_ptr, p0, p1, p2, p3, p4, p5, p6, p7, r, c, M, stride_om, NACC,
-                       HAS_BIAS)
+    _frag_store(out_ptr, bias_ptr, a0, alpha, r, c, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+    _frag_store(out_ptr, bias_ptr, a2, alpha, r + 8, c, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+    if ACT_ROWS > 1:
+        _frag_store(out_ptr, bias_ptr, a1, alpha, r, c + 1, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+        _frag_store(out_ptr, bias_ptr, a3, alpha, r + 8, c + 1, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+    if ACT_ROWS == 16:
+        _frag_store(out_ptr, bias_ptr, a4, alpha, r, c + 8, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+        _frag_store(out_ptr, bias_ptr, a5, alpha, r, c + 9, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+        _frag_store(out_ptr, bias_ptr, a6, alpha, r + 8, c + 8, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+        _frag_store(out_ptr, bias_ptr, a7, alpha, r + 8, c + 9, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
 
 
 @gluon.jit
-def _frag_partials(part, step, p0, p1, p2, p3, p4, p5, p6, p7, NACC: gl.constexpr):
-    """Store a slice's NACC partial sums at part + i * step (.cg: the last slice may run on another SM)."""
-    gl.store(part, p0, cache_modifier=".cg")
-    gl.store(part + step, p1, cache_modifier=".cg")
-    if NACC > 2:
-        gl.store(part + 2 * step, p2, cache_modifier=".cg")
-        gl.store(part + 3 * step, p3, cache_modifier=".cg")
-    if NACC > 4:
-        gl.store(part + 4 * step, p4, cache_modifier=".cg")
-        gl.store(part + 5 * step, p5, cache_modifier=".cg")
-        gl.store(part + 6 * step, p6, cache_modifier=".cg")
-        gl.store(part + 7 * step, p7, cache_modifier=".cg")
-
-
-@gluon.jit
-def _frag_sum_slices(part, slice_step, step, split_k, NACC: gl.constexpr, like):
-    """The partials of every slice summed in slice order (unused accumulators stay zero)."""
-    zero = gl.zeros_like(like)
-    s0, s1, s2, s3, s4, s5, s6, s7 = zero, zero, zero, zero, zero, zero, zero, zero
-    for j in range(split_k):  # .cg: earlier launches may have left these lines in this SM's L1
-        q = part + j * slice_step
-        s0 += gl.load(q, cache_modifier=".cg")
-        s1 += gl.load(q + step, cache_modifier=".cg")
-        if NACC > 2:
-            s2 += gl.load(q + 2 * step, cache_modifier=".cg")
-            s3 += gl.load(q + 3 * step, cache_modifier=".cg")
-        if NACC > 4:
-            s4 += gl.load(q + 4 * step, cache_modifier=".cg")
-            s5 += gl.load(q + 5 * step, cache_modifier=".cg")
-            s6 += gl.load(q + 6 * step, cache_modifier=".cg")
-            s7 += gl.load(q + 7 * step, cache_modifier=".cg")
-    return s0, s1, s2, s3, s4, s5, s6, s7
-
-
-@gluon.jit
-def _frag_epilogue(out_ptr, bias_ptr, alpha_ptr, p0, p1, p2, p3, p4, p5, p6, p7, r, c, M, stride_om,
-                   NACC: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """Store the NACC sums: (rows g, g + 8) x activation rows 2t (, 2t + 1, and + 8 for 16 rows)."""
-    alpha = gl.load(alpha_ptr)
-    _frag_store(out_ptr, bias_ptr, p0, alpha, r, c, M, stride_om, HAS_BIAS)
-    _frag_store(out_ptr, bias_ptr, p1, alpha, r + 8, c, M, stride_om, HAS_BIAS)
-    if NACC > 2:
-        _frag_store(out_ptr, bias_ptr, p2, alpha, r, c + 1, M, stride_om, HAS_BIAS)
-        _frag_store(out_ptr, bias_ptr, p3, alpha, r + 8, c + 1, M, stride_om, HAS_BIAS)
-    if NACC > 4:
-        _frag_store(out_ptr, bias_ptr, p4, alpha, r, c + 8, M, stride_om, HAS_BIAS)
-        _frag_store(out_ptr, bias_ptr, p5, alpha, r, c + 9, M, stride_om, HAS_BIAS)
-        _frag_store(out_ptr, bias_ptr, p6, alpha, r + 8, c + 8, M, stride_om, HAS_BIAS)
-        _frag_store(out_ptr, bias_ptr, p7, alpha, r + 8, c + 9, M, stride_om, HAS_BIAS)
-
-
-@gluon.jit
-def _frag_store(out_ptr, bias_ptr, res, alpha, row, m, M, stride_om, HAS_BIAS: gl.constexpr):
-    """Store one accumulator register's sums (weight row n, activation row m) times alpha (+ bias), masked to
-    m < M."""
-    res = res * alpha
+def _frag_store(out_ptr, bias_ptr, acc, alpha, row, m, M, stride_om, pid_k, HAS_BIAS: gl.constexpr,
+                ATOMIC: gl.constexpr):
+    """Store one accumulator register's outputs (weight row n, activation row m; its two K-tile halves summed),
+    masked to m < M."""
+    res = gl.sum(acc, axis=2) * alpha
     if HAS_BIAS:
-        res = res + gl.load(bias_ptr + row).to(gl.float32)
-    gl.store(out_ptr + (m * stride_om + row), res.to(out_ptr.dtype.element_ty), mask=m < M)
+        if pid_k == 0:  # split-K: one K slice adds the bias
+            res = res + gl.load(bias_ptr + row).to(gl.float32)
+    mask = m < M
+    if not ATOMIC:
+        gl.store(out_ptr + (m * stride_om + row), res.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        gl.atomic_add(out_ptr + (m * stride_om + row), res, mask=mask, sem="relaxed")
 
 
 # ---------------------------------------------------------------------------------------------- host side
@@ -413,39 +353,15 @@ def act_rows(m: int) -> int:
 
 
 def frag_args(x64: torch.Tensor, fw: FragWeight, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
-              split: int, device: torch.device, scratch: "tuple | None" = None) -> tuple:
-    """The kernel's positional arguments (the order of `nvfp4_frag_kernel`); `scratch`: the (partials,
-    counters) of `frag_scratch(...).get()` when split > 1."""
+              split: int, device: torch.device) -> tuple:
+    """The kernel's positional arguments (the order of `nvfp4_frag_kernel`)."""
     n, k = fw.shape
-    work, count = scratch if scratch is not None else (out, out)
-    return (x64, fw.words64, fw.scales32, out, alpha, bias, lane_tables(device), work, count,
+    return (x64, fw.words64, fw.scales32, out, alpha, bias, lane_tables(device),
             x64.shape[0], n, k, x64.stride(0), out.stride(0), split)
-
-
-_SCRATCH: dict = {}
-
-
-def frag_scratch(cfg: dict, m: int, n: int, device: torch.device) -> "StreamScratch | None":
-    """Per-stream (fp32 partials, int32 arrival counters) of a split config (None for split 1), made once per
-    shape: 2 * accumulators floats per weight row and slice, a counter per CTA row block (zero between calls)."""
-    split = cfg["SPLIT_K"]
-    if split == 1:
-        return None
-    nacc = {1: 2, 8: 4, 16: 8}[act_rows(m)]
-    blocks = n // frag_block_n(cfg)
-    key = (n, split, nacc, blocks, device)
-    hit = _SCRATCH.get(key)
-    if hit is None:
-        elems = split * n * 2 * nacc
-        hit = _SCRATCH[key] = StreamScratch(
-            lambda: (torch.empty(elems, dtype=torch.float32, device=device),
-                     torch.zeros(blocks, dtype=torch.int32, device=device)),
-            device, 4 * elems + 4 * blocks, max_bytes=64 << 20)
-    return hit
 
 
 def frag_kwargs(cfg: dict, m: int, has_bias: bool) -> dict:
     """The kernel's constexpr / launch keywords for `cfg`."""
     return {"TILES_PER_THREAD": cfg["TILES_PER_THREAD"], "CHUNKS_PER_STEP": cfg["CHUNKS_PER_STEP"],
-            "ACT_ROWS": act_rows(m), "SPLIT": cfg["SPLIT_K"] > 1, "HAS_BIAS": has_bias,
+            "ACT_ROWS": act_rows(m), "ATOMIC": cfg["SPLIT_K"] > 1, "HAS_BIAS": has_bias,
             "num_warps": cfg["num_warps"]}

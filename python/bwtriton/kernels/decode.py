@@ -522,10 +522,7 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
         return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
                                                     out_dtype)
     grid = (n // _block_n(cfg), split, 1)
-    # the frag kernel reduces its K slices itself; the others add fp32 atomics into a zeroed buffer
-    in_kernel = path == "frag" or split == 1
-    alloc, buf_dtype = (torch.empty, out_dtype) if in_kernel else (torch.zeros, torch.float32)
-    scratch = _frag.frag_scratch(cfg, m, n, device) if path == "frag" else None
+    alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
     tables = (_frag.lane_tables if path == "frag" else _wide.lane_tables)(device)
     # On the GPU the compiled launcher reads only x.data_ptr(), so x goes in as is where its int32 / int64 view
     # would be plain (row stride a multiple of 2 / 4 elements; the plan key fixes the stride and 16-byte
@@ -545,11 +542,8 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
             else:
                 xw = view_as_words(x, torch.int64)
                 sxw = xw.stride(0)
-            work, count = scratch.get() if scratch is not None else (out, out)
-            args = ((xw, fw.words64, fw.scales32, out, alpha, b, tables, work, count, m, n, k, sxw, n, split)
-                    if path == "frag" else (xw, fw.words64, fw.scales32, out, alpha, b, tables, m, n, k, sxw, n,
+            run_entry(entry, grid, device, (xw, fw.words64, fw.scales32, out, alpha, b, tables, m, n, k, sxw, n,
                                             split))
-            run_entry(entry, grid, device, args)
         elif path == "gemv":
             sx = x.stride(0)
             if raw_x and sx % 2 == 0 and x.stride(1) == 1:
@@ -560,7 +554,7 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
             run_entry(entry, grid, device, (xp, w_data, w_scales, out, alpha, b, m, n, k, sxp, w_stride, n))
         else:
             run_entry(entry, grid, device, (x, w_data, w_scales, out, alpha, b, m, n, k, x.stride(0), n))
-        return out if in_kernel else out.to(out_dtype)
+        return out.to(out_dtype) if split > 1 else out
 
     return replay
 
@@ -652,8 +646,7 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
 def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
             device: torch.device, alpha: "torch.Tensor | None" = None,
             bias: "torch.Tensor | None" = None) -> tuple[torch.Tensor, tuple]:
-    """One launch of `cfg` (validated inputs); when K is split, the frag / wgmma / gluon_mixed kernels sum the
-    slices themselves, the others add fp32 atomics into a zeroed buffer (then a cast). Returns the
+    """One launch of `cfg` (validated inputs); fp32 atomics into a zeroed buffer when K is split. Returns the
     output and the launcher entry (for a plan). `alpha` (fp32 [1], default the weight's global decode scale)
     multiplies the fp32 result before `bias` ([N], added in fp32) and the cast."""
     m, k = x.shape
@@ -675,11 +668,10 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
                              f"K of BLOCK_K*SPLIT_K")
         return _mixed.launch_mixed(x, w_q, alpha, alpha, bias, cfg, out_dtype=out_dtype)
     split = cfg["SPLIT_K"]
-    in_kernel = cfg["path"] == "frag" or split == 1  # the frag kernel reduces its K slices itself
-    if in_kernel:
-        out = torch.empty((m, n), dtype=out_dtype, device=device)
-    else:
+    if split > 1:
         out = torch.zeros((m, n), dtype=torch.float32, device=device)
+    else:
+        out = torch.empty((m, n), dtype=out_dtype, device=device)
     blocked = w_q.scale_layout == "blocked_128x4"
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
     kwargs["HAS_BIAS"] = bias is not None
@@ -693,7 +685,7 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
         args = (x, w_q.data, w_q.scales, out, alpha, b, m, n, k, x.stride(0), out.stride(0))
         key = ("mma", m, n, k, x.stride(0), out.dtype, blocked, b.dtype, tuple(sorted(kwargs.items())))
         entry = _MMA_LAUNCHER.launch(key, grid, device, args, dict(kwargs, SCALE_BLOCKED=blocked))
-    return (out if in_kernel else out.to(out_dtype)), entry
+    return (out.to(out_dtype) if split > 1 else out), entry
 
 
 def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
@@ -726,12 +718,7 @@ def _launch_frag(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
                          f"64*CHUNKS_PER_STEP*SPLIT_K={64 * cfg['CHUNKS_PER_STEP'] * split}")
     x64 = view_as_words(x, torch.int64)
     mod, launcher = (_wide, _WIDE_LAUNCHER) if wide else (_frag, _FRAG_LAUNCHER)
-    if wide:
-        args = mod.wide_args(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
-    else:
-        scratch = _frag.frag_scratch(cfg, m, n, x.device)
-        args = mod.frag_args(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device,
-                             scratch.get() if scratch is not None else None)
+    args = (mod.wide_args if wide else mod.frag_args)(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
     kwargs = (mod.wide_kwargs if wide else mod.frag_kwargs)(cfg, m, has_bias)
     key = (cfg["path"], m, n, k, x64.stride(0), out.dtype, bias.dtype, tuple(sorted(kwargs.items())), split)
     return launcher.launch(key, (n // block_n, split), x.device, args, kwargs)
