@@ -13,13 +13,12 @@ BLOCK_N weight rows (wgmma's M side, 64 per warpgroup) and BLOCK_M activation ro
   (scale byte << 4) read as bf16 = scale * 2^-120 (`mul.rn.bf16x2`, exact: <= 6 significant bits), ~21
   instructions per 8 weights and lane. The joins / permute / reshape that turn the decoded registers into the
   [BLOCK_N, BLOCK_K] operand are register renamings (`convert_layout(..., assert_trivial=True)` pins that).
-* x^T lives in shared memory (3 rotating [BLOCK_M, BLOCK_K] buffers: with two warpgroups a buffer is rewritten
-  only after both finished the wgmma that read it), written from registers loaded one K step ahead (as int32
-  pairs: bf16 elements made LLVM repack halves with PRMT); the weight of step k + 1 is loaded while step k
-  decodes, and `warpgroup_mma_wait(1)` leaves step k's wgmma running while step k + 1 decodes. DEEP configs
-  (`_deep_loop`, explicit configs only: not yet run on a GPU) put more bytes in flight: x^T by cp.async two
-  steps ahead into 4 buffers, the weight two steps ahead in registers (the register loop is latency-bound: see
-  below).
+* Two K loops (`STAGES`). The register loop (0): x^T in 3 rotating shared buffers (with two warpgroups a buffer
+  is rewritten only after both finished the wgmma that read it), written from registers loaded one K step ahead
+  (as int32 pairs: bf16 elements made LLVM repack halves with PRMT), the weight of step k + 1 loaded while step
+  k decodes. The staged loop (4 - 8, `_staged_loop`): weight words, scale pairs and x^T all by cp.async into a
+  STAGES-slot shared ring, several steps ahead, so the bytes in flight cost shared memory, not registers. In
+  both, `warpgroup_mma_wait(1)` leaves step k's wgmma running while step k + 1 decodes.
 * The loop body is two K steps. A register A operand of a wgmma in flight must not be written, and neither
   Triton nor ptxas guards it: with one step per iteration the decode of step k + 1 reused the registers of step
   k's A (wrong output rows on the H200). Two steps give two A values in two register sets, each a dependency of
@@ -31,12 +30,10 @@ Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x bf16 
 NaN scales (0x7F, never produced by quantization) are not propagated.
 
 sm_90a SASS per weight and thread in the K loop (decode, x staging, addressing and the wgmmas): 3.4 - 3.7 at
-BLOCK_M 16 - 64, 4.5 at 128 (`ptxas`: 240 registers for 128 x 64 x 64 on 4 warps). Measured on the H200
-(docs/nvfp4_hopper.md: graph replay, weights rotated past L2, cuBLAS bf16 `F.linear` in the same run): 1.40 -
-1.51x cuBLAS at M = 16, 0.67 - 1.20x at M = 64, 0.63 - 0.82x at M = 128, 0.68x at M = 256. What limits it
-(ncu, M = 64, N = K = 8192): latency, not bandwidth or issue: DRAM 21%, 0.35 instructions issued per scheduler
-per cycle, 1.8 warps per scheduler (registers allow 2 CTAs of 4 warps per SM), no eligible warp 65% of cycles:
-one K step of weight loads in flight per CTA is too few bytes to cover the HBM latency.
+BLOCK_M 16 - 64, 4.5 at 128. Measured on the H200 (docs/nvfp4_hopper.md: graph replay, weights rotated past L2,
+cuBLAS bf16 `F.linear` in the same run), staged loop: 1.60x cuBLAS at M = 16 (N = K = 8192), 1.23x at M = 64,
+0.72 - 0.88x at M = 128. What limits it (ncu): at M = 16 half issue-bound (0.55 warps issued per scheduler per
+cycle at 25% occupancy, the decode's instructions), at M = 128 latency-bound (one CTA and 1 warp per scheduler).
 """
 from __future__ import annotations
 
