@@ -512,3 +512,90 @@ def test_decode_replay_passes_x_itself_where_its_word_view_is_plain(cpu_launch, 
     else:
         assert args[0].dtype == (torch.int32 if word == 2 else torch.int64) and args[0].is_contiguous()
         assert args[stride_at] == k // word
+
+
+def _fast_layer(monkeypatch, activations="nvfp4", bias=True):
+    """An NVFP4Linear (N = 128, K = 256) whose eager CUDA path has served one CPU x [16, 256] (the form fixed to
+    'fused', the decode config untuned), so its next forward of that x takes the fast path."""
+    from bwtriton import nn as bnn
+    from bwtriton.nn import NVFP4Linear
+    monkeypatch.setattr(bnn, "_runs_kernels", lambda x: True)  # CPU tensors stand in for CUDA ones
+    torch.manual_seed(0)
+    layer = NVFP4Linear.from_linear(torch.nn.Linear(256, 128, bias=bias),
+                                    x_global_scale=0.01 if activations == "nvfp4" else None, activations=activations)
+    for has_bias in (False, True):
+        monkeypatch.setitem(linear._FORM, (None, 16, 128, 256, has_bias, "plain"), "fused")
+    monkeypatch.setitem(decode._TUNED, (None, 16, 128, 256, "plain", torch.bfloat16),
+                        decode.default_config(16, 128, 256))
+    x = torch.randn(16, 256).bfloat16()
+    layer._forward_cuda(x)  # the checked path: makes the kernel's plan and keeps it for the layer
+    return layer, x
+
+
+@pytest.mark.parametrize("activations", ["nvfp4", "bf16"])
+def test_nvfp4linear_fast_path_replays_the_plan_without_the_checks(cpu_launch, monkeypatch, activations):
+    """A forward whose signature matches an earlier eager CUDA call launches that call's plan with this call's
+    tensors, without the layer's or the kernel entry's checks."""
+    layer, x = _fast_layer(monkeypatch, activations)
+    checked = []
+    monkeypatch.setattr(linear, "check_bf16_activations", lambda *a: checked.append(a))
+    monkeypatch.setattr(decode, "check_bf16_activations", lambda *a: checked.append(a))
+    monkeypatch.setattr(type(layer), "_forward_cuda", lambda self, x: checked.append(x))
+    x2 = torch.randn(16, 256).bfloat16()
+    out = layer(x2)
+    assert not checked and isinstance(out, torch.Tensor) and out.shape == (16, 128)
+    args = cpu_launch.runs[-1]
+    assert args[1 if activations == "bf16" else 2] is layer.weight_data  # the buffer itself: in-place edits show
+    if activations == "nvfp4":
+        assert args[0] is x2 and args[6] is out
+    else:
+        assert args[0].data_ptr() == x2.data_ptr()
+
+
+def test_nvfp4linear_fast_path_still_rejects_bad_inputs(cpu_launch, monkeypatch):
+    """Inputs that differ from the served one in dtype, features, strides or alignment take the checked path
+    (and fail there as without the fast path)."""
+    layer, x = _fast_layer(monkeypatch)
+    with pytest.raises(InputError, match="must be bfloat16"):
+        layer(x.float())
+    with pytest.raises(InputError, match="features"):
+        layer(torch.randn(16, 128).bfloat16())
+    slow = []
+    checked_path = type(layer)._forward_cuda
+    monkeypatch.setattr(type(layer), "_forward_cuda", lambda self, x: slow.append(x) or checked_path(self, x))
+    layer(torch.randn(256, 16).bfloat16().t())  # same shape, other strides
+    assert len(slow) == 1 and cpu_launch.runs[-1][0] is not slow[0]  # the checked path made it contiguous
+    offset = torch.randn(16 * 256 + 1).bfloat16()[1:].view(16, 256)  # 2 bytes off 16-byte alignment
+    layer(offset)
+    assert len(slow) == 2
+    layer(x)
+    assert len(slow) == 2  # the served signature still takes the fast path
+
+
+def test_nvfp4linear_fast_path_follows_buffers_and_settings(cpu_launch, monkeypatch):
+    """Replacing a buffer, changing the x scale or the mode sends the next call to the checked path, which
+    launches the new state; `.to()` and pickling drop the kept plans."""
+    import copy
+    import io
+    layer, x = _fast_layer(monkeypatch)
+    slow = []
+    checked_path = type(layer)._forward_cuda
+    monkeypatch.setattr(type(layer), "_forward_cuda", lambda self, x: slow.append(x) or checked_path(self, x))
+    new_data = layer.weight_data.clone()
+    layer.weight_data = new_data
+    layer(x)
+    assert len(slow) == 1 and cpu_launch.runs[-1][2] is new_data
+    layer(x)
+    assert len(slow) == 1 and cpu_launch.runs[-1][2] is new_data  # the new buffer's plan is kept in turn
+    layer.x_global_scale = 0.02
+    layer(x)
+    assert len(slow) == 2
+    layer.bias = None
+    layer(x)
+    assert len(slow) == 3
+    saved = io.BytesIO()
+    torch.save(layer, saved)  # pickles the module: the kept closures must not be in its state
+    assert "_fast_calls" in layer.__dict__ and "_fast_calls" not in layer.__getstate__()
+    assert "_fast_calls" not in copy.deepcopy(layer).__dict__
+    layer.to("cpu")
+    assert "_fast_calls" not in layer.__dict__
