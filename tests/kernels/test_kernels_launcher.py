@@ -384,22 +384,30 @@ def test_linear_dequant_decode_plan_launches_what_the_slow_path_does(cpu_launch,
         assert qdq[1] is plan_runs[0][1]
 
 
-def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch):
+@pytest.mark.parametrize("n", [384, 100])  # 100 bf16 columns: C is a column slice of a 16-byte padded buffer
+def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch, n):
+    import gc
+    import weakref
     mm = importlib.import_module("bwtriton.kernels.matmul")
     monkeypatch.setattr(mm, "sm_count", lambda device: 132)
     monkeypatch.setattr(mm, "device_capability", lambda device: 90)
     a1, a2 = torch.randn(256, 512).bfloat16(), torch.randn(256, 512).bfloat16()
-    b = torch.randn(384, 512).bfloat16().t()  # column-major B, the fast layout
+    b = torch.randn(n, 512).bfloat16().t()  # column-major B, the fast layout
     cfg = mm.gemm_configs(90, 2, 2)[0]
     facts = mm._facts(a1, b, None, None, None)
     monkeypatch.setitem(mm._TUNED, mm._tuning_key(a1, facts), cfg)
     mm.matmul(a1, b)                 # slow path + plan
     assert "plan" in facts
-    mm.matmul(a2, b)                 # plan
-    mm.matmul(a2, b, config=cfg)     # slow path (config given)
+    first = weakref.ref(a1)
+    del a1
+    gc.collect()
+    assert first() is None           # the plan's descriptor templates do not hold the first call's A
+    out = mm.matmul(a2, b)           # plan
+    slow = mm.matmul(a2, b, config=cfg)  # slow path (config given)
     plan_args, slow_args = cpu_launch.runs[-2], cpu_launch.runs[-1]
     assert _same_launch(plan_args, slow_args)
-    assert plan_args[0].base is a2 and plan_args[1].base.data_ptr() == b.data_ptr()
+    assert out.shape == slow.shape == (256, n) and out.stride() == slow.stride()
+    assert plan_args[0].base is a2 and plan_args[1].base.data_ptr() == b.data_ptr() and plan_args[2].base is out
     facts.pop("plan")
 
 
