@@ -106,6 +106,23 @@ def test_launch_enter_hook_gets_metadata(fake_launcher, monkeypatch):
     assert compiled.calls[-1][7] is hook
 
 
+def test_empty_hook_chains_launch_as_no_hooks(fake_launcher, monkeypatch):
+    """An empty HookChain (Triton's default) goes to the C launcher as None, without launch metadata; a chain
+    holding a hook goes as itself, with metadata."""
+    from triton import knobs
+    launcher, compiled, _ = fake_launcher
+    device = torch.device("cuda", 0)
+    launcher.launch(("k",), (4,), device, _gemv_args(), _GEMV_KW)
+    chain, empty = knobs.HookChain(), knobs.HookChain(reversed=True)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", chain)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", empty)
+    launcher.launch(("k",), (4,), device, _gemv_args(), _GEMV_KW)
+    assert compiled.metadata_calls == 0 and compiled.calls[-1][7] is None and compiled.calls[-1][8] is None
+    chain.add(lambda meta: None)
+    launcher.launch(("k",), (4,), device, _gemv_args(), _GEMV_KW)
+    assert compiled.metadata_calls == 1 and compiled.calls[-1][7] is chain and compiled.calls[-1][8] is None
+
+
 # ----------------------------------------------------------------------------------------- decode tuning
 _SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
 
