@@ -4,6 +4,7 @@ Goal: <= 20 us per call for matmul, nvfp4_decode_matmul and nvfp4_linear.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Callable
@@ -204,10 +205,114 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
     return rows
 
 
+def _stub_device(stack) -> None:
+    """CPU stand-ins for everything a replayed call asks the GPU: the compiled launch is a no-op, device checks
+    pass for CPU tensors, SM count 132 and capability 90 (the H200), tuning picks the first candidate, and the
+    decode replay passes x as is (as Triton's CUDA launcher allows)."""
+    import importlib
+    from unittest import mock
+
+    import torch
+    launcher = importlib.import_module("bwtriton.kernels._launcher")
+    decode = importlib.import_module("bwtriton.kernels.decode")
+    mm = importlib.import_module("bwtriton.kernels.matmul")
+    lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+
+    class Compiled:
+        function, packed_metadata = 0, ()
+
+        def run(self, *call):
+            pass
+
+    def fake_jit(self, grid, device, args, kwargs):
+        return Compiled(), self._tail(len(args), {k: v for k, v in kwargs.items() if k not in launcher._LAUNCH_OPTIONS})
+    for target, name, value in (
+            (launcher.CachedLauncher, "_jit_launch", fake_jit), (launcher, "_current_stream", lambda device: 0),
+            (importlib.import_module("bwtriton.kernels._validate").InputChecker, "on_cuda",
+             lambda self, tensors, hint="", emulable=True: torch.device("cpu")),
+            (decode, "sm_count", lambda d: 132), (mm, "sm_count", lambda d: 132), (lin, "sm_count", lambda d: 132),
+            (mm, "device_capability", lambda d: 90), (decode, "device_capability", lambda d: 90),
+            (lin, "tcgen05_block_scaled", lambda d: False), (mm, "_autotune", lambda run, cands, key: cands[0]),
+            (decode, "kernel_time_us", lambda fn: 1.0), (lin, "kernel_time_us", lambda fn: 1.0),
+            (decode, "_launcher_reads_only_data_ptr", lambda d: True),
+            (torch.Tensor, "is_cuda", property(lambda self: True))):  # NVFP4Linear's eager CUDA branch
+        stack.enter_context(mock.patch.object(target, name, value))
+
+
+def python_entry_rows(calls: int = 2000, repeats: int = 15) -> list[dict]:
+    """The Python share per call of `_cases`' bwtriton entry points on CPU tensors (`_stub_device`), best of
+    `repeats` loops after the plans are made; the linear form is fixed to 'dequant_decode' and the decode config
+    to the untuned GEMV. Plans and entries made here are dropped afterwards."""
+    import contextlib
+    import importlib
+    import time
+
+    import torch
+
+    from bwtriton.formats import quantize_nvfp4
+    with contextlib.ExitStack() as stack:
+        _stub_device(stack)
+        from bwtriton.kernels import matmul, nvfp4_decode_matmul, nvfp4_linear
+        from bwtriton.nn import NVFP4Linear
+        decode = importlib.import_module("bwtriton.kernels.decode")
+        lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+        torch.manual_seed(0)
+        a, b = torch.randn(128, 128).bfloat16(), torch.randn(128, 128).bfloat16()
+        w_q = quantize_nvfp4(torch.randn(256, 256))
+        x1, x16 = torch.randn(1, 256).bfloat16(), torch.randn(16, 256).bfloat16()
+        gs = float(x16.float().abs().max()) / 2688
+        layer = NVFP4Linear.from_linear(torch.nn.Linear(256, 256, bias=False), x_global_scale=gs)
+        for m in (1, 16):
+            stack.enter_context(_setitem(decode._TUNED, (None, m, 256, 256, "plain", torch.bfloat16),
+                                         decode.default_config(m, 256, 256, 132)))
+        stack.enter_context(_setitem(lin._FORM, (None, 16, 256, 256, False, "plain"), "dequant_decode"))
+        rows = []
+        for name, fn in (("matmul bf16 128^3", lambda: matmul(a, b)),
+                         ("nvfp4_decode_matmul M=1 N=K=256", lambda: nvfp4_decode_matmul(x1, w_q)),
+                         ("nvfp4_linear M=16 (calibrated x scale)", lambda: nvfp4_linear(x16, w_q, x_global_scale=gs)),
+                         ("nvfp4_linear M=16 (x scale from amax)", lambda: nvfp4_linear(x16, w_q)),
+                         ("NVFP4Linear M=16 forward (eager)", lambda: layer(x16))):
+            fn(), fn()
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                best = min(best, (time.perf_counter() - start) / calls * 1e6)
+            rows.append({"case": name, "python_us": best})
+        _forget_cpu_plans()
+    return rows
+
+
+@contextlib.contextmanager
+def _setitem(d: dict, key, value):
+    d[key] = value
+    try:
+        yield
+    finally:
+        d.pop(key, None)
+
+
+def _forget_cpu_plans() -> None:
+    """Drop the plans and launcher entries made on CPU tensors under the stubs."""
+    import importlib
+    for name in ("matmul", "decode", "nvfp4_linear", "nvfp4_dequant"):
+        mod = importlib.import_module(f"bwtriton.kernels.{name}")
+        for value in vars(mod).values():
+            if hasattr(value, "_entries") and hasattr(value, "clear"):
+                value.clear()
+    for name in ("decode", "nvfp4_linear"):
+        importlib.import_module(f"bwtriton.kernels.{name}")._PLANS.clear()
+    importlib.import_module("bwtriton.kernels.matmul")._FACTS.clear()
+
+
 if __name__ == "__main__":
     if "--parts" in sys.argv:
         for name, us in host_parts():
             print(f"{name}: {us:.1f} us/call")
+    elif "--python-entry-points" in sys.argv:
+        for row in python_entry_rows():
+            print(f"{row['case']}: {row['python_us']:.2f} us Python per call (launches stubbed)")
     elif "--python-only" in sys.argv:
         for row in python_overhead_rows():
             print(f"{row['case']}: {row['python_us']:.1f} us Python, {row['launches']} launches, "

@@ -31,6 +31,8 @@ OUT_MULTIPLE, IN_MULTIPLE = 64, 128
 WEIGHT_ONLY_IN_MULTIPLE = 256
 #: The `activations` modes: quantized to NVFP4 per call (W4A4) or kept bf16 (weight-only, W4A16).
 ACTIVATIONS = ("nvfp4", "bf16")
+#: Call signatures per layer whose kernel plans the eager forward keeps (`NVFP4Linear._remember_fast_call`).
+_MAX_FAST_CALLS = 16
 
 
 class NVFP4Linear(torch.nn.Module):
@@ -90,13 +92,18 @@ class NVFP4Linear(torch.nn.Module):
                                shape=(self.out_features, self.in_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():  # traced code must not read data pointers or hold plans
+            fast = self.__dict__.get("_fast_calls")
+            hit = None if fast is None else fast.get(self._call_signature(x))
+            if hit is not None:
+                return hit[0](x)
         if x.shape[-1] != self.in_features:
             raise InputError(f"NVFP4Linear: input has {x.shape[-1]} features in its last dim, the layer takes "
                              f"{self.in_features}")
         if x.dtype != torch.bfloat16:
             raise InputError(f"NVFP4Linear: input must be bfloat16, got {x.dtype}; convert with "
                              f"x.to(torch.bfloat16) (the layer's output is bf16 too)")
-        if x.is_cuda and not torch.compiler.is_compiling():
+        if _runs_kernels(x):
             return self._forward_cuda(x)
         if self.activations == "bf16":
             return torch.ops.bwtriton.nvfp4_weight_only_linear(x, self.weight_data, self.weight_scales,
@@ -113,6 +120,7 @@ class NVFP4Linear(torch.nn.Module):
         cached = self.__dict__.get("_weight_q_cache")
         if cached is None or any(a is not b for a, b in zip(cached[0], buffers)):
             cached = self.__dict__["_weight_q_cache"] = (buffers, self.weight_q)
+            self.__dict__.pop("_fast_calls", None)  # plans of the replaced buffers: let them be freed
         x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
         if not x2.is_contiguous():
             x2 = x2.contiguous()
@@ -122,7 +130,53 @@ class NVFP4Linear(torch.nn.Module):
                 out = out.add_(self.bias)
         else:
             out = nvfp4_linear(x2, cached[1], self.bias, x_global_scale=self.x_global_scale)
+        if x2 is x and len(self.__dict__.get("_fast_calls", ())) < _MAX_FAST_CALLS:
+            self._remember_fast_call(x, cached[1])
         return out if x.dim() == 2 else out.reshape(*x.shape[:-1], self.out_features)
+
+    def _call_signature(self, x: torch.Tensor) -> tuple:
+        """What the eager CUDA path's outcome depends on: x's shape, strides, dtype, device and 16-byte alignment,
+        the buffers' identities (a missing one reads as the `_buffers` dict itself), the bias' signature, the
+        x scale, the activations mode and the scale layout. Equal signatures take the same checks and plan."""
+        b = self._buffers
+        bias = b.get("bias", b)
+        bias_sig = (bias.dtype, bias.device, bias.shape, bias.stride(), bias.data_ptr() % 16) \
+            if isinstance(bias, torch.Tensor) else None
+        return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, id(b.get("weight_data", b)),
+                id(b.get("weight_scales", b)), id(b.get("weight_global_scale", b)), id(bias), bias_sig,
+                self.x_global_scale, self.activations, self.scale_layout)
+
+    def _remember_fast_call(self, x: torch.Tensor, w_q: QuantizedTensor) -> None:
+        """Keep the kernel plan that served this 2-D contiguous x under its call signature, so the next forward of
+        that signature skips the checks above and the kernel entry's own plan lookup (~5 us of a ~25 us call).
+        Nothing is kept before the kernel made a plan (its first call tunes, or its plan cache is full). An entry
+        holds `w_q`, hence the buffers, so the ids in its signature cannot name other tensors; entries of replaced
+        buffers are dropped (here, when the weight wrapper is rebuilt, by `_apply` and when pickling). At most
+        `_MAX_FAST_CALLS` signatures are kept: ever-new shapes keep taking the checked path."""
+        from .kernels.decode import cached_plan as decode_plan  # noqa: PLC0415 - reason: imports Triton
+        from .kernels.nvfp4_linear import cached_plan as linear_plan  # noqa: PLC0415 - reason: imports Triton
+        bias, g = self.bias, self.x_global_scale
+        if self.activations == "bf16":
+            plan = decode_plan(x, w_q)
+            run = plan if plan is None or bias is None else (lambda x: plan(x).add_(bias))
+        else:
+            plan = linear_plan(x, w_q, bias, g)
+            run = None if plan is None else (lambda x: plan(x, w_q, bias, g))
+        if run is None:
+            return
+        sig = self._call_signature(x)
+        kept = {s: r for s, r in self.__dict__.get("_fast_calls", {}).items() if s[5:10] == sig[5:10]}
+        kept[sig] = (run, w_q)  # w_q: keeps the buffers in the signature alive while the entry is
+        self.__dict__["_fast_calls"] = kept
+
+    def _apply(self, fn, recurse: bool = True):
+        self.__dict__.pop("_fast_calls", None)  # the entries hold the old buffers, which must be freeable
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_fast_calls", None)  # closures over plans: neither picklable nor meaningful in a copy
+        return state
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"scale_layout": self.scale_layout, "x_global_scale": self.x_global_scale,
@@ -142,6 +196,11 @@ class NVFP4Linear(torch.nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"scale_layout={self.scale_layout}, activations={self.activations}, "
                 f"x_global_scale={self.x_global_scale}")
+
+
+def _runs_kernels(x: torch.Tensor) -> bool:
+    """Whether the eager forward calls the kernels directly (`_forward_cuda`): a CUDA x outside torch.compile."""
+    return x.is_cuda and not torch.compiler.is_compiling()
 
 
 def _check_activations(activations: str, in_features: int, x_global_scale: Optional[float]) -> None:

@@ -106,6 +106,23 @@ def test_launch_enter_hook_gets_metadata(fake_launcher, monkeypatch):
     assert compiled.calls[-1][7] is hook
 
 
+def test_empty_hook_chains_launch_as_no_hooks(fake_launcher, monkeypatch):
+    """An empty HookChain (Triton's default) goes to the C launcher as None, without launch metadata; a chain
+    holding a hook goes as itself, with metadata."""
+    from triton import knobs
+    launcher, compiled, _ = fake_launcher
+    device = torch.device("cuda", 0)
+    launcher.launch(("k",), (4,), device, _gemv_args(), _GEMV_KW)
+    chain, empty = knobs.HookChain(), knobs.HookChain(reversed=True)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", chain)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", empty)
+    launcher.launch(("k",), (4,), device, _gemv_args(), _GEMV_KW)
+    assert compiled.metadata_calls == 0 and compiled.calls[-1][7] is None and compiled.calls[-1][8] is None
+    chain.add(lambda meta: None)
+    launcher.launch(("k",), (4,), device, _gemv_args(), _GEMV_KW)
+    assert compiled.metadata_calls == 1 and compiled.calls[-1][7] is chain and compiled.calls[-1][8] is None
+
+
 # ----------------------------------------------------------------------------------------- decode tuning
 _SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
 
@@ -384,22 +401,30 @@ def test_linear_dequant_decode_plan_launches_what_the_slow_path_does(cpu_launch,
         assert qdq[1] is plan_runs[0][1]
 
 
-def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch):
+@pytest.mark.parametrize("n", [384, 100])  # 100 bf16 columns: C is a column slice of a 16-byte padded buffer
+def test_matmul_plan_launches_what_the_slow_path_does(cpu_launch, monkeypatch, n):
+    import gc
+    import weakref
     mm = importlib.import_module("bwtriton.kernels.matmul")
     monkeypatch.setattr(mm, "sm_count", lambda device: 132)
     monkeypatch.setattr(mm, "device_capability", lambda device: 90)
     a1, a2 = torch.randn(256, 512).bfloat16(), torch.randn(256, 512).bfloat16()
-    b = torch.randn(384, 512).bfloat16().t()  # column-major B, the fast layout
+    b = torch.randn(n, 512).bfloat16().t()  # column-major B, the fast layout
     cfg = mm.gemm_configs(90, 2, 2)[0]
     facts = mm._facts(a1, b, None, None, None)
     monkeypatch.setitem(mm._TUNED, mm._tuning_key(a1, facts), cfg)
     mm.matmul(a1, b)                 # slow path + plan
     assert "plan" in facts
-    mm.matmul(a2, b)                 # plan
-    mm.matmul(a2, b, config=cfg)     # slow path (config given)
+    first = weakref.ref(a1)
+    del a1
+    gc.collect()
+    assert first() is None           # the plan's descriptor templates do not hold the first call's A
+    out = mm.matmul(a2, b)           # plan
+    slow = mm.matmul(a2, b, config=cfg)  # slow path (config given)
     plan_args, slow_args = cpu_launch.runs[-2], cpu_launch.runs[-1]
     assert _same_launch(plan_args, slow_args)
-    assert plan_args[0].base is a2 and plan_args[1].base.data_ptr() == b.data_ptr()
+    assert out.shape == slow.shape == (256, n) and out.stride() == slow.stride()
+    assert plan_args[0].base is a2 and plan_args[1].base.data_ptr() == b.data_ptr() and plan_args[2].base is out
     facts.pop("plan")
 
 
@@ -512,3 +537,90 @@ def test_decode_replay_passes_x_itself_where_its_word_view_is_plain(cpu_launch, 
     else:
         assert args[0].dtype == (torch.int32 if word == 2 else torch.int64) and args[0].is_contiguous()
         assert args[stride_at] == k // word
+
+
+def _fast_layer(monkeypatch, activations="nvfp4", bias=True):
+    """An NVFP4Linear (N = 128, K = 256) whose eager CUDA path has served one CPU x [16, 256] (the form fixed to
+    'fused', the decode config untuned), so its next forward of that x takes the fast path."""
+    from bwtriton import nn as bnn
+    from bwtriton.nn import NVFP4Linear
+    monkeypatch.setattr(bnn, "_runs_kernels", lambda x: True)  # CPU tensors stand in for CUDA ones
+    torch.manual_seed(0)
+    layer = NVFP4Linear.from_linear(torch.nn.Linear(256, 128, bias=bias),
+                                    x_global_scale=0.01 if activations == "nvfp4" else None, activations=activations)
+    for has_bias in (False, True):
+        monkeypatch.setitem(linear._FORM, (None, 16, 128, 256, has_bias, "plain"), "fused")
+    monkeypatch.setitem(decode._TUNED, (None, 16, 128, 256, "plain", torch.bfloat16),
+                        decode.default_config(16, 128, 256))
+    x = torch.randn(16, 256).bfloat16()
+    layer._forward_cuda(x)  # the checked path: makes the kernel's plan and keeps it for the layer
+    return layer, x
+
+
+@pytest.mark.parametrize("activations", ["nvfp4", "bf16"])
+def test_nvfp4linear_fast_path_replays_the_plan_without_the_checks(cpu_launch, monkeypatch, activations):
+    """A forward whose signature matches an earlier eager CUDA call launches that call's plan with this call's
+    tensors, without the layer's or the kernel entry's checks."""
+    layer, x = _fast_layer(monkeypatch, activations)
+    checked = []
+    monkeypatch.setattr(linear, "check_bf16_activations", lambda *a: checked.append(a))
+    monkeypatch.setattr(decode, "check_bf16_activations", lambda *a: checked.append(a))
+    monkeypatch.setattr(type(layer), "_forward_cuda", lambda self, x: checked.append(x))
+    x2 = torch.randn(16, 256).bfloat16()
+    out = layer(x2)
+    assert not checked and isinstance(out, torch.Tensor) and out.shape == (16, 128)
+    args = cpu_launch.runs[-1]
+    assert args[1 if activations == "bf16" else 2] is layer.weight_data  # the buffer itself: in-place edits show
+    if activations == "nvfp4":
+        assert args[0] is x2 and args[6] is out
+    else:
+        assert args[0].data_ptr() == x2.data_ptr()
+
+
+def test_nvfp4linear_fast_path_still_rejects_bad_inputs(cpu_launch, monkeypatch):
+    """Inputs that differ from the served one in dtype, features, strides or alignment take the checked path
+    (and fail there as without the fast path)."""
+    layer, x = _fast_layer(monkeypatch)
+    with pytest.raises(InputError, match="must be bfloat16"):
+        layer(x.float())
+    with pytest.raises(InputError, match="features"):
+        layer(torch.randn(16, 128).bfloat16())
+    slow = []
+    checked_path = type(layer)._forward_cuda
+    monkeypatch.setattr(type(layer), "_forward_cuda", lambda self, x: slow.append(x) or checked_path(self, x))
+    layer(torch.randn(256, 16).bfloat16().t())  # same shape, other strides
+    assert len(slow) == 1 and cpu_launch.runs[-1][0] is not slow[0]  # the checked path made it contiguous
+    offset = torch.randn(16 * 256 + 1).bfloat16()[1:].view(16, 256)  # 2 bytes off 16-byte alignment
+    layer(offset)
+    assert len(slow) == 2
+    layer(x)
+    assert len(slow) == 2  # the served signature still takes the fast path
+
+
+def test_nvfp4linear_fast_path_follows_buffers_and_settings(cpu_launch, monkeypatch):
+    """Replacing a buffer, changing the x scale or the mode sends the next call to the checked path, which
+    launches the new state; `.to()` and pickling drop the kept plans."""
+    import copy
+    import io
+    layer, x = _fast_layer(monkeypatch)
+    slow = []
+    checked_path = type(layer)._forward_cuda
+    monkeypatch.setattr(type(layer), "_forward_cuda", lambda self, x: slow.append(x) or checked_path(self, x))
+    new_data = layer.weight_data.clone()
+    layer.weight_data = new_data
+    layer(x)
+    assert len(slow) == 1 and cpu_launch.runs[-1][2] is new_data
+    layer(x)
+    assert len(slow) == 1 and cpu_launch.runs[-1][2] is new_data  # the new buffer's plan is kept in turn
+    layer.x_global_scale = 0.02
+    layer(x)
+    assert len(slow) == 2
+    layer.bias = None
+    layer(x)
+    assert len(slow) == 3
+    saved = io.BytesIO()
+    torch.save(layer, saved)  # pickles the module: the kept closures must not be in its state
+    assert "_fast_calls" in layer.__dict__ and "_fast_calls" not in layer.__getstate__()
+    assert "_fast_calls" not in copy.deepcopy(layer).__dict__
+    layer.to("cpu")
+    assert "_fast_calls" not in layer.__dict__

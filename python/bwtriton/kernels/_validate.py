@@ -297,3 +297,13 @@ def tma_descriptor(t: torch.Tensor, block_shape: Sequence[int]) -> "TensorDescri
     desc = object.__new__(TensorDescriptor)
     desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = (t, shape, strides, list(block_shape), "zero")
     return desc
+
+
+def rebased_descriptor(template: "TensorDescriptor", t: torch.Tensor) -> "TensorDescriptor":
+    """`template` (a `tma_descriptor`) over `t` instead, for a `t` of the template's shape, strides and dtype (a
+    plan whose key fixes them): the shape, stride and block lists are shared with the template (the launcher only
+    reads them), so a call pays one object instead of `tma_descriptor`'s list building and size-1 checks."""
+    desc = object.__new__(type(template))
+    desc.__dict__.update(template.__dict__)
+    desc.base = t
+    return desc

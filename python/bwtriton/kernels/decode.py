@@ -493,6 +493,12 @@ def decode_scaled(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor
 _PLANS: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
 
 
+def cached_plan(x: torch.Tensor, w_q, out_dtype: torch.dtype = torch.bfloat16) -> "Callable | None":
+    """The replay `nvfp4_decode_matmul(x, w_q, out_dtype=...)` runs for these arguments (called as plan(x)), or
+    None before an auto-path call of that signature made one (`nn.NVFP4Linear`'s fast path keeps it)."""
+    return _PLANS.get((id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype))
+
+
 def _remember_plan(x: torch.Tensor, w_q, cfg: dict, entry: tuple, out_dtype: torch.dtype,
                    device: torch.device) -> None:
     key = (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype)

@@ -462,6 +462,13 @@ def _plan_key(x: torch.Tensor, w_q, bias, x_global_scale, form: str) -> tuple:
             _tensor_sig(bias) if isinstance(bias, torch.Tensor) else bias, scale_kind, form)
 
 
+def cached_plan(x: torch.Tensor, w_q, bias, x_global_scale, form: str = "auto") -> "Callable | None":
+    """The replay `nvfp4_linear(x, w_q, bias, x_global_scale=..., form=...)` runs for these arguments (called as
+    plan(x, w_q, bias, x_global_scale)), or None before a call of that signature made one. For callers that keep
+    it beside the facts of its key (`nn.NVFP4Linear`'s fast path); the key is `_plan_key`."""
+    return _PLANS.get(_plan_key(x, w_q, bias, x_global_scale, form))
+
+
 def _scale_source(x_global_scale, s_enc: "torch.Tensor | None", device: torch.device) -> Callable:
     """s_enc_of(x, x_global_scale) for a plan: a float scale's cached tensor as is (it is in the plan key), None
     when the first kernel computes S_enc from amax itself, else the per-call computation."""
