@@ -122,6 +122,18 @@ def host_parts(calls: int = 2000) -> list[tuple[str, float]]:
 
 
 # --------------------------------------------------------------------------------- Python share, no GPU needed
+def best_loop_us(fn: Callable[[], object], calls: int, repeats: int) -> float:
+    """Microseconds per call of `fn`: the best of `repeats` loops of `calls` calls (no GPU sync: CPU only)."""
+    import time
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
 def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
     """nvfp4_linear's host path on CPU tensors with the launches stubbed: per call, the microseconds of Python
     (best of `repeats` loops), the kernel launches it makes and the torch ops it runs (aten.empty = an
@@ -130,7 +142,6 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
     import collections
     import contextlib
     import importlib
-    import time
     from unittest import mock
 
     import torch
@@ -190,12 +201,7 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
                 with Ops() as counted:
                     call()
                 per_call = launches["n"]
-                best = float("inf")
-                for _ in range(repeats):
-                    start = time.perf_counter()
-                    for _ in range(calls):
-                        call()
-                    best = min(best, (time.perf_counter() - start) / calls * 1e6)
+                best = best_loop_us(call, calls, repeats)
                 rows.append({"case": f"nvfp4_linear {form} M=16 N=K=256 ({label})", "python_us": best,
                              "launches": per_call, "torch_ops": dict(counted.ops)})
         linear._PLANS.clear()  # CPU plans and fake entries must not outlive the stubs
@@ -245,7 +251,6 @@ def python_entry_rows(calls: int = 2000, repeats: int = 15) -> list[dict]:
     to the untuned GEMV. Plans and entries made here are dropped afterwards."""
     import contextlib
     import importlib
-    import time
 
     import torch
 
@@ -273,13 +278,7 @@ def python_entry_rows(calls: int = 2000, repeats: int = 15) -> list[dict]:
                          ("nvfp4_linear M=16 (x scale from amax)", lambda: nvfp4_linear(x16, w_q)),
                          ("NVFP4Linear M=16 forward (eager)", lambda: layer(x16))):
             fn(), fn()
-            best = float("inf")
-            for _ in range(repeats):
-                start = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                best = min(best, (time.perf_counter() - start) / calls * 1e6)
-            rows.append({"case": name, "python_us": best})
+            rows.append({"case": name, "python_us": best_loop_us(fn, calls, repeats)})
         _forget_cpu_plans()
     return rows
 
