@@ -76,8 +76,8 @@ GLUON_STAGES = (0, 4, 6)
 
 
 def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
-    """The Gluon mixed GEMM's tuner candidates and GLUON_EXTRA shapes, each also with twice and half its split,
-    in the register loop and the staged loop (GLUON_STAGES, also with half the split); configs the kernel refuses are left out."""
+    """The Gluon mixed GEMM's tuner candidates and GLUON_EXTRA shapes, each in every K loop of GLUON_STAGES (the
+    staged ones also with half the split); configs the kernel refuses are left out."""
     gm = __import__("bwtriton.kernels.gluon_mixed", fromlist=["x"])
     errors = __import__("bwtriton.errors", fromlist=["x"])
     base = list(gm.gluon_candidates(m, n, k, num_sms))

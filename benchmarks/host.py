@@ -4,6 +4,7 @@ Goal: <= 20 us per call for matmul, nvfp4_decode_matmul and nvfp4_linear.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sys
@@ -139,8 +140,6 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
     (best of `repeats` loops), the kernel launches it makes and the torch ops it runs (aten.empty = an
     allocation). What the GPU adds on top is the launches themselves and CUDA allocations, which only
     `host_rows` on a GPU measures."""
-    import collections
-    import contextlib
     import importlib
     from unittest import mock
 
@@ -154,20 +153,6 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
     decode = importlib.import_module("bwtriton.kernels.decode")
     validate = importlib.import_module("bwtriton.kernels._validate")
     launches = collections.Counter()
-
-    class Compiled:  # run_entry runs for real; the C launch is a counted no-op
-        function, packed_metadata = 0, ()
-
-        def run(self, *call):
-            launches["n"] += 1
-
-        def launch_metadata(self, *args):
-            return None
-
-    def fake_jit(self, grid, device, args, kwargs):
-        launches["n"] += 1
-        return Compiled(), self._tail(len(args), {k: v for k, v in kwargs.items()
-                                                    if k not in launcher._LAUNCH_OPTIONS})
 
     class Ops(TorchDispatchMode):
         def __init__(self):
@@ -184,8 +169,8 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
     gs = float(x.float().abs().max()) / 2688
     rows = []
     with contextlib.ExitStack() as stack:
-        for target, name, value in ((launcher.CachedLauncher, "_jit_launch", fake_jit),
-                                    (launcher, "_current_stream", lambda device: 0),
+        _stub_launches(stack, launches)
+        for target, name, value in ((launcher, "_current_stream", lambda device: 0),
                                     (validate.InputChecker, "on_cuda", lambda self, t, hint="": torch.device("cpu")),
                                     (decode, "sm_count", lambda device: 132)):
             stack.enter_context(mock.patch.object(target, name, value))
@@ -204,11 +189,30 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
                 best = best_loop_us(call, calls, repeats)
                 rows.append({"case": f"nvfp4_linear {form} M=16 N=K=256 ({label})", "python_us": best,
                              "launches": per_call, "torch_ops": dict(counted.ops)})
-        linear._PLANS.clear()  # CPU plans and fake entries must not outlive the stubs
-        for cached in (linear._FUSED, linear._QUANT, linear._PDL_GEMM, decode._MMA_LAUNCHER, decode._GEMV_LAUNCHER,
-                       importlib.import_module("bwtriton.kernels.nvfp4_dequant")._QDQ):
-            cached.clear()
+        _forget_cpu_plans()  # CPU plans and fake entries must not outlive the stubs
     return rows
+
+
+def _stub_launches(stack, launches: "collections.Counter") -> None:
+    """Compiled launches become no-ops that count into launches['n'] (the first call's JIT launch too);
+    `run_entry` itself runs for real."""
+    import importlib
+    from unittest import mock
+    launcher = importlib.import_module("bwtriton.kernels._launcher")
+
+    class Compiled:
+        function, packed_metadata = 0, ()
+
+        def run(self, *call):
+            launches["n"] += 1
+
+        def launch_metadata(self, *args):
+            return None
+
+    def fake_jit(self, grid, device, args, kwargs):
+        launches["n"] += 1
+        return Compiled(), self._tail(len(args), {k: v for k, v in kwargs.items() if k not in launcher._LAUNCH_OPTIONS})
+    stack.enter_context(mock.patch.object(launcher.CachedLauncher, "_jit_launch", fake_jit))
 
 
 def _stub_device(stack) -> None:
@@ -223,17 +227,9 @@ def _stub_device(stack) -> None:
     decode = importlib.import_module("bwtriton.kernels.decode")
     mm = importlib.import_module("bwtriton.kernels.matmul")
     lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
-
-    class Compiled:
-        function, packed_metadata = 0, ()
-
-        def run(self, *call):
-            pass
-
-    def fake_jit(self, grid, device, args, kwargs):
-        return Compiled(), self._tail(len(args), {k: v for k, v in kwargs.items() if k not in launcher._LAUNCH_OPTIONS})
+    _stub_launches(stack, collections.Counter())
     for target, name, value in (
-            (launcher.CachedLauncher, "_jit_launch", fake_jit), (launcher, "_current_stream", lambda device: 0),
+            (launcher, "_current_stream", lambda device: 0),
             (importlib.import_module("bwtriton.kernels._validate").InputChecker, "on_cuda",
              lambda self, tensors, hint="", emulable=True: torch.device("cpu")),
             (decode, "sm_count", lambda d: 132), (mm, "sm_count", lambda d: 132), (lin, "sm_count", lambda d: 132),

@@ -142,9 +142,10 @@ class NVFP4Linear(torch.nn.Module):
         bias = b.get("bias", b)
         bias_sig = (bias.dtype, bias.device, bias.shape, bias.stride(), bias.data_ptr() % 16) \
             if isinstance(bias, torch.Tensor) else None
-        return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, id(b.get("weight_data", b)),
-                id(b.get("weight_scales", b)), id(b.get("weight_global_scale", b)), id(bias), bias_sig,
-                self.x_global_scale, self.activations, self.scale_layout)
+        return ((x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16),
+                (id(b.get("weight_data", b)), id(b.get("weight_scales", b)), id(b.get("weight_global_scale", b)),
+                 id(bias), bias_sig),
+                (self.x_global_scale, self.activations, self.scale_layout))
 
     def _remember_fast_call(self, x: torch.Tensor, w_q: QuantizedTensor) -> None:
         """Keep the kernel plan that served this 2-D contiguous x under its call signature, so the next forward of
@@ -165,7 +166,7 @@ class NVFP4Linear(torch.nn.Module):
         if run is None:
             return
         sig = self._call_signature(x)
-        kept = {s: r for s, r in self.__dict__.get("_fast_calls", {}).items() if s[5:10] == sig[5:10]}
+        kept = {s: r for s, r in self.__dict__.get("_fast_calls", {}).items() if s[1] == sig[1]}  # same buffers
         kept[sig] = (run, w_q)  # w_q: keeps the buffers in the signature alive while the entry is
         self.__dict__["_fast_calls"] = kept
 

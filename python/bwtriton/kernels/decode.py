@@ -453,14 +453,14 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
     keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
     for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
-    GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 16 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
+    GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 1 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
     default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` /
     `mixed_gemm.mixed_candidates` / `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
 
     Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
     earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
     if config is None and isinstance(x, torch.Tensor):
-        plan = _PLANS.get((id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype))
+        plan = cached_plan(x, w_q, out_dtype)
         if plan is not None:
             return plan(x)
     op = "nvfp4_decode_matmul"
@@ -496,12 +496,17 @@ _PLANS: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
 def cached_plan(x: torch.Tensor, w_q, out_dtype: torch.dtype = torch.bfloat16) -> "Callable | None":
     """The replay `nvfp4_decode_matmul(x, w_q, out_dtype=...)` runs for these arguments (called as plan(x)), or
     None before an auto-path call of that signature made one (`nn.NVFP4Linear`'s fast path keeps it)."""
-    return _PLANS.get((id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype))
+    return _PLANS.get(_plan_key(x, w_q, out_dtype))
+
+
+def _plan_key(x: torch.Tensor, w_q, out_dtype: torch.dtype) -> tuple:
+    """What a replay plan depends on: the weight object and x's shape, strides, dtype, device, 16-byte alignment."""
+    return (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype)
 
 
 def _remember_plan(x: torch.Tensor, w_q, cfg: dict, entry: tuple, out_dtype: torch.dtype,
                    device: torch.device) -> None:
-    key = (id(w_q), x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, out_dtype)
+    key = _plan_key(x, w_q, out_dtype)
     if key in _PLANS or len(_PLANS) >= 4096:
         return
     replay = make_replay(w_q, cfg, entry, x.shape[0], out_dtype, device)
@@ -612,8 +617,8 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
     if path not in _PATHS:
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' / 'fragw' (mma.sync; "
                          f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM), "
-                         f"'gluon_mixed' (its Gluon form, sm_90a, M 16 .. 256) or 'dequant_gemm' (bf16 weight + "
-                         f"matmul), got {path!r}")
+                         f"'gluon_mixed' (its Gluon form, sm_90a, M {_gluon.MIN_M} .. {_gluon.MAX_M}) or "
+                         f"'dequant_gemm' (bf16 weight + matmul), got {path!r}")
     if path == "dequant_gemm":
         defaults = {"SPLIT_K": 1}
     elif path == "gluon_mixed":

@@ -297,13 +297,10 @@ def _plan(facts: dict, cfg: GemmConfig, entry: tuple, a: torch.Tensor, c: torch.
     a_desc = tma_descriptor(a, [cfg.block_m, cfg.block_k])
     c_desc = tma_descriptor(c, [cfg.block_m, cfg.block_n // cfg.epilogue_split])
     a_desc.base = c_desc.base = None  # templates: they must not keep the first call's tensors alive
-    c_shape = (m, c.stride(0))  # tma_friendly_empty's buffer: rows padded to 16 bytes
     last_b: list = [None, None]  # (b, its descriptor): a weight passed again reuses its descriptor
 
     def plan(a, b, a_scale, b_scale) -> torch.Tensor:
-        c = torch.empty(c_shape, dtype=out_dtype, device=device)
-        if c_shape[1] != n:
-            c = c[:, :n]
+        c = tma_friendly_empty(m, n, out_dtype, device)
         if b is not last_b[0]:
             last_b[:] = [b, tma_descriptor(b.t() if b_kmajor else b, b_block)]
         run_entry(entry, grid, device, (rebased_descriptor(a_desc, a), last_b[1], rebased_descriptor(c_desc, c),
