@@ -8,7 +8,8 @@ per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluo
 (`kernels.gluon_mixed`, its candidates and GLUON_EXTRA, in the register and the staged K loop
 (the staged ones also with half the split)), t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
-against F.linear; for 't' jobs the tuner's own times (one weight copy, L2-warm) beside the rotated-weight one.
+against F.linear; for 't' jobs the tuner's own times (`decode.tuning_copies`: weight copies rotated past L2)
+beside the sweep's.
 """
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def markdown(decode_rows: list[dict], linear_rows: list[dict]) -> str:
                 out.append(f"| {x['config']} | ERROR | | {x['error'][:90]} |")
         if r.get("tuning"):
             out.append("")
-            out.append("tuner (one weight copy, L2-warm): " + ", ".join(
+            out.append("tuner (its weight copies rotated past L2): " + ", ".join(
                 f"{name} {us:.1f}" for name, us in sorted(r["tuning"].items(), key=lambda kv: kv[1])[:8]))
         out.append("")
     out += ["### W4A4 nvfp4_linear (auto form, calibrated x scale)", "", "| M | N | K | us ours | us cuBLAS | ratio |"

@@ -122,7 +122,7 @@ def test_decode_tuner_warns_about_and_records_a_failing_candidate(monkeypatch):
             raise RuntimeError("frag broke")
         return None, None
     monkeypatch.setattr(decode, "_decode", fake_decode)
-    monkeypatch.setattr(decode, "kernel_time_us", lambda fn: 1.0)
+    monkeypatch.setattr(decode, "rotated_kernel_time_us", lambda calls: 1.0)
     monkeypatch.setattr(decode.torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(decode, "_TUNED", {})
     monkeypatch.setattr(decode, "TUNING_FAILURES", {})
@@ -132,6 +132,24 @@ def test_decode_tuner_warns_about_and_records_a_failing_candidate(monkeypatch):
     assert cfg["path"] != "frag" and "frag" in calls
     (failures,) = decode.TUNING_FAILURES.values()
     assert failures and all(label.startswith("frag") and "frag broke" in err for label, err in failures.items())
+
+
+def test_tuner_rotates_over_weight_copies_that_exceed_l2(monkeypatch):
+    """The tuner times each candidate over copies of the weight putting 1.5 L2 caches of weight bytes between two
+    uses of one copy (at most 16 copies; off CUDA, the weight alone)."""
+    from types import SimpleNamespace
+
+    from bwtriton.kernels import decode
+    monkeypatch.setattr(decode.torch.cuda, "get_device_properties", lambda device: SimpleNamespace(L2_cache_size=1 << 20))
+    cuda = torch.device("cuda", 0)
+    w_q = quantize_nvfp4(torch.randn(1024, 1024))  # 0.5625 MB of codes and scales
+    copies = decode.tuning_copies(w_q, cuda)
+    assert len(copies) == 1 + 3 and copies[0] is w_q  # 3 x 0.5625 MB >= 1.5 MB
+    assert len({c.data.data_ptr() for c in copies}) == 4 and all(torch.equal(c.data, w_q.data) for c in copies)
+    assert all(torch.equal(c.scales.view(torch.uint8), w_q.scales.view(torch.uint8)) for c in copies)
+    assert len(decode.tuning_copies(quantize_nvfp4(torch.randn(32, 256)), cuda)) == decode.TUNING_MAX_COPIES
+    assert len(decode.tuning_copies(quantize_nvfp4(torch.randn(2048, 2048)), cuda)) == 2
+    assert decode.tuning_copies(w_q, torch.device("cpu")) == [w_q]
 
 
 def test_repack_in_row_blocks_equals_one_pass(monkeypatch):
