@@ -54,13 +54,13 @@ from ._device import sm_count
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
 from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
-from .decode import decode_scaled
+from .decode import decode_scaled, tuning_copies
 from .matmul import matmul
 from . import mixed_gemm as _mg
 from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, amax_in_kernel,
                             dequantize_nvfp4_bf16, device_encode_scale, encode_scale_from_amax,
                             quant_dequant_nvfp4)
-from ._launcher import CachedLauncher, StreamScratch, kernel_time_us, run_entry
+from ._launcher import CachedLauncher, StreamScratch, rotated_kernel_time_us, run_entry
 
 __all__ = ["nvfp4_linear", "nvfp4_linear_two_kernel", "quantize_nvfp4_pdl"]
 
@@ -361,24 +361,25 @@ def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
     native = tcgen05_block_scaled(device)
     if os.environ.get("BWTRITON_LINEAR_TUNE") == "0" or torch.cuda.is_current_stream_capturing():
         return default_form(m, k, native)
-    runs = {}
+    runs = {}  # form -> fn(weight): each form is timed over `tuning_copies` of the weight, as the decode tuner does
     if native or m <= FUSED_MAX_M:  # without a native NVFP4 MMA these emulate it: tried only where M is small
-        runs["fused"] = lambda: _fused(x, w_q, bias, m, n, k, device, s_enc)
+        runs["fused"] = lambda w: _fused(x, w, bias, m, n, k, device, s_enc)
     if native:
-        runs["two_kernel"] = lambda: _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
+        runs["two_kernel"] = lambda w: _two_kernel(x, w, bias, m, n, k, device, s_enc, True)
     if _dequant_decode_ok(m, k):
-        runs["dequant_decode"] = lambda: _dequant_decode(x, w_q, bias, m, n, k, device, s_enc)
+        runs["dequant_decode"] = lambda w: _dequant_decode(x, w, bias, m, n, k, device, s_enc)
     mixed_cands = _mg.mixed_candidates(m, n, k, sm_count(device)) if m <= MIXED_MAX_M else []
     if m <= MIXED_MAX_M:
         for cfg in mixed_cands:
             runs[f"mixed {_mg.mixed_label(cfg)}"] = (
-                lambda cfg=cfg: _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg))
+                lambda w, cfg=cfg: _mixed(x, w, bias, m, n, k, device, s_enc, cfg))
     if m >= DEQUANT_GEMM_MIN_M and not native:
-        runs["dequant_gemm"] = lambda: _dequant_gemm(x, w_q, bias, m, n, k, device, s_enc)
+        runs["dequant_gemm"] = lambda w: _dequant_gemm(x, w, bias, m, n, k, device, s_enc)
+    copies = tuning_copies(w_q, device)
     times = {}
     for name, fn in runs.items():
-        fn()  # compile + warm up
-        times[name] = kernel_time_us(fn)
+        fn(w_q)  # compile + warm up
+        times[name] = rotated_kernel_time_us([lambda fn=fn, w=w: fn(w) for w in copies])
     TUNING_LOG[key] = times
     best = min(times, key=times.get)
     if best.startswith("mixed "):
