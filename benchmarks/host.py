@@ -235,7 +235,7 @@ def _stub_device(stack) -> None:
             (decode, "sm_count", lambda d: 132), (mm, "sm_count", lambda d: 132), (lin, "sm_count", lambda d: 132),
             (mm, "device_capability", lambda d: 90), (decode, "device_capability", lambda d: 90),
             (lin, "tcgen05_block_scaled", lambda d: False), (mm, "_autotune", lambda run, cands, key: cands[0]),
-            (decode, "kernel_time_us", lambda fn: 1.0), (lin, "kernel_time_us", lambda fn: 1.0),
+            (decode, "rotated_kernel_time_us", lambda calls: 1.0), (lin, "rotated_kernel_time_us", lambda calls: 1.0),
             (decode, "_launcher_reads_only_data_ptr", lambda d: True),
             (torch.Tensor, "is_cuda", property(lambda self: True))):  # NVFP4Linear's eager CUDA branch
         stack.enter_context(mock.patch.object(target, name, value))
