@@ -38,7 +38,8 @@ Per weight the GEMV issues ~4 decode + M FMA + ~0.5 other instructions, ~11 us o
 saturated, so M = 1 is latency/occupancy-bound, not issue-bound.
 Auto path (this version): the first call per shape times `decode_candidates` (GEMV with 1/2/4 rows per thread,
 wide 2x16-byte loads per row (GROUPS_PER_THREAD 4), two K steps in flight, tensor cores with BLOCK_N 32/64 and
-split-K) under CUDA-graph replay and keeps the fastest (`TUNING_LOG` has every time); later calls with the same
+split-K) under CUDA-graph replay over weight copies rotated past L2 (`tuning_copies`) and keeps the fastest
+(`TUNING_LOG` has every time); later calls with the same
 signature replay a plan (no validation, one allocation, one launch). BWTRITON_DECODE_TUNE=0 keeps the heuristic
 `default_config`. Register budget of the GEMV candidates from `ptxas -v` (see `_GEMV_VALUE_BUDGET`).
 Earlier tensor-core finding (kept): a variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
@@ -474,8 +475,8 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     """out[M, N] = x @ dequant(w_q)^T for bf16 activations x [M, K] (any M >= 1) and an NVFP4 weight w_q [N, K].
 
     The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. Without
-    `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay and
-    keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
+    `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay (over
+    `tuning_copies` of the weight, rotated past L2) and keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
     for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
     GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 1 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
     default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` /

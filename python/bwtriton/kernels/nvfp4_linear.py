@@ -402,7 +402,7 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     epilogue), 'mixed' (one launch: the mixed-input wgmma GEMM, x's quantize-dequantize in its prologue),
     'dequant_gemm' (x and the weight dequantized to bf16, then the bf16 GEMM) or 'auto': the first call per
     (M rounded up to a power of two, N, K) times the forms that suit the shape and target under CUDA-graph replay
-    and keeps the fastest (same products either way; only the fp32 summation order differs)."""
+    (over `decode.tuning_copies` of the weight, rotated past L2) and keeps the fastest (same products either way; only the fp32 summation order differs)."""
     if isinstance(x, torch.Tensor) and isinstance(w_q, QuantizedTensor):
         key = _plan_key(x, w_q, bias, x_global_scale, form)
         plan = _PLANS.get(key)
