@@ -195,7 +195,10 @@ def test_gpu_linear_forms(m, form):
     assert out.dtype == torch.bfloat16 and out.shape == (m, n)
     assert_close_to_reference(out, ref_a, w_q.dequantize(torch.float64), bias)
     again = linear.nvfp4_linear(x, w_q, bias, form=form)  # plan path (or the same launches again)
-    torch.testing.assert_close(again, out, rtol=0, atol=0)
+    if form in ("mixed", "dequant_gemm"):  # a fixed summation order: the same bits
+        torch.testing.assert_close(again, out, rtol=0, atol=0)
+    else:  # the decode config the tuner keeps may add its split-K slices with fp32 atomics (arrival order)
+        assert_close_to_reference(again, ref_a, w_q.dequantize(torch.float64), bias)
 
 
 @pytest.mark.gpu
