@@ -624,3 +624,25 @@ def test_nvfp4linear_fast_path_follows_buffers_and_settings(cpu_launch, monkeypa
     assert "_fast_calls" not in copy.deepcopy(layer).__dict__
     layer.to("cpu")
     assert "_fast_calls" not in layer.__dict__
+
+
+def test_rotated_timer_falls_back_to_one_call_where_it_cannot_capture(monkeypatch):
+    """Without CUDA graphs (a CPU-only build here) the tuners' rotated timer times the first call alone."""
+    if torch.cuda.is_available():
+        pytest.skip("the fallback is for machines without a CUDA device")
+    timed = []
+    monkeypatch.setattr(_launcher, "kernel_time_us", lambda fn: timed.append(fn) or 7.0)
+    first, second = (lambda: None), (lambda: None)
+    assert _launcher.rotated_kernel_time_us([first, second]) == 7.0 and timed == [first]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs")
+def test_gpu_rotated_timer_replays_every_call_in_turn():
+    """Each replay of the timer's graph runs every call once, in order: three counters end equal, and the time is
+    per call."""
+    counters = [torch.zeros(1 << 20, device="cuda") for _ in range(3)]
+    us = _launcher.rotated_kernel_time_us([lambda c=c: c.add_(1) for c in counters], rep_ms=2.0)
+    values = [int(c[0].item()) for c in counters]
+    assert us > 0 and values[0] > 3 and values == [values[0]] * 3
+    assert all(torch.equal(c, torch.full_like(c, values[0])) for c in counters)
