@@ -140,7 +140,8 @@ def test_tuner_rotates_over_weight_copies_that_exceed_l2(monkeypatch):
     from types import SimpleNamespace
 
     from bwtriton.kernels import decode
-    monkeypatch.setattr(decode.torch.cuda, "get_device_properties", lambda device: SimpleNamespace(L2_cache_size=1 << 20))
+    monkeypatch.setattr(decode.torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(L2_cache_size=1 << 20))
     cuda = torch.device("cuda", 0)
     w_q = quantize_nvfp4(torch.randn(1024, 1024))  # 0.5625 MB of codes and scales
     copies = decode.tuning_copies(w_q, cuda)

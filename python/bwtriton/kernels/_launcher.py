@@ -175,27 +175,24 @@ def rotated_kernel_time_us(calls: Sequence[Callable[[], Any]], rep_ms: float = 1
         with torch.cuda.graph(graph):
             for call in calls:
                 call()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        batch = 1
-        for _ in range(2):  # the first batch also warms up; the second sizes the batches to rep_ms / 3
-            start.record()
-            for _ in range(batch):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            batch = max(1, int(rep_ms / 3 / max(start.elapsed_time(end) / batch, 1e-3)))
-        times = []
-        for _ in range(3):
-            start.record()
-            for _ in range(batch):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / (batch * len(calls)))
+        once = _replays_ms(graph, 1)  # also the warm-up
+        batch = max(1, int(rep_ms / 3 / max(_replays_ms(graph, 1), once, 1e-3)))
+        times = sorted(_replays_ms(graph, batch) / (batch * len(calls)) for _ in range(3))
         del graph
-        return 1e3 * sorted(times)[1]
+        return 1e3 * times[1]
     except Exception:  # noqa: BLE001 - e.g. a stream that cannot be captured
         return kernel_time_us(calls[0])
+
+
+def _replays_ms(graph: Any, n: int) -> float:
+    """Milliseconds of `n` back-to-back replays of a captured CUDA graph."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 def kernel_time_us(fn: Callable[[], Any]) -> float:

@@ -39,8 +39,8 @@ saturated, so M = 1 is latency/occupancy-bound, not issue-bound.
 Auto path (this version): the first call per shape times `decode_candidates` (GEMV with 1/2/4 rows per thread,
 wide 2x16-byte loads per row (GROUPS_PER_THREAD 4), two K steps in flight, tensor cores with BLOCK_N 32/64 and
 split-K) under CUDA-graph replay over weight copies rotated past L2 (`tuning_copies`) and keeps the fastest
-(`TUNING_LOG` has every time); later calls with the same
-signature replay a plan (no validation, one allocation, one launch). BWTRITON_DECODE_TUNE=0 keeps the heuristic
+(`TUNING_LOG` has every time); later calls with the same signature replay a plan (no validation, one allocation,
+one launch). BWTRITON_DECODE_TUNE=0 keeps the heuristic
 `default_config`. Register budget of the GEMV candidates from `ptxas -v` (see `_GEMV_VALUE_BUDGET`).
 Earlier tensor-core finding (kept): a variant that kept the nibble planes apart (two K/2 MMAs, no join) removed
 17 of 18 layout conversions but measured slower (106-205 us): Triton then read the bytes from shared memory one
@@ -419,7 +419,7 @@ def config_label(cfg: dict) -> str:
 #: in between (timed with one L2-resident copy, the H200 ranked configs differently: at M = 1, N = K = 8192 its
 #: pick took 21.9 us with the weights rotated, against 18.3 for the one it picks this way).
 TUNING_L2_MULTIPLE = 1.5
-#: At most this many copies (a small weight stays partly L2-resident: no real layer is that small and that slow).
+#: At most this many copies: a weight under 1.5 L2 / 15 (5 MB on the H200) is timed partly L2-resident.
 TUNING_MAX_COPIES = 16
 
 
@@ -476,9 +476,9 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
 
     The weight's global scale is applied in the epilogue. N must be a multiple of 64 and K of 256. Without
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay (over
-    `tuning_copies` of the weight, rotated past L2) and keeps the fastest (`tuned_decode_config`); later calls reuse it. `config` overrides that: 'path' ('gemv'
-    for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync kernels (M <= 64 / 16), 'wgmma' for the mixed-input
-    GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 1 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
+    `tuning_copies` of the weight, rotated past L2) and keeps the fastest (`tuned_decode_config`); later calls
+    reuse it. `config` overrides that: 'path' ('gemv' for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync
+    kernels (M <= 64 / 16), 'wgmma' for the mixed-input GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 1 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
     default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` /
     `mixed_gemm.mixed_candidates` / `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
 

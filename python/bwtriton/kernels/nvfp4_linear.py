@@ -15,8 +15,9 @@ dequantized values, where the block-scaled MMA would be emulated (~100-830 us at
 * 'dequant_gemm' (large M): x quantize-dequantized and the weight dequantized to bf16, then `kernels.matmul`
   (~700 TFLOP/s on the H200) with alpha as its fp32 epilogue scale.
 
-The other two feed `tl.dot_scaled` (native block-scaled MMA on sm_100a), same numerics (the activation quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with
-`bwtriton.formats.quantize_nvfp4` given the same global encode scale):
+The other two feed `tl.dot_scaled` (native block-scaled MMA on sm_100a), same numerics (the activation
+quantization is `bwtriton.language.quantize_nvfp4_tile`, bit-exact with `bwtriton.formats.quantize_nvfp4` given the
+same global encode scale):
 
 * `nvfp4_linear` (fused): the GEMM's prologue loads a bf16 x tile, quantizes it in registers and feeds
   `tl.dot_scaled` directly; the quantized activations never touch HBM. Global scales are folded into the epilogue
@@ -402,7 +403,8 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     epilogue), 'mixed' (one launch: the mixed-input wgmma GEMM, x's quantize-dequantize in its prologue),
     'dequant_gemm' (x and the weight dequantized to bf16, then the bf16 GEMM) or 'auto': the first call per
     (M rounded up to a power of two, N, K) times the forms that suit the shape and target under CUDA-graph replay
-    (over `decode.tuning_copies` of the weight, rotated past L2) and keeps the fastest (same products either way; only the fp32 summation order differs)."""
+    (over `decode.tuning_copies` of the weight, rotated past L2) and keeps the fastest (same products either way;
+    only the fp32 summation order differs)."""
     if isinstance(x, torch.Tensor) and isinstance(w_q, QuantizedTensor):
         key = _plan_key(x, w_q, bias, x_global_scale, form)
         plan = _PLANS.get(key)
