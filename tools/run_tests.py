@@ -5,11 +5,13 @@ Fails when any test fails or when either runner ran no test at all (pytest exit 
 Ends with one line `total: N passed, N failed, N skipped`.
 Extra arguments go to pytest (e.g. `-m gpu`, `-k formats`, `-m emulated` for the emulated-B200 selection);
 `--no-lit` skips the lit suite. pytest runs on one worker per CPU core (pytest-xdist, whole files per worker, at
-most MAX_WORKERS) unless the arguments choose (`-n ...`, `-p no:xdist`). The emulator's share (the tests marked `emulated`; tests/conftest.py records the
-marker in the JUnit report) is reported on its own line, so CI sees what the emulated selection costs.
+most MAX_WORKERS) unless the arguments choose (`-n ...`, `-p no:xdist`). The emulator's share (the tests marked
+`emulated`; tests/conftest.py records the marker in the JUnit report) is reported on its own line, so CI sees what
+the emulated selection costs.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -46,10 +48,8 @@ MAX_WORKERS = 8
 def worker_args(args: list[str]) -> list[str]:
     """pytest-xdist's arguments for this machine (whole test files per worker, so that module fixtures are built
     once per file), none where the caller chose or there is one core or no xdist."""
-    import importlib.util
     cores = min(os.cpu_count() or 1, MAX_WORKERS)
-    chosen = any(a == "-n" or a.startswith("-n") and a[2:].isdigit() or a.startswith("--numprocesses")
-                 or a == "no:xdist" for a in args)
+    chosen = any(re.fullmatch(r"-n\d*|--numprocesses(=.*)?|no:xdist", a) for a in args)
     if chosen or cores < 2 or importlib.util.find_spec("xdist") is None:
         return []
     return ["-n", str(cores), "--dist", "loadfile"]
