@@ -6,7 +6,8 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluon mixed GEMM's configs
 (`kernels.gluon_mixed`, its candidates and GLUON_EXTRA, in the register and the staged K loop
-(the staged ones also with half the split)), t = the auto path (the tuner's configs, its
+(the staged ones also with half the split)), d = the shared-memory decode GEMM's configs (`kernels.dq_wgmma`, its
+candidates and DQ_EXTRA) beside dequant_gemm, t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
 against F.linear; for 't' jobs the tuner's own times (`decode.tuning_copies`: weight copies rotated past L2)
 beside the sweep's.
@@ -97,6 +98,19 @@ def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
     return cands
 
 
+#: (BLOCK_M, BLOCK_N, STAGES) tried beside the dq_wgmma tuner's shapes in 'd' jobs.
+DQ_EXTRA = ((256, 128, 2), (128, 256, 3), (128, 128, 4), (128, 128, 6))
+
+
+def _dq_configs(m: int, n: int, k: int) -> list[dict]:
+    """The dq_wgmma tuner candidates and DQ_EXTRA at this shape, then dequant_gemm (the path it replaces)."""
+    dq = __import__("bwtriton.kernels.dq_wgmma", fromlist=["x"])
+    cands = list(dq.dq_candidates(m, n, k))
+    cands += [{"path": "dq_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "STAGES": st, "SPLIT_K": 1}
+              for bm, bn, st in DQ_EXTRA if n % bn == 0]
+    return [c for i, c in enumerate(cands) if c not in cands[:i]] + [{"path": "dequant_gemm", "SPLIT_K": 1}]
+
+
 def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True, kind: str = "g") -> dict:
     """Times of every config and of cuBLAS at one shape."""
     import torch
@@ -110,7 +124,7 @@ def sweep_shape(m: int, n: int, k: int, rep_ms: float, grid: bool = True, kind: 
     rows = []
     ref = F.linear(states[0]["x"].double(), states[0]["w_q"].dequantize(torch.float64))
     configs = (_configs(m, n, k) if kind == "g" else _wgmma_configs(m, n, k, num_sms) if kind == "w"
-               else _gluon_configs(m, n, k, num_sms) if kind == "q" else [])
+               else _gluon_configs(m, n, k, num_sms) if kind == "q" else _dq_configs(m, n, k) if kind == "d" else [])
     for cfg in configs:
         label = dec.config_label(cfg)
         try:
@@ -208,7 +222,7 @@ def main(argv: "list[str] | None" = None) -> int:
         if kind == "l":
             linear_rows.append(linear_shape(m, n, k, args.rep_ms))
         else:
-            decode_rows.append(sweep_shape(m, n, k, args.rep_ms, grid=kind in "gwq", kind=kind))
+            decode_rows.append(sweep_shape(m, n, k, args.rep_ms, grid=kind in "gwqd", kind=kind))
         torch.cuda.empty_cache()
         print(f"[{time.time() - t0:6.1f}s] {kind} M={m} N={n} K={k} done", flush=True)
         (out / "sweep.md").write_text(markdown(decode_rows, linear_rows))

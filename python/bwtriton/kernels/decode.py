@@ -70,6 +70,7 @@ from ._launcher import CachedLauncher, rotated_kernel_time_us, run_entry
 from ._tiles import SWAP_AB_MIN_M
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
+from . import dq_wgmma as _dq
 from . import gluon_mixed as _gluon
 from . import mixed_gemm as _mixed
 from .matmul import matmul
@@ -321,8 +322,8 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT, hopp
     """Every config the auto path times for this shape (each a full config with its 'path'): the frag path's
     (M <= 16; BWTRITON_DECODE_FRAG=0 leaves it out, and with it the weight's repacked copy), the GEMV's
     (M <= GEMV_TUNE_MAX_M) and the mma.sync kernel's (M <= MAX_DECODE_M), then at every M the mixed-input wgmma
-    GEMM's (above the frag path's M <= 16), on sm_90a (`hopper`) the Gluon mixed GEMM's (M = 16 .. 256), and from
-    DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM."""
+    GEMM's (above the frag path's M <= 16), on sm_90a (`hopper`) the Gluon mixed GEMM's (M = 16 .. 256), from
+    DEQUANT_GEMM_MIN_M dequantize + bf16 GEMM, and on sm_90a from dq_wgmma.MIN_M the shared-memory decode GEMM."""
     # wgmma only past the frag path's range: at M <= 16 the frag / GEMV kernels measured 2x faster on the H200
     # (N = K = 8192: 15.2 against 31.8 us at M = 1, 23.0 against 33.8 us at M = 16)
     mixed = _mixed.mixed_candidates(m, n, k, num_sms) if m > _frag.FRAG_MAX_M else []
@@ -338,6 +339,8 @@ def decode_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT, hopp
         mixed = wide + mixed
     if m >= DEQUANT_GEMM_MIN_M:
         mixed = mixed + [{"path": "dequant_gemm", "SPLIT_K": 1}]
+    if hopper:  # the weight decoded into shared memory for SS wgmma: M >= dq_wgmma.MIN_M
+        mixed = mixed + _dq.dq_candidates(m, n, k)
     if m > MAX_DECODE_M:  # the CUDA-core and mma.sync kernels are built for decode shapes only
         return mixed
     cands = [] if not frag_on else _frag.frag_candidates(m, n, k)
@@ -379,7 +382,7 @@ _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
 _FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
 _WIDE_LAUNCHER = CachedLauncher(_wide.nvfp4_frag_wide_kernel, pipeline=False)
-_PATHS = ("gemv", "mma", "frag", "fragw", "wgmma", "gluon_mixed", "dequant_gemm")
+_PATHS = ("gemv", "mma", "frag", "fragw", "wgmma", "gluon_mixed", "dq_wgmma", "dequant_gemm")
 
 #: Smallest M for which the tuner also tries dequantizing the weight to bf16 and running the bf16 GEMM
 #: (`kernels.matmul`): 2 bytes per weight written and read back per call, paid off only where the GEMM is long.
@@ -403,6 +406,8 @@ def config_label(cfg: dict) -> str:
         return _mixed.mixed_label(cfg)
     if cfg["path"] == "gluon_mixed":
         return _gluon.gluon_label(cfg)
+    if cfg["path"] == "dq_wgmma":
+        return _dq.dq_label(cfg)
     if cfg["path"] == "dequant_gemm":
         return "dequant_gemm (bf16 weight + kernels.matmul)"
     if cfg["path"] in ("frag", "fragw"):
@@ -552,7 +557,7 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
     if path == "wgmma":  # entry is a MixedLaunch: one launch, split-K reduced inside the kernel
         return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, alpha, bias)
-    if path == "gluon_mixed":  # a GluonLaunch, likewise
+    if path in ("gluon_mixed", "dq_wgmma"):  # a GluonLaunch / DqLaunch, likewise
         return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, bias)
     if path == "dequant_gemm":  # no entry: the dequantize kernel and kernels.matmul keep their own caches
         return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
@@ -642,7 +647,8 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
     if path not in _PATHS:
         raise InputError(f"{op}: config['path'] must be 'gemv' (CUDA cores), 'mma' / 'frag' / 'fragw' (mma.sync; "
                          f"the frag ones with a fragment-ordered weight copy), 'wgmma' (mixed-input GEMM), "
-                         f"'gluon_mixed' (its Gluon form, sm_90a, M {_gluon.MIN_M} .. {_gluon.MAX_M}) or "
+                         f"'gluon_mixed' (its Gluon form, sm_90a, M {_gluon.MIN_M} .. {_gluon.MAX_M}), 'dq_wgmma' "
+                         f"(the weight decoded into shared memory, sm_90a, large M) or "
                          f"'dequant_gemm' (bf16 weight + matmul), got {path!r}")
     if path == "dequant_gemm":
         defaults = {"SPLIT_K": 1}
@@ -651,6 +657,11 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
         if not cands:
             raise InputError(f"{op}: the gluon_mixed path takes M = {_gluon.MIN_M} .. {_gluon.MAX_M} and N, K that "
                              f"its tiles divide (N % 64, K % 128), got M={m}, N={n}, K={k}; use path 'wgmma'")
+        defaults = {key: v for key, v in cands[0].items() if key != "path"}
+    elif path == "dq_wgmma":
+        cands = _dq.dq_candidates(max(m, _dq.MIN_M), n, k)
+        if not cands:
+            raise InputError(f"{op}: the dq_wgmma path needs N % 128 == 0 and K % 64 == 0, got N={n}, K={k}")
         defaults = {key: v for key, v in cands[0].items() if key != "path"}
     elif path == "wgmma":
         cands = _mixed.mixed_candidates(m, n, k, num_sms)
@@ -698,6 +709,12 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
             raise InputError(f"{op}: the gluon_mixed path is written for sm_90 (Hopper wgmma), this device is "
                              f"{device}; use path 'wgmma' or leave config unset")
         return _gluon.launch_gluon(x, w_q, alpha, bias, cfg, out_dtype=out_dtype)
+    if cfg["path"] == "dq_wgmma":
+        _dq.check_dq_config(op, cfg, m, n, k)
+        if device.type != "cuda" or device_capability(device) != 90:
+            raise InputError(f"{op}: the dq_wgmma path is written for sm_90 (Hopper wgmma and TMA), this device "
+                             f"is {device}; use path 'dequant_gemm' or leave config unset")
+        return _dq.launch_dq(x, w_q, alpha, bias, cfg, out_dtype=out_dtype)
     if cfg["path"] == "wgmma":
         if not _mixed.mixed_tiles(cfg, m, n, k):
             raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "

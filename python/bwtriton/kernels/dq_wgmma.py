@@ -1,0 +1,364 @@
+"""Weight-only NVFP4 GEMM for large M on Hopper in Gluon: the weight decoded into shared memory, both wgmma
+operands read from there, the decode of K step k + 1 overlapping the wgmma of step k.
+
+out[M, N] = alpha * x[M, K] @ (e2m1 * e4m3 of w_q)[N, K]^T (+ bias). Unlike the swap-AB kernel (`gluon_mixed`,
+M <= 256), the activation is the wgmma A side: a CTA owns BLOCK_M = 128 or 256 activation rows (two
+warpgroups, 64 rows per wgmma) and BLOCK_N weight rows, so the decode's cost per multiply-add falls with
+BLOCK_M (about 2.4 instructions per weight, once per BLOCK_M rows) and the tensor cores stay busy.
+
+* x goes to a STAGES-slot shared ring by TMA (one mbarrier per slot), STAGES - 1 steps ahead.
+* The weight is kept 4.5 bits per weight in HBM and in the ring (`dq_weight_of`: one int32 word per 8
+  consecutive K elements of a row, plus the plain UE4M3 scales as one int32 per row and 64-wide K step); every
+  thread copies by cp.async exactly the words it decodes later, so those copies need no barrier.
+* The decode is the frag path's table decode (`_decode_frag`: the masked word is a `prmt` selector of the byte
+  tables of e2m1 * 2^120 in bf16, the signs sit in the selectors' mode bits), times the scale byte << 4 read as
+  bf16 (= scale * 2^-120, `mul.rn.bf16x2`): exact, about 19 instructions per word. The bf16 tile goes to one of
+  two shared buffers, which the next wgmma reads as its B operand (K-major).
+
+Per K step: wait for x, issue the wgmma (async), retire the previous one, a barrier (both warpgroups are past
+it, so the ring slot it read and the other bf16 buffer are free), start the copies of step k + STAGES - 1,
+decode step k + 1, fence, a barrier. Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x
+bf16 products are exact in fp32). NaN scales (0x7F, never produced by quantization) are not propagated.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ..errors import InputError
+from ..formats import from_blocked_scales
+from . import _decode_frag as _frag
+from . import _decode_frag_wide as _wide
+from ._launcher import CachedLauncher, run_entry
+
+__all__ = ["dq_wgmma_kernel", "dq_candidates", "dq_label", "launch_dq", "check_dq_config", "dq_weight_of",
+           "MIN_M"]
+
+#: Smallest M the tuner offers this kernel for: below it a 128-row activation tile is mostly padding and the
+#: swap-AB kernels are faster.
+MIN_M = 256
+#: Shared memory of the H200 per CTA that a config may use (ring, bf16 buffers; the epilogue reuses them).
+MAX_SMEM_BYTES = 220 * 1024
+
+
+def _decode_ptx() -> tuple[str, str]:
+    """PTX of one word (8 codes of one row, k0 .. k0 + 7), its row's 4 scale bytes of the K step, the byte
+    selector of its scale and the low table words ($7, $8: registers loaded once, see `_decode_frag`): the 4
+    scaled bf16x2 registers (k0, k0 + 1), .., (k0 + 6, k0 + 7)."""
+    body = (".reg .b32 th1, tl1, sm, sel, selh, hl, ll, hh, lh, sg, sp, a;\n"
+            f"mov.b32 th1, 0x{_wide.TABLE_HI_UPPER:08X}; mov.b32 tl1, 0xC0804000; mov.b32 sm, 0x80808080;\n"
+            "prmt.b32 sp, $5, 0, $6;\n"          # the scale byte into both halves' low bytes
+            "shl.b32 sp, sp, 4;\n"               # ... << 4: bf16 scale * 2^-120 in both halves
+            "and.b32 sel, $4, 0x77777777;\n"
+            "shr.u32 selh, sel, 16;\n"
+            "prmt.b32 hl, $7, th1, sel;\n"
+            "prmt.b32 ll, $8, tl1, sel;\n"
+            "prmt.b32 hh, $7, th1, selh;\n"
+            "prmt.b32 lh, $8, tl1, selh;\n"
+            "lop3.b32 hl, hl, $4, sm, 0xF8;\n"
+            "shl.b32 sg, $4, 4;\n"
+            "lop3.b32 hh, hh, sg, sm, 0xF8;\n"
+            "prmt.b32 a, ll, hl, 0x5140; mul.rn.bf16x2 $0, a, sp;\n"
+            "prmt.b32 a, ll, hl, 0x7362; mul.rn.bf16x2 $1, a, sp;\n"
+            "prmt.b32 a, lh, hh, 0x5140; mul.rn.bf16x2 $2, a, sp;\n"
+            "prmt.b32 a, lh, hh, 0x7362; mul.rn.bf16x2 $3, a, sp;\n")
+    return "{" + body + "}", ",".join(["=r"] * 4 + ["r"] * 5)
+
+
+_DECODE, _DECODE_CONSTRAINTS = (gl.constexpr(v) for v in _decode_ptx())
+
+
+@gluon.jit
+def _decode_tile(w, ss, sel, th, tl, OUT: gl.constexpr):
+    """Words w int32 [BN, BK/8], their rows' scale words ss, byte selectors sel and the table words th, tl
+    (same shape) -> the bf16 [BN, BK] tile in OUT."""
+    BN: gl.constexpr = w.shape[0]
+    BK8: gl.constexpr = w.shape[1]
+    o0, o1, o2, o3 = gl.inline_asm_elementwise(_DECODE, _DECODE_CONSTRAINTS, [w, ss, sel, th, tl],
+                                               dtype=(gl.int32,) * 4,
+                                               is_pure=True, pack=1)
+    v = gl.join(gl.join(o0, o1), gl.join(o2, o3))           # [BN, BK/8, b, a]: pair 2a + b
+    v = gl.permute(v, [0, 1, 3, 2])
+    v = gl.reshape(v, [BN, BK8 * 4])                          # int32 pairs, k = 8j + 2p
+    v = gl.convert_layout(v, OUT)
+    return v
+
+
+@gluon.jit
+def _issue_step(x_desc, x_smem, bars, w_smem, s_smem, wp, sp, off_m, step, steps, BLOCK_K: gl.constexpr,
+                STAGES: gl.constexpr):
+    """TMA of x and cp.async of this thread's weight words and scale word for K step `step` into its slot
+    (masked off past the last step; one cp.async group per step either way)."""
+    slot = step % STAGES
+    live = step < steps
+    mbarrier.expect(bars.index(slot), x_desc.block_type.nbytes, pred=live)
+    tma.async_copy_global_to_shared(x_desc, [off_m, step * BLOCK_K], bars.index(slot), x_smem.index(slot),
+                                    pred=live)
+    async_copy.async_copy_global_to_shared(w_smem.index(slot), wp + step * (BLOCK_K // 8),
+                                           mask=gl.full(wp.shape, 1, gl.int1, wp.type.layout) & live)
+    async_copy.async_copy_global_to_shared(s_smem.index(slot), sp + step,
+                                           mask=gl.full(sp.shape, 1, gl.int1, sp.type.layout) & live)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _decode_step(w_smem, s_smem, b_buf, sel, th, tl, step, STAGES: gl.constexpr, WL: gl.constexpr, SL3: gl.constexpr,
+                 BL: gl.constexpr):
+    """Decode K step `step` from its ring slot into the bf16 buffer b_buf (this thread's own copies)."""
+    slot = step % STAGES
+    w = w_smem.index(slot).load(WL)
+    s2 = s_smem.index(slot).load(gl.SliceLayout(2, SL3))              # [BN, BK/32]: the row's word, repeated
+    ss = gl.broadcast(gl.expand_dims(s2, 2), gl.zeros([w.shape[0], w.shape[1] // 4, 4], gl.int32, SL3))[0]
+    ss = gl.convert_layout(gl.reshape(ss, [w.shape[0], w.shape[1]]), WL)
+    b_buf.store(_decode_tile(w, ss, sel, th, tl, BL))
+
+
+@gluon.jit
+def _grouped(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
+    """(pid_m, pid_n) of a linear tile id: GROUP_M activation tiles go down each weight tile column together, so
+    a wave's activation rows and weight rows both stay in L2."""
+    group = tile // (GROUP_M * tiles_n)
+    first = group * GROUP_M
+    rows = gl.minimum(tiles_m - first, GROUP_M)
+    return first + (tile % (GROUP_M * tiles_n)) % rows, (tile % (GROUP_M * tiles_n)) // rows
+
+
+@gluon.jit
+def dq_wgmma_kernel(x_desc, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, M, N, K, stride_om,
+                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                    HAS_BIAS: gl.constexpr = False):
+    """out[m, n] = alpha[0] * sum_k x[m, k] * (e2m1 * s)[n, k] (+ bias[n]), fp32 accumulation in wgmma.
+
+    x_desc: TMA descriptor of x bf16 [M, K], block [BLOCK_M, 64]. w_ptr: `dq_weight_of` words int32 [N, K/8];
+    s_ptr: scale words int32 [N, K/64]; table_ptr: `_decode_frag_wide.lane_tables` (int32 [32, 2]). Grid (cdiv(M, BLOCK_M) * N / BLOCK_N,), tiles in grouped order (GROUP_M
+    activation tiles share each weight tile); K % 64 == 0, num_warps 8."""
+    BLOCK_K: gl.constexpr = 64
+    W: gl.constexpr = gl.num_warps()
+    BK8: gl.constexpr = BLOCK_K // 8
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1],
+                                                  instr_shape=[16, BLOCK_N, 16])
+    # a thread's 4 consecutive words (32 K elements, 2 scale blocks) of one row
+    WL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (BK8 // 4), BK8 // 4], [W, 1], [1, 0])
+    SL3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [32 // (BK8 // 4), BK8 // 4, 1], [W, 1, 1], [2, 1, 0])
+    SL: gl.constexpr = gl.SliceLayout(2, SL3)
+    BL: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (BK8 // 4), BK8 // 4], [W, 1], [1, 0])
+    PLAIN: gl.constexpr = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=1, order=[1, 0])
+    ONE: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+    BS32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    BS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+
+    pid_m, pid_n = _grouped(gl.program_id(0), gl.cdiv(M, BLOCK_M), N // BLOCK_N, GROUP_M)
+    off_m = pid_m * BLOCK_M
+    steps = K // BLOCK_K
+
+    rw = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, WL))
+    cw = gl.arange(0, BK8, layout=gl.SliceLayout(0, WL))
+    wp = w_ptr + (gl.expand_dims(rw.to(gl.int64) * (K // 8), 1) + gl.expand_dims(cw, 0))
+    rs = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, SL))
+    cs = gl.arange(0, BK8 // 4, layout=gl.SliceLayout(0, SL))
+    sp = s_ptr + (gl.expand_dims(rs.to(gl.int64) * (K // 64), 1) + gl.expand_dims(cs * 0, 0))
+    # byte selector of word j's scale (block j // 2 of the step): prmt source byte j // 2 into bytes 0 and 2
+    sel = gl.expand_dims(0x4040 + (cw // 2) * 0x0101, 0) + gl.zeros([BLOCK_N, BK8], gl.int32, WL)
+    lane = gl.expand_dims((rw % 16) * 2, 1) + gl.expand_dims((cw // 4) % 2, 0)
+    th = gl.load(table_ptr + 2 * lane)
+    tl = gl.load(table_ptr + 2 * lane + 1)
+
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BK8], PLAIN)
+    s_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BK8 // 4], ONE)
+    b_smem = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, BLOCK_K // 2], BS32)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(STAGES):
+        mbarrier.init(bars.index(j), count=1)
+    fence_async_shared()
+
+    for j in gl.static_range(STAGES - 1):
+        _issue_step(x_desc, x_smem, bars, w_smem, s_smem, wp, sp, off_m, j, steps, BLOCK_K, STAGES)
+    async_copy.wait_group(STAGES - 2)
+    _decode_step(w_smem, s_smem, b_smem.index(0), sel, th, tl, 0, STAGES, WL, SL3, BL)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, MMA)
+    for i in range(steps):
+        slot = i % STAGES
+        mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
+        b = b_smem.index(i % 2)
+        bt = b._reinterpret(gl.bfloat16, [BLOCK_N, BLOCK_K], BS).permute((1, 0))
+        acc = warpgroup_mma(x_smem.index(slot), bt, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+        gl.thread_barrier()  # both warpgroups retired step i - 1: its x slot and bf16 buffer are free
+        _issue_step(x_desc, x_smem, bars, w_smem, s_smem, wp, sp, off_m, i + STAGES - 1, steps, BLOCK_K, STAGES)
+        async_copy.wait_group(STAGES - 2)
+        _decode_step(w_smem, s_smem, b_smem.index((i + 1) % 2), sel, th, tl, i + 1, STAGES, WL, SL3, BL)
+        fence_async_shared()
+        gl.thread_barrier()  # every thread's part of step i + 1's tile is in shared memory
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+    async_copy.wait_group(0)
+    for j in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(j))
+
+    alpha = gl.load(alpha_ptr)
+    rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
+    rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, MMA))
+    res = acc * alpha
+    if HAS_BIAS:
+        res = res + gl.expand_dims(gl.load(bias_ptr + rn).to(gl.float32), 0)
+    ptrs = out_ptr + (gl.expand_dims(rm.to(gl.int64) * stride_om, 1) + gl.expand_dims(rn, 0))
+    mask = gl.expand_dims(rm < M, 1) & gl.expand_dims(rn >= 0, 0)
+    gl.store(ptrs, res.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Host side: the weight's copy, the configs, the launch (inputs validated by the caller)
+# --------------------------------------------------------------------------------------------------------------
+
+def repack(data: torch.Tensor, plain_scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVFP4 codes uint8 [N, K/2] (low nibble first) and plain UE4M3 scales [N, K/16] -> (words int32 [N, K/8],
+    scale words int32 [N, K/64]): word (n, j) holds the codes of k = 8j .. 8j + 7, code s's magnitude at bits
+    4s .. 4s + 2 and its sign at `_decode_frag.SIGN_BITS[s]`; scale word (n, c) the 4 scale bytes of
+    k = 64c .. 64c + 63, block b in byte b."""
+    n, kh = data.shape
+    codes = torch.stack((data & 15, data >> 4), dim=-1).reshape(n, kh // 4, 8).to(torch.int32)
+    shifts = 4 * torch.arange(8, device=data.device, dtype=torch.int32)
+    sign_at = torch.tensor(_frag.SIGN_BITS, device=data.device, dtype=torch.int32)
+    words = (((codes & 7) << shifts).sum(-1) | ((codes >> 3) << sign_at).sum(-1)).to(torch.int64)
+    words = torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)
+    scale_words = plain_scales.view(torch.uint8).reshape(n, kh // 32, 4).contiguous().view(torch.int32)
+    return words, scale_words.reshape(n, kh // 32)
+
+
+class DqWeight:
+    """A weight's copy for this kernel (`repack`, made once per weight tensor: see `dq_weight_of`)."""
+
+    def __init__(self, data: torch.Tensor, scales: torch.Tensor, scale_layout: str, shape: tuple[int, int]):
+        n, k = shape
+        plain = scales if scale_layout == "plain" else from_blocked_scales(scales, n, k // 16)
+        step = max(16, (_frag.REPACK_BYTES // max(1, 16 * k)) // 16 * 16)  # the int32 temporaries: ~16x the bytes
+        parts = [repack(data[r:r + step], plain[r:r + step]) for r in range(0, n, step)]
+        self.words = torch.cat([w for w, _ in parts])
+        self.scales = torch.cat([s for _, s in parts])
+        self.shape = (n, k)
+        self.versions = (data._version, scales._version)
+
+
+_COPIES: dict[int, DqWeight] = {}
+
+
+def dq_weight_of(data: torch.Tensor, scales: torch.Tensor, scale_layout: str, shape: tuple[int, int]) -> DqWeight:
+    """The repacked copy of these codes and scales: made on first use, again after an in-place edit of either,
+    dropped with the data tensor (as `_decode_frag.frag_weight_of`)."""
+    key = id(data)
+    hit = _COPIES.get(key)
+    if hit is not None and hit.shape == tuple(shape) and hit.versions == (data._version, scales._version):
+        return hit
+    if hit is None:
+        weakref.finalize(data, _COPIES.pop, key, None)
+    hit = _COPIES[key] = DqWeight(data, scales, scale_layout, tuple(shape))
+    return hit
+
+
+#: (BLOCK_M, BLOCK_N, STAGES) the tuner times: the two tile shapes whose fp32 accumulator is 128 registers per
+#: thread (two warpgroups), with the deepest ring that fits.
+_SHAPES = ((256, 128, 4), (128, 256, 4), (256, 128, 3))
+GROUP_M = 8
+
+
+def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
+    """Shared memory of a config: the ring (x tile, weight words, scale words) and the two bf16 buffers."""
+    return stages * (2 * block_m * 64 + block_n * 32 + block_n * 8) + 2 * 2 * block_n * 64
+
+
+def dq_candidates(m: int, n: int, k: int) -> list[dict]:
+    """Every config the decode tuner times at this shape (none below MIN_M or where the tiles do not divide)."""
+    if m < MIN_M or k % 64:
+        return []
+    return [{"path": "dq_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "STAGES": st, "SPLIT_K": 1}
+            for bm, bn, st in _SHAPES if n % bn == 0]
+
+
+def dq_label(cfg: dict) -> str:
+    """Short name of a config, e.g. 'dq_wgmma 256x128 s4'."""
+    return f"dq_wgmma {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']}"
+
+
+def check_dq_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
+    """InputError unless `cfg` is a config this kernel can run for (M, N, K)."""
+    bm, bn, st = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["STAGES"]
+    problems = []
+    if bm not in (128, 256) or bn not in (64, 128, 256) or bm * bn > 128 * 256:
+        problems.append(f"BLOCK_M must be 128 or 256 and BLOCK_N 64, 128 or 256 with BLOCK_M * BLOCK_N <= 32768 "
+                        f"(128 accumulator registers per thread), got {bm} x {bn}")
+    if st not in (2, 3, 4, 5, 6) or smem_bytes(bm, bn, st) > MAX_SMEM_BYTES:
+        problems.append(f"STAGES must be 2 .. 6 with {smem_bytes(bm, bn, 1) - 4 * bn * 64} bytes per stage within "
+                        f"{MAX_SMEM_BYTES} bytes of shared memory, got {st}")
+    if cfg.get("SPLIT_K", 1) != 1:
+        problems.append(f"SPLIT_K must be 1 (K is not split), got {cfg.get('SPLIT_K')}")
+    if n % bn or k % 64 or n * k // 8 >= 2 ** 31:
+        problems.append(f"N must be a multiple of BLOCK_N and K of 64, N * K < 2^34 (got N={n}, K={k})")
+    if problems:
+        raise InputError(f"{op}: dq_wgmma config {cfg}: " + "; ".join(problems))
+
+
+_LAUNCHER = CachedLauncher(dq_wgmma_kernel, pipeline=False)
+_X_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+
+
+class DqLaunch:
+    """One compiled config for one (M, N, K, dtype, bias) signature, replayable: `run(x, data, scales, alpha,
+    bias)` makes x's descriptor, allocates the output and launches once."""
+
+    def __init__(self, cfg: dict, m: int, n: int, k: int, out_dtype: torch.dtype, device: torch.device,
+                 entry: tuple, layout: str):
+        self.cfg, self.m, self.n, self.k, self.layout = cfg, m, n, k, layout
+        self.out_dtype, self.device, self.entry = out_dtype, device, entry
+        self.grid = (dq_grid(cfg, m, n), 1, 1)
+        self.tables = _wide.lane_tables(device)
+
+    def run(self, x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, alpha: torch.Tensor,
+            bias: "torch.Tensor | None") -> torch.Tensor:
+        """out [M, N] for new tensors of the same signature."""
+        dw = dq_weight_of(data, scales, self.layout, (self.n, self.k))
+        out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device)
+        run_entry(self.entry, self.grid, self.device,
+                  (_x_desc(x, self.cfg["BLOCK_M"]), dw.words, dw.scales, out, alpha, out if bias is None else bias,
+                   self.tables, self.m, self.n, self.k, out.stride(0)))
+        return out
+
+
+def dq_grid(cfg: dict, m: int, n: int) -> int:
+    """The number of CTAs (one per output tile) of `cfg` for an [M, N] output."""
+    return triton.cdiv(m, cfg["BLOCK_M"]) * (n // cfg["BLOCK_N"])
+
+
+def _x_desc(x: torch.Tensor, block_m: int) -> TensorDescriptor:
+    """x bf16 [M, K] (unit inner stride, 16-byte aligned rows) as a TMA descriptor of [block_m, 64] tiles."""
+    if x.stride(1) != 1 or (x.stride(0) * 2) % 16 or x.data_ptr() % 16:
+        x = x.contiguous()
+    return TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [block_m, 64], _X_LAYOUT)
+
+
+def launch_dq(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None", cfg: dict, *,
+              out_dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, DqLaunch]:
+    """(out [M, N], replayable launch) on validated inputs (`check_dq_config` passed); alpha: fp32 [1]."""
+    m, k = x.shape
+    n = w_q.shape[0]
+    device = x.device
+    dw = dq_weight_of(w_q.data, w_q.scales, w_q.scale_layout, (n, k))
+    out = torch.empty((m, n), dtype=out_dtype, device=device)
+    b = out if bias is None else bias
+    args = (_x_desc(x, cfg["BLOCK_M"]), dw.words, dw.scales, out, alpha, b, _wide.lane_tables(device), m, n, k,
+            out.stride(0))
+    kwargs = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "STAGES": cfg["STAGES"], "GROUP_M": GROUP_M,
+              "HAS_BIAS": bias is not None, "num_warps": 8}
+    key = ("dq_wgmma", m, n, k, out.dtype, b.dtype, tuple(sorted(kwargs.items())))
+    entry = _LAUNCHER.launch(key, (dq_grid(cfg, m, n), 1, 1), device, args, kwargs)
+    return out, DqLaunch(cfg, m, n, k, out_dtype, device, entry, w_q.scale_layout)
