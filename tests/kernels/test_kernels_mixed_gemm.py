@@ -75,7 +75,9 @@ def test_decode_tuner_offers_wgmma_past_the_frag_range():
     assert not any(c["path"] == "wgmma" for c in decode.decode_candidates(16, 4096, 4096))
     assert any(c["path"] == "wgmma" for c in decode.decode_candidates(17, 4096, 4096))
     large = decode.decode_candidates(1024, 4096, 4096)
-    assert {c["path"] for c in large} == {"wgmma", "dequant_gemm"}  # past MAX_DECODE_M: the GEMMs for any M
+    # past MAX_DECODE_M: the GEMMs for any M (on Hopper also the shared-memory decode GEMM)
+    assert {c["path"] for c in large} == {"wgmma", "dequant_gemm", "dq_wgmma"}
+    assert {c["path"] for c in decode.decode_candidates(1024, 4096, 4096, hopper=False)} == {"wgmma", "dequant_gemm"}
     assert decode.default_config(300, 4096, 4096)["path"] == "wgmma"
 
 
