@@ -6,18 +6,20 @@ M <= 256), the activation is the wgmma A side: a CTA owns BLOCK_M = 128 or 256 a
 warpgroups, 64 rows per wgmma) and BLOCK_N weight rows, so the decode's cost per multiply-add falls with
 BLOCK_M (about 2.4 instructions per weight, once per BLOCK_M rows) and the tensor cores stay busy.
 
-* x goes to a STAGES-slot shared ring by TMA (one mbarrier per slot), STAGES - 1 steps ahead.
-* The weight is kept 4.5 bits per weight in HBM and in the ring (`dq_weight_of`: one int32 word per 8
-  consecutive K elements of a row, plus the plain UE4M3 scales as one int32 per row and 64-wide K step); every
-  thread copies by cp.async exactly the words it decodes later, so those copies need no barrier.
+* x, the weight and its scales go to a STAGES-slot shared ring by TMA (one mbarrier per slot), STAGES - 1 steps
+  ahead. The weight stays 4.5 bits per weight in HBM and in the ring (`dq_weight_of`: one int32 word per 8
+  consecutive K elements of a row, and the plain UE4M3 scales as one int32 per row and 64-wide K step, stored
+  K-step-major so that a step's scale words are one TMA row). Nothing is copied by cp.async: the fence that
+  publishes the decoded tile to the wgmma (`fence.proxy.async`, a MEMBAR.ALL.CTA in SASS) would wait for every
+  cp.async still in flight (with the words by cp.async the H200 took 2.3x longer per K step).
 * The decode is the frag path's table decode (`_decode_frag`: the masked word is a `prmt` selector of the byte
   tables of e2m1 * 2^120 in bf16, the signs sit in the selectors' mode bits), times the scale byte << 4 read as
   bf16 (= scale * 2^-120, `mul.rn.bf16x2`): exact, about 19 instructions per word. The bf16 tile goes to one of
   two shared buffers, which the next wgmma reads as its B operand (K-major).
 
-Per K step: wait for x, issue the wgmma (async), retire the previous one, a barrier (both warpgroups are past
-it, so the ring slot it read and the other bf16 buffer are free), start the copies of step k + STAGES - 1,
-decode step k + 1, fence, a barrier. Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x
+Per K step: issue the wgmma (async), retire the previous one, a barrier (both warpgroups are past it, so the
+ring slot it read and the other bf16 buffer are free), start the copies of step k + STAGES - 1, wait for step
+k + 1's, decode it, fence, a barrier. Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x
 bf16 products are exact in fp32). NaN scales (0x7F, never produced by quantization) are not propagated.
 """
 from __future__ import annotations
@@ -28,7 +30,6 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -38,6 +39,9 @@ from ..formats import from_blocked_scales
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
 from ._launcher import CachedLauncher, run_entry
+
+_X_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+_PLAIN32 = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 __all__ = ["dq_wgmma_kernel", "dq_candidates", "dq_label", "launch_dq", "check_dq_config", "dq_weight_of",
            "MIN_M"]
@@ -93,31 +97,29 @@ def _decode_tile(w, ss, sel, th, tl, OUT: gl.constexpr):
 
 
 @gluon.jit
-def _issue_step(x_desc, x_smem, bars, w_smem, s_smem, wp, sp, off_m, step, steps, BLOCK_K: gl.constexpr,
-                STAGES: gl.constexpr):
-    """TMA of x and cp.async of this thread's weight words and scale word for K step `step` into its slot
-    (masked off past the last step; one cp.async group per step either way)."""
+def _issue_step(x_desc, w_desc, s_desc, x_smem, w_smem, s_smem, bars, off_m, off_n, step, steps,
+                BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+    """TMA of K step `step`'s x tile, weight words and scale words into its slot, on its mbarrier (nothing past
+    the last step). Every copy is TMA: a cp.async still in flight would be waited out by the fence that
+    publishes the decoded tile to the wgmma (`fence.proxy.async` is a MEMBAR.ALL.CTA in SASS)."""
     slot = step % STAGES
     live = step < steps
-    mbarrier.expect(bars.index(slot), x_desc.block_type.nbytes, pred=live)
-    tma.async_copy_global_to_shared(x_desc, [off_m, step * BLOCK_K], bars.index(slot), x_smem.index(slot),
-                                    pred=live)
-    async_copy.async_copy_global_to_shared(w_smem.index(slot), wp + step * (BLOCK_K // 8),
-                                           mask=gl.full(wp.shape, 1, gl.int1, wp.type.layout) & live)
-    async_copy.async_copy_global_to_shared(s_smem.index(slot), sp + step,
-                                           mask=gl.full(sp.shape, 1, gl.int1, sp.type.layout) & live)
-    async_copy.commit_group()
+    bar = bars.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes + s_desc.block_type.nbytes,
+                    pred=live)
+    tma.async_copy_global_to_shared(x_desc, [off_m, step * BLOCK_K], bar, x_smem.index(slot), pred=live)
+    tma.async_copy_global_to_shared(w_desc, [off_n, step * (BLOCK_K // 8)], bar, w_smem.index(slot), pred=live)
+    tma.async_copy_global_to_shared(s_desc, [step, off_n], bar, s_smem.index(slot), pred=live)
 
 
 @gluon.jit
-def _decode_step(w_smem, s_smem, b_buf, sel, th, tl, step, STAGES: gl.constexpr, WL: gl.constexpr, SL3: gl.constexpr,
+def _decode_step(w_smem, s_smem, b_buf, sel, th, tl, step, STAGES: gl.constexpr, WL: gl.constexpr,
                  BL: gl.constexpr):
-    """Decode K step `step` from its ring slot into the bf16 buffer b_buf (this thread's own copies)."""
+    """Decode K step `step` from its ring slot (landed: its mbarrier was waited on) into the bf16 buffer."""
     slot = step % STAGES
     w = w_smem.index(slot).load(WL)
-    s2 = s_smem.index(slot).load(gl.SliceLayout(2, SL3))              # [BN, BK/32]: the row's word, repeated
-    ss = gl.broadcast(gl.expand_dims(s2, 2), gl.zeros([w.shape[0], w.shape[1] // 4, 4], gl.int32, SL3))[0]
-    ss = gl.convert_layout(gl.reshape(ss, [w.shape[0], w.shape[1]]), WL)
+    ss = s_smem.index(slot).permute((1, 0)).load(WL)                 # [BN, 1]: the row's scale word
+    ss = gl.broadcast(ss, w)[0]
     b_buf.store(_decode_tile(w, ss, sel, th, tl, BL))
 
 
@@ -132,14 +134,15 @@ def _grouped(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
-def dq_wgmma_kernel(x_desc, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, M, N, K, stride_om,
+def dq_wgmma_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_ptr, M, N, K, stride_om,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
                     HAS_BIAS: gl.constexpr = False):
     """out[m, n] = alpha[0] * sum_k x[m, k] * (e2m1 * s)[n, k] (+ bias[n]), fp32 accumulation in wgmma.
 
-    x_desc: TMA descriptor of x bf16 [M, K], block [BLOCK_M, 64]. w_ptr: `dq_weight_of` words int32 [N, K/8];
-    s_ptr: scale words int32 [N, K/64]; table_ptr: `_decode_frag_wide.lane_tables` (int32 [32, 2]). Grid (cdiv(M, BLOCK_M) * N / BLOCK_N,), tiles in grouped order (GROUP_M
-    activation tiles share each weight tile); K % 64 == 0, num_warps 8."""
+    TMA descriptors: x_desc of x bf16 [M, K] (block [BLOCK_M, 64]), w_desc of the `dq_weight_of` words int32
+    [N, K/8] (block [BLOCK_N, 8]), s_desc of its scale words int32 [K/64, N] (block [1, BLOCK_N]); table_ptr:
+    `_decode_frag_wide.lane_tables` (int32 [32, 2]). Grid (cdiv(M, BLOCK_M) * N / BLOCK_N,), tiles in grouped
+    order (GROUP_M activation tiles share each weight tile); K % 64 == 0, num_warps 8."""
     BLOCK_K: gl.constexpr = 64
     W: gl.constexpr = gl.num_warps()
     BK8: gl.constexpr = BLOCK_K // 8
@@ -147,24 +150,17 @@ def dq_wgmma_kernel(x_desc, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_pt
                                                   instr_shape=[16, BLOCK_N, 16])
     # a thread's 4 consecutive words (32 K elements, 2 scale blocks) of one row
     WL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (BK8 // 4), BK8 // 4], [W, 1], [1, 0])
-    SL3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [32 // (BK8 // 4), BK8 // 4, 1], [W, 1, 1], [2, 1, 0])
-    SL: gl.constexpr = gl.SliceLayout(2, SL3)
     BL: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (BK8 // 4), BK8 // 4], [W, 1], [1, 0])
-    PLAIN: gl.constexpr = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=1, order=[1, 0])
-    ONE: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
     BS32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
     BS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
     pid_m, pid_n = _grouped(gl.program_id(0), gl.cdiv(M, BLOCK_M), N // BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
     steps = K // BLOCK_K
 
-    rw = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, WL))
+    rw = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, WL))
     cw = gl.arange(0, BK8, layout=gl.SliceLayout(0, WL))
-    wp = w_ptr + (gl.expand_dims(rw.to(gl.int64) * (K // 8), 1) + gl.expand_dims(cw, 0))
-    rs = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, SL))
-    cs = gl.arange(0, BK8 // 4, layout=gl.SliceLayout(0, SL))
-    sp = s_ptr + (gl.expand_dims(rs.to(gl.int64) * (K // 64), 1) + gl.expand_dims(cs * 0, 0))
     # byte selector of word j's scale (block j // 2 of the step): prmt source byte j // 2 into bytes 0 and 2
     sel = gl.expand_dims(0x4040 + (cw // 2) * 0x0101, 0) + gl.zeros([BLOCK_N, BK8], gl.int32, WL)
     lane = gl.expand_dims((rw % 16) * 2, 1) + gl.expand_dims((cw // 4) % 2, 0)
@@ -172,8 +168,8 @@ def dq_wgmma_kernel(x_desc, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_pt
     tl = gl.load(table_ptr + 2 * lane + 1)
 
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
-    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BK8], PLAIN)
-    s_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BK8 // 4], ONE)
+    w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BK8], w_desc.layout)
+    s_smem = gl.allocate_shared_memory(gl.int32, [STAGES, 1, BLOCK_N], s_desc.layout)
     b_smem = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, BLOCK_K // 2], BS32)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(STAGES):
@@ -181,28 +177,28 @@ def dq_wgmma_kernel(x_desc, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_pt
     fence_async_shared()
 
     for j in gl.static_range(STAGES - 1):
-        _issue_step(x_desc, x_smem, bars, w_smem, s_smem, wp, sp, off_m, j, steps, BLOCK_K, STAGES)
-    async_copy.wait_group(STAGES - 2)
-    _decode_step(w_smem, s_smem, b_smem.index(0), sel, th, tl, 0, STAGES, WL, SL3, BL)
+        _issue_step(x_desc, w_desc, s_desc, x_smem, w_smem, s_smem, bars, off_m, off_n, j, steps, BLOCK_K, STAGES)
+    mbarrier.wait(bars.index(0), 0)
+    _decode_step(w_smem, s_smem, b_smem.index(0), sel, th, tl, 0, STAGES, WL, BL)
     fence_async_shared()
     gl.thread_barrier()
 
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, MMA)
     for i in range(steps):
-        slot = i % STAGES
-        mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
         b = b_smem.index(i % 2)
         bt = b._reinterpret(gl.bfloat16, [BLOCK_N, BLOCK_K], BS).permute((1, 0))
-        acc = warpgroup_mma(x_smem.index(slot), bt, acc, is_async=True)
+        acc = warpgroup_mma(x_smem.index(i % STAGES), bt, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
-        gl.thread_barrier()  # both warpgroups retired step i - 1: its x slot and bf16 buffer are free
-        _issue_step(x_desc, x_smem, bars, w_smem, s_smem, wp, sp, off_m, i + STAGES - 1, steps, BLOCK_K, STAGES)
-        async_copy.wait_group(STAGES - 2)
-        _decode_step(w_smem, s_smem, b_smem.index((i + 1) % 2), sel, th, tl, i + 1, STAGES, WL, SL3, BL)
+        gl.thread_barrier()  # both warpgroups retired step i - 1: its slot and bf16 buffer are free
+        _issue_step(x_desc, w_desc, s_desc, x_smem, w_smem, s_smem, bars, off_m, off_n, i + STAGES - 1, steps,
+                    BLOCK_K, STAGES)
+        nxt = i + 1
+        # step i + 1 (past the last step: the slot of step i + 1 - STAGES, long landed, decoded in vain)
+        mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1, pred=nxt < steps)
+        _decode_step(w_smem, s_smem, b_smem.index(nxt % 2), sel, th, tl, nxt, STAGES, WL, BL)
         fence_async_shared()
         gl.thread_barrier()  # every thread's part of step i + 1's tile is in shared memory
     acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
-    async_copy.wait_group(0)
     for j in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(j))
 
@@ -236,8 +232,18 @@ def repack(data: torch.Tensor, plain_scales: torch.Tensor) -> tuple[torch.Tensor
     return words, scale_words.reshape(n, kh // 32)
 
 
+def _descriptors(dw: "DqWeight", block_n: int) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """TMA descriptors of the words ([N, K/8], block [block_n, 8]) and of the scale words transposed ([K/64, N],
+    block [1, block_n]): their rows are 32 and block_n * 4 bytes, at least TMA's 16."""
+    words = TensorDescriptor(dw.words, list(dw.words.shape), [dw.words.stride(0), 1], [block_n, 8], _PLAIN32)
+    scales = TensorDescriptor(dw.scales_t, list(dw.scales_t.shape), [dw.scales_t.stride(0), 1], [1, block_n],
+                              _PLAIN32)
+    return words, scales
+
+
 class DqWeight:
-    """A weight's copy for this kernel (`repack`, made once per weight tensor: see `dq_weight_of`)."""
+    """A weight's copy for this kernel (`repack`, made once per weight tensor: see `dq_weight_of`) and its TMA
+    descriptors per BLOCK_N (`descriptors`)."""
 
     def __init__(self, data: torch.Tensor, scales: torch.Tensor, scale_layout: str, shape: tuple[int, int]):
         n, k = shape
@@ -246,8 +252,18 @@ class DqWeight:
         parts = [repack(data[r:r + step], plain[r:r + step]) for r in range(0, n, step)]
         self.words = torch.cat([w for w, _ in parts])
         self.scales = torch.cat([s for _, s in parts])
+        self.scales_t = self.scales.t().contiguous()  # [K/64, N]: one TMA row per K step
         self.shape = (n, k)
+        self._descs: dict[int, tuple] = {}
         self.versions = (data._version, scales._version)
+
+
+    def descriptors(self, block_n: int) -> tuple[TensorDescriptor, TensorDescriptor]:
+        """The words' and scale words' descriptors for tiles of block_n rows (made once)."""
+        hit = self._descs.get(block_n)
+        if hit is None:
+            hit = self._descs[block_n] = _descriptors(self, block_n)
+        return hit
 
 
 _COPIES: dict[int, DqWeight] = {}
@@ -274,7 +290,7 @@ GROUP_M = 8
 
 def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
     """Shared memory of a config: the ring (x tile, weight words, scale words) and the two bf16 buffers."""
-    return stages * (2 * block_m * 64 + block_n * 32 + block_n * 8) + 2 * 2 * block_n * 64
+    return stages * (2 * block_m * 64 + block_n * 32 + block_n * 4) + 2 * 2 * block_n * 64
 
 
 def dq_candidates(m: int, n: int, k: int) -> list[dict]:
@@ -309,7 +325,6 @@ def check_dq_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
 
 
 _LAUNCHER = CachedLauncher(dq_wgmma_kernel, pipeline=False)
-_X_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
 
 class DqLaunch:
@@ -329,8 +344,8 @@ class DqLaunch:
         dw = dq_weight_of(data, scales, self.layout, (self.n, self.k))
         out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device)
         run_entry(self.entry, self.grid, self.device,
-                  (_x_desc(x, self.cfg["BLOCK_M"]), dw.words, dw.scales, out, alpha, out if bias is None else bias,
-                   self.tables, self.m, self.n, self.k, out.stride(0)))
+                  (_x_desc(x, self.cfg["BLOCK_M"]), *dw.descriptors(self.cfg["BLOCK_N"]), out, alpha,
+                   out if bias is None else bias, self.tables, self.m, self.n, self.k, out.stride(0)))
         return out
 
 
@@ -355,8 +370,8 @@ def launch_dq(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | N
     dw = dq_weight_of(w_q.data, w_q.scales, w_q.scale_layout, (n, k))
     out = torch.empty((m, n), dtype=out_dtype, device=device)
     b = out if bias is None else bias
-    args = (_x_desc(x, cfg["BLOCK_M"]), dw.words, dw.scales, out, alpha, b, _wide.lane_tables(device), m, n, k,
-            out.stride(0))
+    args = (_x_desc(x, cfg["BLOCK_M"]), *dw.descriptors(cfg["BLOCK_N"]), out, alpha, b, _wide.lane_tables(device),
+            m, n, k, out.stride(0))
     kwargs = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "STAGES": cfg["STAGES"], "GROUP_M": GROUP_M,
               "HAS_BIAS": bias is not None, "num_warps": 8}
     key = ("dq_wgmma", m, n, k, out.dtype, b.dtype, tuple(sorted(kwargs.items())))
