@@ -6,7 +6,7 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluon mixed GEMM's configs
 (`kernels.gluon_mixed`, its candidates and GLUON_EXTRA, in the register and the staged K loop
-(the staged ones also with half the split)), d = the shared-memory decode GEMM's configs (`kernels.dq_wgmma`, its
+(the staged ones also with half the split, and with x^T by TMA)), d = the shared-memory decode GEMM's configs (`kernels.dq_wgmma`, its
 candidates and DQ_EXTRA) beside dequant_gemm, t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
 against F.linear; for 't' jobs the tuner's own times (`decode.tuning_copies`: weight copies rotated past L2)
@@ -88,13 +88,14 @@ def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
     for cfg in base:
         for stages in GLUON_STAGES:
             for f in ((1,) if stages == 0 else (1, 0.5)):  # deeper rings may want fewer, longer slices
-                c = dict(cfg, SPLIT_K=max(1, int(cfg["SPLIT_K"] * f)), STAGES=stages)
-                try:
-                    gm.check_config("sweep", c, m, n, k)
-                except errors.InputError:
-                    continue
-                if c not in cands:
-                    cands.append(c)
+                for tma in ((False,) if stages == 0 else (False, True)):  # staged: x^T by cp.async or by TMA
+                    c = dict(cfg, SPLIT_K=max(1, int(cfg["SPLIT_K"] * f)), STAGES=stages, X_TMA=tma)
+                    try:
+                        gm.check_config("sweep", c, m, n, k)
+                    except errors.InputError:
+                        continue
+                    if c not in cands:
+                        cands.append(c)
     return cands
 
 

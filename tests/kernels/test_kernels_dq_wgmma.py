@@ -40,7 +40,7 @@ def _compile(block_m: int, block_n: int, stages: int):
 
 def _loop(sass: str) -> str:
     """The SASS of the main K loop: the backward branch whose body holds the wgmmas."""
-    for back in re.finditer(r"@P\d BRA (LBB\d+);", sass):
+    for back in re.finditer(r"@!?P\d BRA (LBB\d+);", sass):
         start = sass.find(back.group(1) + ":")
         if 0 <= start < back.start() and "HGMMA" in sass[start:back.end()]:
             return sass[start:back.end()]

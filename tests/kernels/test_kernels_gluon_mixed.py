@@ -14,6 +14,7 @@ import re
 
 import pytest
 import torch
+from triton.experimental.gluon import language as gl
 
 import bwtriton
 from bwtriton.errors import InputError
@@ -30,10 +31,18 @@ _SIG = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*bf16", "
         "N": "i32", "K": "i32", "stride_xm": "i32", "stride_om": "i32"}
 
 
-def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False, stages: int = 0):
+def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False, stages: int = 0,
+             x_tma: bool = False):
     const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split, STAGES=stages)
-    return bwtriton.compile(gm.gluon_mixed_kernel, signature=_SIG, constexprs=const, target="sm_90a",
-                            num_warps=warps, num_stages=1, divisible_by_16=[a for a in _SIG if a != "M"])
+    sig = dict(_SIG)
+    if x_tma:
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * block_k), element_bitwidth=16, rank=2)
+        sig["x_desc"] = f"tensordesc<bf16[{block_m}, {block_k}],{layout!r}>"
+    else:
+        const["x_desc"] = None
+    return bwtriton.compile(gm.gluon_mixed_kernel, signature=sig, constexprs=const, target="sm_90a",
+                            num_warps=warps, num_stages=1,
+                            divisible_by_16=[a for a in sig if a != "M" and not a.endswith("desc")])
 
 
 def _loop(sass: str) -> str:
@@ -100,6 +109,19 @@ def test_register_a_wgmma_with_one_group_in_flight(block_m, split, stages):
         assert "LDGSTS.E.BYPASS.128" in loop and "LDS.128" in loop and not re.search(r"\bLDG\b", loop)
         assert "DEPBAR.LE SB0" in loop        # the cp.async group wait
     assert not wgmma_register_hazards(loop)
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+def test_x_by_tma_leaves_no_proxy_fence_in_the_staged_loop(warps):
+    """With x^T by TMA the loop has no `fence.proxy.async` (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS), which
+    would wait for the weight's cp.asyncs in flight; the weight words still come by 16-byte cp.async."""
+    from test_kernels_dq_wgmma import _loop as wgmma_loop  # noqa: PLC0415 - the loop finder of the TMA kernels
+    res = _compile(64 * warps // 4, 64, 64, warps, True, 4, x_tma=True)
+    loop = wgmma_loop(res.asm["sass"])
+    assert "MEMBAR" not in loop and "FENCE.VIEW.ASYNC" not in loop
+    assert loop.count("UTMALDG.2D") == 2 and "SYNCS.PHASECHK" in loop and "LDGSTS.E.BYPASS.128" in loop
+    assert not wgmma_register_hazards(loop)
+    assert "MEMBAR.ALL.CTA" in _loop(_compile(64, 64, 64, 4, True, 4).asm["sass"])  # the cp.async form has it
 
 
 def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
@@ -200,15 +222,15 @@ def _one_hot_weight(n: int, k: int) -> QuantizedTensor:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
 @pytest.mark.parametrize("m,split", [(1, 2), (5, 1), (16, 1), (40, 4), (128, 8)])
-@pytest.mark.parametrize("stages", [0, 4, 6])
-def test_gpu_one_hot_rows_pick_weights_exactly(m, split, stages):
+@pytest.mark.parametrize("stages,x_tma", [(0, False), (4, False), (6, False), (4, True), (6, True)])
+def test_gpu_one_hot_rows_pick_weights_exactly(m, split, stages, x_tma):
     n, k = 256, 2048
     w_q = _one_hot_weight(n, k)
     cols = torch.arange(m) * 37 % k
     x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
     x[torch.arange(m), cols.cuda()] = 1.0
     cfg = {"path": "gluon_mixed", "BLOCK_N": 128, "BLOCK_M": swap_ab_block_m(m), "BLOCK_K": 64,
-           "SPLIT_K": split, "num_warps": 4 if m <= 64 else 8, "STAGES": stages}
+           "SPLIT_K": split, "num_warps": 4 if m <= 64 else 8, "STAGES": stages, "X_TMA": x_tma}
     out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=cfg)
     assert torch.equal(out.double().cpu(), w_q.dequantize(torch.float64)[:, cols.cuda()].T.cpu())
 

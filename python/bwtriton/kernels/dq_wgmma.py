@@ -44,7 +44,7 @@ _X_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, ra
 _PLAIN32 = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 __all__ = ["dq_wgmma_kernel", "dq_candidates", "dq_label", "launch_dq", "check_dq_config", "dq_weight_of",
-           "MIN_M"]
+           "x_descriptor", "MIN_M"]
 
 #: Smallest M the tuner offers this kernel for: below it a 128-row activation tile is mostly padding and the
 #: swap-AB kernels are faster.
@@ -344,7 +344,7 @@ class DqLaunch:
         dw = dq_weight_of(data, scales, self.layout, (self.n, self.k))
         out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=self.device)
         run_entry(self.entry, self.grid, self.device,
-                  (_x_desc(x, self.cfg["BLOCK_M"]), *dw.descriptors(self.cfg["BLOCK_N"]), out, alpha,
+                  (x_descriptor(x, self.cfg["BLOCK_M"]), *dw.descriptors(self.cfg["BLOCK_N"]), out, alpha,
                    out if bias is None else bias, self.tables, self.m, self.n, self.k, out.stride(0)))
         return out
 
@@ -354,11 +354,14 @@ def dq_grid(cfg: dict, m: int, n: int) -> int:
     return triton.cdiv(m, cfg["BLOCK_M"]) * (n // cfg["BLOCK_N"])
 
 
-def _x_desc(x: torch.Tensor, block_m: int) -> TensorDescriptor:
-    """x bf16 [M, K] (unit inner stride, 16-byte aligned rows) as a TMA descriptor of [block_m, 64] tiles."""
+def x_descriptor(x: torch.Tensor, block_m: int, block_k: int = 64) -> TensorDescriptor:
+    """x bf16 [M, K] as a TMA descriptor of [block_m, block_k] tiles in the wgmma operand layout (rows swizzled
+    by up to 128 bytes); x is copied first where its rows are not 16-byte aligned or its inner stride is not 1."""
     if x.stride(1) != 1 or (x.stride(0) * 2) % 16 or x.data_ptr() % 16:
         x = x.contiguous()
-    return TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [block_m, 64], _X_LAYOUT)
+    layout = _X_LAYOUT if block_k >= 64 else gl.NVMMASharedLayout(swizzle_byte_width=2 * block_k,
+                                                                    element_bitwidth=16, rank=2)
+    return TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [block_m, block_k], layout)
 
 
 def launch_dq(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None", cfg: dict, *,
@@ -370,7 +373,7 @@ def launch_dq(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | N
     dw = dq_weight_of(w_q.data, w_q.scales, w_q.scale_layout, (n, k))
     out = torch.empty((m, n), dtype=out_dtype, device=device)
     b = out if bias is None else bias
-    args = (_x_desc(x, cfg["BLOCK_M"]), *dw.descriptors(cfg["BLOCK_N"]), out, alpha, b, _wide.lane_tables(device),
+    args = (x_descriptor(x, cfg["BLOCK_M"]), *dw.descriptors(cfg["BLOCK_N"]), out, alpha, b, _wide.lane_tables(device),
             m, n, k, out.stride(0))
     kwargs = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "STAGES": cfg["STAGES"], "GROUP_M": GROUP_M,
               "HAS_BIAS": bias is not None, "num_warps": 8}

@@ -42,7 +42,8 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 
 from ..errors import InputError
 from ..targets import H100_SM_COUNT
@@ -156,7 +157,7 @@ def _store_out(acc, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_
 
 @gluon.jit
 def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, work_ptr, count_ptr,
-                       M, N, K, stride_xm, stride_om, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                       M, N, K, stride_xm, stride_om, x_desc, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_K: gl.constexpr, SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr = False,
                        STAGES: gl.constexpr = 0):
     """out[m, n] = alpha[0] * sum_k x[m, k] * (e2m1 * s)[n, k] (+ bias[n]), fp32 accumulation in wgmma.
@@ -167,7 +168,8 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
     SPLIT (S > 1): work_ptr fp32 [S, tiles, BLOCK_N * BLOCK_M] partials, count_ptr int32 [tiles] arrival counters
     (zero between launches; the last slice resets its tile's). STAGES 0: the register loop (the next step's
     operands loaded into registers); STAGES >= 4: the staged loop (`_staged_loop`: a STAGES-slot cp.async
-    ring)."""
+    ring); x_desc None, or a TMA descriptor of x bf16 [M, K] (block [BLOCK_M, BLOCK_K]) for the staged loop to
+    bring x^T by TMA."""
     W: gl.constexpr = gl.num_warps()
     BN2: gl.constexpr = BLOCK_N // 2
     BK4: gl.constexpr = BLOCK_K // 4
@@ -219,7 +221,7 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
     if STAGES > 0:
         acc = _staged_loop(x_ptr + (k_lo // 2 + x_off), w_ptr + w_off, s_ptr + s_off, half, th, tl, steps,
                            BLOCK_M, BLOCK_N, BLOCK_K, STAGES, STEP_WORDS, STEP_PAIRS, MMA, A_LAYOUT, WL, SL, XS32,
-                           XS)
+                           XS, x_desc, pid_m * BLOCK_M, k_lo)
     else:
         x_smem = gl.allocate_shared_memory(gl.int32, [3, BLOCK_M, BLOCK_K // 2], XS32)
         w0 = gl.load(w_ptr + w_off)
@@ -256,7 +258,8 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
 
 @gluon.jit
 def _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, step, steps, STAGES: gl.constexpr,
-                  STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr, STEP_X: gl.constexpr):
+                  STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr, STEP_X: gl.constexpr, x_desc, bars, off_m,
+                  k_lo):
     """cp.async of K step `step`'s weight words, scale pairs and x^T into slot step % STAGES, as one commit group;
     past the last step the copies are masked off (an empty group: every step commits one, so the waits count
     steps). A mask, not a branch: ptxas serializes every wgmma of a loop whose in-flight group spans a branch."""
@@ -266,15 +269,21 @@ def _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, step, steps, STAGES: gl.co
                                            mask=gl.full(wp.shape, 1, gl.int1, wp.type.layout) & live)
     async_copy.async_copy_global_to_shared(s_smem.index(slot), sp + step * STEP_PAIRS,
                                            mask=gl.full(sp.shape, 1, gl.int1, sp.type.layout) & live)
-    async_copy.async_copy_global_to_shared(x_smem.index(slot), xp + step * STEP_X,
-                                           mask=gl.full(xp.shape, 1, gl.int1, xp.type.layout) & live)
+    if x_desc is None:
+        async_copy.async_copy_global_to_shared(x_smem.index(slot), xp + step * STEP_X,
+                                               mask=gl.full(xp.shape, 1, gl.int1, xp.type.layout) & live)
+    else:  # x by TMA: read only by the wgmma, so no proxy fence (which would wait for the cp.asyncs in flight)
+        mbarrier.expect(bars.index(slot), x_desc.block_type.nbytes, pred=live)
+        tma.async_copy_global_to_shared(x_desc, [off_m, k_lo + step * (2 * STEP_X)], bars.index(slot),
+                                        x_smem.index(slot), pred=live)
     async_copy.commit_group()
 
 
 @gluon.jit
 def _staged_step(acc, a_prev, k, steps, w_smem, s_smem, x_smem, wp, sp, xp, half, th, tl, STAGES: gl.constexpr,
                  AHEAD: gl.constexpr, STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr, STEP_X: gl.constexpr,
-                 A_LAYOUT: gl.constexpr, WL: gl.constexpr, SL: gl.constexpr, XS: gl.constexpr):
+                 A_LAYOUT: gl.constexpr, WL: gl.constexpr, SL: gl.constexpr, XS: gl.constexpr, x_desc, bars,
+                 off_m, k_lo):
     """K step k of the staged loop: start the copies of step k + AHEAD, wait for step k's (AHEAD later groups
     stay in flight), decode from shared memory, issue the wgmma, wait for the previous one.
 
@@ -283,16 +292,25 @@ def _staged_step(acc, a_prev, k, steps, w_smem, s_smem, x_smem, wp, sp, xp, half
     warpgroups: the other one passed step k - 1's barrier, so its wait at step k - 2 retired step k - 3); its
     weight words were read by this thread's own shared loads. The copies go before the wait so that the wait's
     barrier separates them from this step's shared reads (no barrier of their own)."""
-    _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, k + AHEAD, steps, STAGES, STEP_WORDS, STEP_PAIRS, STEP_X)
+    _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, k + AHEAD, steps, STAGES, STEP_WORDS, STEP_PAIRS, STEP_X,
+                  x_desc, bars, off_m, k_lo)
     async_copy.wait_group(AHEAD)
-    fence_async_shared()
-    gl.thread_barrier()  # every thread's copies of step k landed before either warpgroup's wgmma reads them
     slot = k % STAGES
+    if x_desc is None:
+        fence_async_shared()
+        gl.thread_barrier()  # every thread's copies of step k landed before either warpgroup's wgmma reads them
+    else:
+        if gl.num_warps() > 4:
+            gl.thread_barrier()  # both warpgroups are past step k - 1 (the slot refilled above is free)
+        mbarrier.wait(bars.index(slot), (k // STAGES) & 1)
     w = w_smem.index(slot).load(WL)
     s = _select_scales(s_smem.index(slot).load(SL), half, WL)
     a = _decode_operand(w, s, th, tl, A_LAYOUT)
     buf = x_smem.index(slot)
-    xt = buf._reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
+    if x_desc is None:
+        xt = buf._reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
+    else:
+        xt = buf.permute((1, 0))
     acc = warpgroup_mma(a, xt, acc, is_async=True)
     acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
     return acc, a
@@ -302,7 +320,7 @@ def _staged_step(acc, a_prev, k, steps, w_smem, s_smem, x_smem, wp, sp, xp, half
 def _staged_loop(xp, wp, sp, half, th, tl, steps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  BLOCK_K: gl.constexpr, STAGES: gl.constexpr, STEP_WORDS: gl.constexpr, STEP_PAIRS: gl.constexpr,
                  MMA: gl.constexpr, A_LAYOUT: gl.constexpr, WL: gl.constexpr, SL: gl.constexpr,
-                 XS32: gl.constexpr, XS: gl.constexpr):
+                 XS32: gl.constexpr, XS: gl.constexpr, x_desc, off_m, k_lo):
     """The K loop with AHEAD = STAGES - 1 - warpgroups steps of copies in flight beyond the current one: weight
     words, scale pairs and x^T all go to a STAGES-slot shared ring by cp.async (each thread's weight bytes are
     its own fragments, read back by the same thread), so the bytes in flight cost shared memory, not registers."""
@@ -312,16 +330,25 @@ def _staged_loop(xp, wp, sp, half, th, tl, steps, BLOCK_M: gl.constexpr, BLOCK_N
     AHEAD: gl.constexpr = STAGES - 1 - gl.num_warps() // 4
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 2, BLOCK_K // 4], PLAIN)
     s_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 2, BLOCK_K // 8], PAIRS)
-    x_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, BLOCK_K // 2], XS32)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if x_desc is None:
+        x_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, BLOCK_K // 2], XS32)
+    else:
+        x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+        for j in gl.static_range(STAGES):
+            mbarrier.init(bars.index(j), count=1)
+        fence_async_shared()
     for j in gl.static_range(AHEAD):
-        _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, j, steps, STAGES, STEP_WORDS, STEP_PAIRS, STEP_X)
+        _stage_copies(w_smem, s_smem, x_smem, wp, sp, xp, j, steps, STAGES, STEP_WORDS, STEP_PAIRS, STEP_X,
+                      x_desc, bars, off_m, k_lo)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
     a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, A_LAYOUT)
     for i in range(0, steps, 2):  # two K steps per iteration, as in the register loop (`_step`)
         acc, a0 = _staged_step(acc, a1, i, steps, w_smem, s_smem, x_smem, wp, sp, xp, half, th, tl, STAGES, AHEAD,
-                               STEP_WORDS, STEP_PAIRS, STEP_X, A_LAYOUT, WL, SL, XS)
+                               STEP_WORDS, STEP_PAIRS, STEP_X, A_LAYOUT, WL, SL, XS, x_desc, bars, off_m, k_lo)
         acc, a1 = _staged_step(acc, a0, i + 1, steps, w_smem, s_smem, x_smem, wp, sp, xp, half, th, tl, STAGES,
-                               AHEAD, STEP_WORDS, STEP_PAIRS, STEP_X, A_LAYOUT, WL, SL, XS)
+                               AHEAD, STEP_WORDS, STEP_PAIRS, STEP_X, A_LAYOUT, WL, SL, XS, x_desc, bars, off_m,
+                               k_lo)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a1])
     async_copy.wait_group(0)
     return acc
@@ -386,7 +413,7 @@ def gluon_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int,
     ctas = (n // block_n) * triton.cdiv(m, bm)
     split = k_split(ctas, k, block_k, 4, num_sms, split_div)
     return {"path": "gluon_mixed", "BLOCK_N": block_n, "BLOCK_M": bm, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_warps": warps, "STAGES": stages}
+            "num_warps": warps, "STAGES": stages, "X_TMA": False}
 
 
 def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
@@ -406,7 +433,8 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> li
 def gluon_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gluon_mixed 128x64x64 w4 split4'."""
     return (f"gluon_mixed {cfg['BLOCK_N']}x{cfg['BLOCK_M']}x{cfg['BLOCK_K']} w{cfg['num_warps']} "
-            f"split{cfg['SPLIT_K']}{' s%d' % cfg['STAGES'] if cfg.get('STAGES') else ''}")
+            f"split{cfg['SPLIT_K']}{' s%d' % cfg['STAGES'] if cfg.get('STAGES') else ''}"
+            f"{' tma' if cfg.get('X_TMA') else ''}")
 
 
 def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
@@ -426,6 +454,8 @@ def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
     if stages not in STAGE_CHOICES or stages * stage_bytes(bn, bm, bk) > MAX_RING_BYTES:
         problems.append(f"STAGES must be one of {STAGE_CHOICES} with STAGES * {stage_bytes(bn, bm, bk)} bytes of ring "
                         f"<= {MAX_RING_BYTES} (got {stages})")
+    if cfg.get("X_TMA") and not stages:
+        problems.append("X_TMA (x^T by TMA) needs the staged loop (STAGES >= 4)")
     if bn * bm > 128 * 32 * w:
         problems.append(f"BLOCK_N * BLOCK_M / (32 * num_warps) accumulator registers must be <= 128 "
                         f"(got {bn} * {bm} / (32 * {w}))")
@@ -482,7 +512,7 @@ class GluonLaunch:
         x32 = _x_words(x)
         run_entry(self.entry, self.grid, self.device,
                   (x32, fw.words, fw.scales32, out, alpha, out if bias is None else bias, self.tables, work, count,
-                   self.m, self.n, self.k, x32.stride(0), out.stride(0)))
+                   self.m, self.n, self.k, x32.stride(0), out.stride(0), _x_desc(x, self.cfg)))
         return out
 
 
@@ -490,6 +520,14 @@ def _x_words(x: torch.Tensor) -> torch.Tensor:
     """x bf16 [M, K] as int32 pairs [M, K / 2] (a view; a copy where the strides do not allow one)."""
     from ._common import view_as_words  # noqa: PLC0415 - reason: imported where the repack runs, keeping the module import graph of decode.py unchanged
     return view_as_words(x, torch.int32)
+
+
+def _x_desc(x: torch.Tensor, cfg: dict):
+    """x's TMA descriptor for a staged config with X_TMA, else None."""
+    if not (cfg.get("X_TMA") and cfg.get("STAGES")):
+        return None
+    from .dq_wgmma import x_descriptor  # noqa: PLC0415 - reason: the TMA form only; keeps the import graph as it is
+    return x_descriptor(x, cfg["BLOCK_M"], cfg["BLOCK_K"])
 
 
 def launch_gluon(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None", cfg: dict, *,
@@ -505,10 +543,12 @@ def launch_gluon(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor 
     b = out if bias is None else bias
     x32 = _x_words(x)
     tables = _wide.lane_tables(device)
-    args = (x32, fw.words, fw.scales32, out, alpha, b, tables, work, count, m, n, k, x32.stride(0), out.stride(0))
+    args = (x32, fw.words, fw.scales32, out, alpha, b, tables, work, count, m, n, k, x32.stride(0), out.stride(0),
+            _x_desc(x, cfg))
     kwargs = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_M": cfg["BLOCK_M"], "BLOCK_K": cfg["BLOCK_K"],
               "SPLIT": cfg["SPLIT_K"] > 1, "HAS_BIAS": bias is not None, "num_warps": cfg["num_warps"],
               "STAGES": int(cfg.get("STAGES", 0))}
-    key = ("gluon_mixed", m, n, k, x32.stride(0), out.dtype, b.dtype, tuple(sorted(kwargs.items())))
+    key = ("gluon_mixed", m, n, k, x32.stride(0), out.dtype, b.dtype, tuple(sorted(kwargs.items())),
+           args[-1] is not None)
     entry = _LAUNCHER.launch(key, gluon_grid(cfg, m, n), device, args, kwargs)
     return out, GluonLaunch(cfg, m, n, k, out_dtype, device, entry, scratch, w_q.scale_layout)
