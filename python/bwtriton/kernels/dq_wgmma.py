@@ -283,8 +283,10 @@ def dq_weight_of(data: torch.Tensor, scales: torch.Tensor, scale_layout: str, sh
 
 
 #: (BLOCK_M, BLOCK_N, STAGES) the tuner times: the two tile shapes whose fp32 accumulator is 128 registers per
-#: thread (two warpgroups), with the deepest ring that fits.
-_SHAPES = ((256, 128, 4), (128, 256, 4), (256, 128, 3))
+#: thread (two warpgroups) with 4- and 5-slot rings, and 128 x 128 (twice the CTAs, for M near MIN_M). H200
+#: ('d' jobs of decode_sweep.py): a shallower ring is slower (M = 4096, N = K = 4096, 256 x 128: 378 / 290 / 250 us
+#: with 2 / 3 / 4 slots); 128 x 128 was the fastest at M = 256 (81 us against 115 for 256 x 128 at N = K = 8192).
+_SHAPES = ((256, 128, 4), (256, 128, 5), (128, 256, 4), (128, 128, 4))
 GROUP_M = 8
 
 

@@ -59,6 +59,8 @@ __all__ = ["gluon_mixed_kernel", "gluon_candidates", "gluon_config", "launch_glu
 MIN_M = 1
 #: Stage counts of the staged K loop (0: the register loop); shared memory per CTA bounds them (`stage_bytes`).
 STAGE_CHOICES = (0, 4, 5, 6, 8)
+#: Smallest activation tile for which the tuner also times the staged loop with x^T by TMA (`gluon_candidates`).
+X_TMA_MIN_BLOCK_M = 128
 #: Shared memory a config's ring may use (of the H200's 227 KB per CTA; the rest is the epilogue's scratch).
 MAX_RING_BYTES = 200 * 1024
 
@@ -427,7 +429,9 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> li
             cfg = gluon_config(m, n, k, bn, bk, w, bm, num_sms, div, stages)
             if cfg is not None and cfg not in cands:
                 cands.append(cfg)
-    return cands
+    # from 128-column activation tiles, each staged config also with x^T by TMA: 5% faster at M = 128,
+    # N = K = 8192 on the H200 (39.7 against 41.8 us), level at M = 16 - 64
+    return cands + [dict(c, X_TMA=True) for c in cands if c["STAGES"] and c["BLOCK_M"] >= X_TMA_MIN_BLOCK_M]
 
 
 def gluon_label(cfg: dict) -> str:
