@@ -6,7 +6,8 @@ mma.sync kernel below and the frag kernel (`_decode_frag`); above M = 16 the mix
 (`mixed_gemm`: the dequantized weight as wgmma's register A operand, x^T in shared memory, split-K reduced in
 the kernel; any M with an explicit config); on sm_90a for M = 16 .. 256 its Gluon form (`gluon_mixed`: the
 weight decoded from a fragment-ordered copy straight into the register A operand, one wgmma group in flight),
-timed first; from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path. H200 winners
+timed first; from M = DEQUANT_GEMM_MIN_M the exact dequantize-to-bf16 + `kernels.matmul` path, and on sm_90a
+from M = 256 `dq_wgmma` (the weight decoded into shared memory, 4.5 bits per weight in HBM). H200 winners
 (graph replay, inputs rotated past L2): gemv / frag at M <= 16, wgmma at M = 64 - 128 (with a split of 2-8)
 before gluon_mixed, whose own sweep (docs/nvfp4_hopper.md) beat those earlier wgmma times at M = 64 - 256.
 'fragw' (`_decode_frag_wide`, M <= 128: the frag weight with its scale folded into the A fragments, every MMA
