@@ -20,7 +20,7 @@ import bwtriton
 from bwtriton.errors import InputError
 from bwtriton.formats import from_blocked_scales, quantize_nvfp4
 from test_kernels_blockscaled import assert_close_to_reference
-from test_kernels_gluon_mixed import _hopper, _one_hot_weight
+from test_kernels_gluon_mixed import _hopper, _one_hot_weight, check_bias_and_replay
 
 dq = importlib.import_module("bwtriton.kernels.dq_wgmma")
 frag = importlib.import_module("bwtriton.kernels._decode_frag")
@@ -154,20 +154,13 @@ def test_gpu_every_config_is_close_and_deterministic(m, blocked):
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma and TMA: sm_90a")
 def test_gpu_bias_strided_x_and_replay():
-    from bwtriton.kernels._common import decode_scale_arg
     torch.manual_seed(5)
     m, n, k = 384, 1024, 2048
     xs = torch.randn(m, k + 64, device="cuda").to(torch.bfloat16)
     x = xs[:, :k]                                                      # row stride K + 64: TMA takes it as is
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
     bias = torch.randn(n, device="cuda").to(torch.bfloat16)
-    cfg = dq.dq_candidates(m, n, k)[0]
-    alpha = decode_scale_arg(w_q, x.device)
-    out, launch = dq.launch_dq(x, w_q, alpha, bias, cfg)
-    ref_w = w_q.dequantize(torch.float64)
-    assert_close_to_reference(out, x.double(), ref_w, bias)
-    x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    assert_close_to_reference(launch.run(x2, w_q.data, w_q.scales, alpha, bias), x2.double(), ref_w, bias)
+    check_bias_and_replay(dq.launch_dq, dq.dq_candidates(m, n, k)[0], x, w_q, bias)
 
 
 @pytest.mark.emulated

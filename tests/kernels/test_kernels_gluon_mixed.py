@@ -254,18 +254,23 @@ def test_gpu_every_candidate_is_close_and_deterministic(m):
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
 def test_gpu_bias_and_replay():
-    from bwtriton.kernels._common import decode_scale_arg
     torch.manual_seed(5)
     m, n, k = 48, 1024, 2048
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
     bias = torch.randn(n, device="cuda").to(torch.bfloat16)
-    cfg = dict(gm.gluon_candidates(m, n, k)[0], SPLIT_K=4)
+    check_bias_and_replay(gm.launch_gluon, dict(gm.gluon_candidates(m, n, k)[0], SPLIT_K=4), x, w_q, bias)
+
+
+def check_bias_and_replay(launch_fn, cfg: dict, x: torch.Tensor, w_q, bias: torch.Tensor) -> None:
+    """`launch_fn(x, w_q, alpha, bias, cfg)`'s output, then its replayable launch's on new activations, against
+    the float64 reference with the bias."""
+    from bwtriton.kernels._common import decode_scale_arg  # noqa: PLC0415 - a CUDA-only helper of the GPU tests
     alpha = decode_scale_arg(w_q, x.device)
-    out, launch = gm.launch_gluon(x, w_q, alpha, bias, cfg)
+    out, launch = launch_fn(x, w_q, alpha, bias, cfg)
     ref_w = w_q.dequantize(torch.float64)
     assert_close_to_reference(out, x.double(), ref_w, bias)
-    x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    x2 = torch.randn(x.shape, device="cuda").to(torch.bfloat16)
     assert_close_to_reference(launch.run(x2, w_q.data, w_q.scales, alpha, bias), x2.double(), ref_w, bias)
 
 

@@ -704,18 +704,15 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     if cfg["path"] == "dequant_gemm":
         return _dequant_gemm(x, w_q.data, w_q.scales, w_q.scale_layout, tuple(w_q.shape), alpha, bias,
                              out_dtype), None
-    if cfg["path"] == "gluon_mixed":
-        _gluon.check_config(op, cfg, m, n, k)
+    hopper_only = {"gluon_mixed": (_gluon.check_config, _gluon.launch_gluon, "wgmma", "wgmma"),
+                   "dq_wgmma": (_dq.check_dq_config, _dq.launch_dq, "wgmma and TMA", "dequant_gemm")}
+    if cfg["path"] in hopper_only:  # the Gluon kernels, written for sm_90a
+        check, launch, needs, instead = hopper_only[cfg["path"]]
+        check(op, cfg, m, n, k)
         if device.type != "cuda" or device_capability(device) != 90:
-            raise InputError(f"{op}: the gluon_mixed path is written for sm_90 (Hopper wgmma), this device is "
-                             f"{device}; use path 'wgmma' or leave config unset")
-        return _gluon.launch_gluon(x, w_q, alpha, bias, cfg, out_dtype=out_dtype)
-    if cfg["path"] == "dq_wgmma":
-        _dq.check_dq_config(op, cfg, m, n, k)
-        if device.type != "cuda" or device_capability(device) != 90:
-            raise InputError(f"{op}: the dq_wgmma path is written for sm_90 (Hopper wgmma and TMA), this device "
-                             f"is {device}; use path 'dequant_gemm' or leave config unset")
-        return _dq.launch_dq(x, w_q, alpha, bias, cfg, out_dtype=out_dtype)
+            raise InputError(f"{op}: the {cfg['path']} path is written for sm_90 (Hopper {needs}), this device is "
+                             f"{device}; use path '{instead}' or leave config unset")
+        return launch(x, w_q, alpha, bias, cfg, out_dtype=out_dtype)
     if cfg["path"] == "wgmma":
         if not _mixed.mixed_tiles(cfg, m, n, k):
             raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "
