@@ -11,7 +11,8 @@ BLOCK_M (about 2.4 instructions per weight, once per BLOCK_M rows) and the tenso
   consecutive K elements of a row, and the plain UE4M3 scales as one int32 per row and 64-wide K step, stored
   K-step-major so that a step's scale words are one TMA row). Nothing is copied by cp.async: the fence that
   publishes the decoded tile to the wgmma (`fence.proxy.async`, a MEMBAR.ALL.CTA in SASS) would wait for every
-  cp.async still in flight (with the words by cp.async the H200 took 2.3x longer per K step).
+  cp.async still in flight (with the words by cp.async the H200 took 1.38x longer: 345 against 250 us at
+  M = 4096, N = K = 4096).
 * The decode is the frag path's table decode (`_decode_frag`: the masked word is a `prmt` selector of the byte
   tables of e2m1 * 2^120 in bf16, the signs sit in the selectors' mode bits), times the scale byte << 4 read as
   bf16 (= scale * 2^-120, `mul.rn.bf16x2`): exact, about 19 instructions per word. The bf16 tile goes to one of
