@@ -20,7 +20,7 @@ import bwtriton
 from bwtriton.errors import InputError
 from bwtriton.formats import from_blocked_scales, quantize_nvfp4
 from test_kernels_blockscaled import assert_close_to_reference
-from test_kernels_gluon_mixed import _hopper, _one_hot_weight, check_bias_and_replay
+from test_kernels_gluon_mixed import _hopper, _one_hot_weight, check_bias_and_replay, check_refused_off_hopper
 
 dq = importlib.import_module("bwtriton.kernels.dq_wgmma")
 frag = importlib.import_module("bwtriton.kernels._decode_frag")
@@ -166,9 +166,4 @@ def test_gpu_bias_strided_x_and_replay():
 @pytest.mark.emulated
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the emulated B200 takes CPU tensors only on a CPU machine")
 def test_explicit_dq_wgmma_on_a_non_hopper_device_is_refused():
-    from bwtriton.emu.driver import emulated_gpu  # noqa: PLC0415 - the emulator is needed by this test alone
-    w_q = quantize_nvfp4(torch.randn(128, 256))
-    x = torch.randn(256, 256, dtype=torch.bfloat16)
-    with emulated_gpu("sm_100a"):
-        with pytest.raises(InputError, match="dq_wgmma path is written for sm_90 .* use path 'dequant_gemm'"):
-            decode.nvfp4_decode_matmul(x, w_q, config={"path": "dq_wgmma"})
+    check_refused_off_hopper("dq_wgmma", 256, "dequant_gemm")

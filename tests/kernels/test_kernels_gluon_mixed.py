@@ -279,9 +279,14 @@ def check_bias_and_replay(launch_fn, cfg: dict, x: torch.Tensor, w_q, bias: torc
 @pytest.mark.emulated
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the emulated B200 takes CPU tensors only on a CPU machine")
 def test_explicit_gluon_mixed_on_a_non_hopper_device_is_refused():
-    from bwtriton.emu.driver import emulated_gpu  # noqa: PLC0415 - the emulator is needed by this test alone
+    check_refused_off_hopper("gluon_mixed", 16, "wgmma")
+
+
+def check_refused_off_hopper(path: str, m: int, instead: str) -> None:
+    """An explicit config of `path` on the emulated B200 is an InputError that names sm_90 and `instead`."""
+    from bwtriton.emu.driver import emulated_gpu  # noqa: PLC0415 - the emulator is needed by these tests alone
     w_q = quantize_nvfp4(torch.randn(128, 256))
-    x = torch.randn(16, 256, dtype=torch.bfloat16)
+    x = torch.randn(m, 256, dtype=torch.bfloat16)
     with emulated_gpu("sm_100a"):
-        with pytest.raises(InputError, match="gluon_mixed path is written for sm_90 .* use path 'wgmma'"):
-            decode.nvfp4_decode_matmul(x, w_q, config={"path": "gluon_mixed"})
+        with pytest.raises(InputError, match=f"{path} path is written for sm_90 .* use path '{instead}'"):
+            decode.nvfp4_decode_matmul(x, w_q, config={"path": path})
