@@ -1,11 +1,11 @@
-"""The shared-memory decode NVFP4 GEMM (`kernels.dq_wgmma`): sm_90a code generation on the CPU, the weight
-repack, config validation, and numerics on a GPU.
+"""The shared-memory decode NVFP4 GEMM (`kernels.dq_wgmma`): sm_90a code generation on the CPU, the weight repack,
+config validation, and numerics on a GPU.
 
-What is pinned: both wgmma operands come from shared memory (x by TMA, the weight's words by TMA and decoded by
-the CTA's own threads into a bf16 buffer, 16-byte shared stores), no cp.async in the loop, the loop keeps one
-wgmma group in flight, and no candidate spills. Products are exact (e2m1 * e4m3 in bf16, bf16 x bf16 in fp32), so one-hot activations give the
-dequantized weight bit for bit; general inputs are held to `assert_close_to_reference` (fp32 accumulation over K
-plus one rounding to the output type). K is never split, so two runs are bit-equal.
+What is pinned: both wgmma operands come from shared memory (x by TMA, the weight's words by TMA and decoded by the
+CTA's own threads into a bf16 buffer, 16-byte shared stores), no cp.async in the loop, the loop keeps one wgmma
+group in flight, and no candidate spills. Products are exact (e2m1 * e4m3 in bf16, bf16 x bf16 in fp32), so one-hot
+activations give the dequantized weight bit for bit; general inputs are held to `assert_close_to_reference` (fp32
+accumulation over K plus one rounding to the output type). K is never split, so two runs are bit-equal.
 """
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ decode = importlib.import_module("bwtriton.kernels.decode")
 def _compile(block_m: int, block_n: int, stages: int):
     layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     p32 = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-    sig = {"x_desc": f"tensordesc<bf16[{block_m}, 64],{layout!r}>", "w_desc": f"tensordesc<i32[{block_n}, 8],{p32!r}>",
-           "s_desc": f"tensordesc<i32[1, {block_n}],{p32!r}>", "out_ptr": "*bf16", "alpha_ptr": "*fp32", "bias_ptr": "*bf16", "table_ptr": "*i32", "M": "i32",
+    sig = {"x_desc": f"tensordesc<bf16[{block_m}, 64],{layout!r}>",
+           "w_desc": f"tensordesc<i32[{block_n}, 8],{p32!r}>", "s_desc": f"tensordesc<i32[1, {block_n}],{p32!r}>",
+           "out_ptr": "*bf16", "alpha_ptr": "*fp32", "bias_ptr": "*bf16", "table_ptr": "*i32", "M": "i32",
            "N": "i32", "K": "i32", "stride_om": "i32"}
     return bwtriton.compile(dq.dq_wgmma_kernel, signature=sig, target="sm_90a", num_warps=8, num_stages=1,
                             constexprs=dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, GROUP_M=dq.GROUP_M),
