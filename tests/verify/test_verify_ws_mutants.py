@@ -55,6 +55,17 @@ def _pairs():
     return [(k, f) for k in KERNELS for f in wm.FAULTS]
 
 
+@functools.lru_cache(maxsize=None)
+def _mutant_errors(kernel: str, fault: str) -> "tuple | None":
+    """The verifier's errors on `fault` planted into `kernel` (None where it has no place): one verification per
+    pair, shared by the pair's test and the rate report (both run in one worker: xdist distributes by file)."""
+    mutated = wm.FAULTS[fault](_ptx(kernel))
+    if mutated is None:
+        return None
+    assert mutated != _ptx(kernel)
+    return tuple(verify_ptx(mutated).errors)
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_unmutated_kernel_is_clean(kernel):
     report = verify_ptx(_ptx(kernel))
@@ -63,11 +74,9 @@ def test_unmutated_kernel_is_clean(kernel):
 
 @pytest.mark.parametrize("kernel,fault", _pairs(), ids=[f"{k}-{f}" for k, f in _pairs()])
 def test_planted_fault_is_an_error(kernel, fault):
-    mutated = wm.FAULTS[fault](_ptx(kernel))
-    if mutated is None:
+    errors = _mutant_errors(kernel, fault)
+    if errors is None:
         pytest.skip(f"{kernel} has no place for {fault}")
-    assert mutated != _ptx(kernel)
-    errors = verify_ptx(mutated).errors
     if (kernel, fault) in NOT_YET:
         assert not errors, f"now caught ({errors[0].check}): move it out of NOT_YET"
         pytest.xfail(NOT_YET[(kernel, fault)])
@@ -78,11 +87,11 @@ def test_caught_rate_report(capsys):
     """The rate over all applicable (kernel, fault) pairs, printed for the record; at least the EXPECTED share."""
     applicable = caught = 0
     for kernel, fault in _pairs():
-        mutated = wm.FAULTS[fault](_ptx(kernel))
-        if mutated is None:
+        errors = _mutant_errors(kernel, fault)
+        if errors is None:
             continue
         applicable += 1
-        caught += bool(verify_ptx(mutated).errors)
+        caught += bool(errors)
     with capsys.disabled():
         print(f"\nwarp-specialized planted faults caught: {caught}/{applicable}")
     assert caught == applicable - sum(1 for p in NOT_YET if wm.FAULTS[p[1]](_ptx(p[0])) is not None)
