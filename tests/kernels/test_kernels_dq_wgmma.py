@@ -23,17 +23,22 @@ from test_kernels_blockscaled import assert_close_to_reference
 from test_kernels_gluon_mixed import _hopper, _one_hot_weight, check_bias_and_replay, check_refused_off_hopper
 
 dq = importlib.import_module("bwtriton.kernels.dq_wgmma")
+ws = importlib.import_module("bwtriton.kernels.dq_wgmma_ws")
 frag = importlib.import_module("bwtriton.kernels._decode_frag")
 decode = importlib.import_module("bwtriton.kernels.decode")
 
 
-def _compile(block_m: int, block_n: int, stages: int):
+def _compile_signature(block_m: int, block_n: int) -> dict:
     layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     p32 = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-    sig = {"x_desc": f"tensordesc<bf16[{block_m}, 64],{layout!r}>",
-           "w_desc": f"tensordesc<i32[{block_n}, 8],{p32!r}>", "s_desc": f"tensordesc<i32[1, {block_n}],{p32!r}>",
-           "out_ptr": "*bf16", "alpha_ptr": "*fp32", "bias_ptr": "*bf16", "table_ptr": "*i32", "M": "i32",
-           "N": "i32", "K": "i32", "stride_om": "i32"}
+    return {"x_desc": f"tensordesc<bf16[{block_m}, 64],{layout!r}>",
+            "w_desc": f"tensordesc<i32[{block_n}, 8],{p32!r}>", "s_desc": f"tensordesc<i32[1, {block_n}],{p32!r}>",
+            "out_ptr": "*bf16", "alpha_ptr": "*fp32", "bias_ptr": "*bf16", "table_ptr": "*i32", "M": "i32",
+            "N": "i32", "K": "i32", "stride_om": "i32"}
+
+
+def _compile(block_m: int, block_n: int, stages: int):
+    sig = _compile_signature(block_m, block_n)
     return bwtriton.compile(dq.dq_wgmma_kernel, signature=sig, target="sm_90a", num_warps=8, num_stages=1,
                             constexprs=dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, GROUP_M=dq.GROUP_M),
                             divisible_by_16=[a for a in sig if not a.endswith("desc") and a != "M"])
@@ -51,7 +56,8 @@ def _loop(sass: str) -> str:
 # --------------------------------------------------------------------------------------------- sm_90a (CPU)
 
 @pytest.mark.parametrize("block_m,block_n,stages", sorted({(c["BLOCK_M"], c["BLOCK_N"], c["STAGES"])
-                                                            for c in dq.dq_candidates(1024, 4096, 4096)}))
+                                                            for c in dq.dq_candidates(1024, 4096, 4096)
+                                                            if not c["DEC"]}))
 def test_both_operands_from_shared_memory_one_group_in_flight_no_spills(block_m, block_n, stages):
     res = _compile(block_m, block_n, stages)
     sass, ptx = res.asm["sass"], res.asm["ptx"]
@@ -70,6 +76,56 @@ def test_both_operands_from_shared_memory_one_group_in_flight_no_spills(block_m,
     # the decoded tile: 16-byte stores, BLOCK_N * 64 bf16 over 256 threads
     assert loop.count("STS.128") == block_n * 64 * 2 // (16 * 256)
     assert loop.count("HMUL2.BF16") == block_n * 64 // (2 * 256)       # one scale multiply per bf16 pair
+
+
+def _compile_ws(block_m: int, block_n: int, stages: int, dec: int):
+    sig = _compile_signature(block_m, block_n)
+    return bwtriton.compile(ws.dq_ws_kernel, signature=sig, target="sm_90a", num_warps=8, num_stages=1,
+                            maxnreg=dq.WS_MAXNREG,
+                            constexprs=dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, GROUP_M=dq.GROUP_M,
+                                            DEC=dec, DECODE_REGS=dq.WS_DECODE_REGS),
+                            divisible_by_16=[a for a in sig if not a.endswith("desc") and a != "M"])
+
+
+def _loops(sass: str) -> list[str]:
+    """The SASS of every loop (a backward branch's body)."""
+    out = []
+    for back in re.finditer(r"@!?P\d BRA (?:`\()?(\.?L_x_\d+|LBB\d+)", sass):
+        start = sass.find(back.group(1) + ":")
+        if 0 <= start < back.start():
+            out.append(sass[start:back.end()])
+    return out
+
+
+@pytest.mark.parametrize("block_m,block_n,stages,dec", sorted({(c["BLOCK_M"], c["BLOCK_N"], c["STAGES"], c["DEC"])
+                                                                for c in dq.dq_candidates(1024, 4096, 4096)
+                                                                if c["DEC"]}))
+def test_warp_specialized_form_keeps_decode_and_mma_in_separate_loops(block_m, block_n, stages, dec):
+    res = _compile_ws(block_m, block_n, stages, dec)
+    sass, ptx = res.asm["sass"], res.asm["ptx"]
+    assert not re.search(r"\b(STL|LDL)\b", sass)
+    # 16 warps; the decode warpgroup gets WS_DECODE_REGS, the TMA warp's the least, the MMA warpgroups the rest
+    assert ".reqntid 512" in ptx and f".maxnreg {dq.WS_MAXNREG}" in ptx
+    regs = {int(r) for r in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx)}
+    mma_regs = (65536 - 128 * (ws.LOAD_REGS.value + dq.WS_DECODE_REGS)) // 256
+    assert {ws.LOAD_REGS.value, dq.WS_DECODE_REGS, mma_regs} <= regs
+    loops = _loops(sass)
+    mma = [lp for lp in loops if "HGMMA" in lp]
+    dec_loops = [lp for lp in loops if "HMUL2.BF16" in lp]
+    tma = [lp for lp in loops if "UTMALDG.2D" in lp]
+    assert len(mma) == len(dec_loops) == len(tma) == 1
+    mma, dec_loop, tma = mma[0], dec_loops[0], tma[0]
+    # the MMA loop: wgmmas on two shared-memory operands, one group in flight, no decode, no copies
+    assert mma.count("HGMMA.64x%dx16" % block_n) == 4 * block_m // 128
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in mma
+    assert not re.search(r"\b(STS|LDS|UTMALDG|HMUL2)", mma)
+    # the decode loop: the whole tile over one warpgroup (128 threads), 16-byte stores, its fence; no wgmma
+    assert dec_loop.count("STS.128") == block_n * 64 * 2 // (16 * 128)
+    assert dec_loop.count("HMUL2.BF16") == block_n * 64 // (2 * 128)
+    assert "MEMBAR" in dec_loop or "FENCE.VIEW.ASYNC.S" in dec_loop
+    assert "HGMMA" not in dec_loop and "UTMALDG" not in dec_loop
+    # the TMA loop: the step's three copies
+    assert tma.count("UTMALDG.2D") == 3 and "HGMMA" not in tma
 
 
 # ----------------------------------------------------------------------------------------------- repack (CPU)
@@ -101,6 +157,11 @@ def test_config_validation_names_the_problem():
         dq.check_dq_config("op", dict(cfg, STAGES=8), 1024, 4096, 4096)
     with pytest.raises(InputError, match="SPLIT_K must be 1"):
         dq.check_dq_config("op", dict(cfg, SPLIT_K=2), 1024, 4096, 4096)
+    with pytest.raises(InputError, match=r"DEC \(bf16 buffers of the warp-specialized form\)"):
+        dq.check_dq_config("op", dict(cfg, DEC=3, BLOCK_M=128, BLOCK_N=256), 1024, 4096, 4096)
+    with pytest.raises(InputError, match="DEC"):
+        dq.check_dq_config("op", dict(cfg, DEC=1), 1024, 4096, 4096)
+    dq.check_dq_config("op", dict(cfg, DEC=3, BLOCK_M=256, BLOCK_N=128, STAGES=4), 1024, 4096, 4096)
     with pytest.raises(InputError, match="N must be a multiple of BLOCK_N"):
         dq.check_dq_config("op", cfg, 1024, 4096 + 64, 4096)
     assert decode._user_config("op", {"path": "dq_wgmma"}, 300, 4096, 4096, 132)["BLOCK_M"] in (128, 256)
@@ -161,7 +222,24 @@ def test_gpu_bias_strided_x_and_replay():
     x = xs[:, :k]                                                      # row stride K + 64: TMA takes it as is
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
     bias = torch.randn(n, device="cuda").to(torch.bfloat16)
-    check_bias_and_replay(dq.launch_dq, dq.dq_candidates(m, n, k)[0], x, w_q, bias)
+    plain, ws_cfg = (next(c for c in dq.dq_candidates(m, n, k) if bool(c["DEC"]) == w) for w in (False, True))
+    check_bias_and_replay(dq.launch_dq, plain, x, w_q, bias)
+    check_bias_and_replay(dq.launch_dq, ws_cfg, x, w_q, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="wgmma and TMA: sm_90a")
+@pytest.mark.parametrize("m", [300, 2048])
+def test_gpu_warp_specialized_form_equals_the_one_partition_kernel(m):
+    """Same tiles, decode and wgmma order: bit-equal outputs, whatever the ring depths."""
+    torch.manual_seed(3)
+    n, k = 1024, 4096
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    for cfg in (c for c in dq.dq_candidates(m, n, k) if c["DEC"]):
+        out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=cfg)
+        one = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=dict(cfg, DEC=0, STAGES=3))
+        assert torch.equal(out, one), cfg
 
 
 @pytest.mark.emulated

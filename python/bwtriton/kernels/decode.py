@@ -663,7 +663,7 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
         cands = _dq.dq_candidates(max(m, _dq.MIN_M), n, k)
         if not cands:
             raise InputError(f"{op}: the dq_wgmma path needs N % 128 == 0 and K % 64 == 0, got N={n}, K={k}")
-        defaults = {key: v for key, v in cands[0].items() if key != "path"}
+        defaults = {key: v for c in reversed(cands) for key, v in c.items() if key != "path"}  # cands[0]'s win
     elif path == "wgmma":
         cands = _mixed.mixed_candidates(m, n, k, num_sms)
         if not cands:

@@ -13,15 +13,14 @@ BLOCK_M (about 2.4 instructions per weight, once per BLOCK_M rows) and the tenso
   publishes the decoded tile to the wgmma (`fence.proxy.async`, a MEMBAR.ALL.CTA in SASS) would wait for every
   cp.async still in flight (with the words by cp.async the H200 took 1.38x longer: 345 against 250 us at
   M = 4096, N = K = 4096).
-* The decode is the frag path's table decode (`_decode_frag`: the masked word is a `prmt` selector of the byte
-  tables of e2m1 * 2^120 in bf16, the signs sit in the selectors' mode bits), times the scale byte << 4 read as
-  bf16 (= scale * 2^-120, `mul.rn.bf16x2`): exact, about 19 instructions per word. The bf16 tile goes to one of
-  two shared buffers, which the next wgmma reads as its B operand (K-major).
+* The decode (`_dq_device`: exact, about 19 instructions per word) writes the bf16 tile to one of two shared
+  buffers, which the next wgmma reads as its B operand (K-major).
 
-Per K step: issue the wgmma (async), retire the previous one, a barrier (both warpgroups are past it, so the
-ring slot it read and the other bf16 buffer are free), start the copies of step k + STAGES - 1, wait for step
-k + 1's, decode it, fence, a barrier. Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x
-bf16 products are exact in fp32). NaN scales (0x7F, never produced by quantization) are not propagated.
+Per K step of this, the one-partition kernel (`dq_wgmma_ws` is the warp-specialized form, configs with `DEC`):
+issue the wgmma (async), retire the previous one, a barrier (both warpgroups are past it, so the ring slot it
+read and the other bf16 buffer are free), start the copies of step k + STAGES - 1, wait for step k + 1's, decode
+it, fence, a barrier. Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x bf16 products
+are exact in fp32). NaN scales (0x7F, never produced by quantization) are not propagated.
 """
 from __future__ import annotations
 
@@ -39,7 +38,9 @@ from ..errors import InputError
 from ..formats import from_blocked_scales
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
+from ._dq_device import decode_slot, decode_tables, grouped, pair_layout, store_out, word_layout
 from ._launcher import CachedLauncher, run_entry
+from .dq_wgmma_ws import dq_ws_kernel
 
 _X_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 _PLAIN32 = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
@@ -52,49 +53,6 @@ __all__ = ["dq_wgmma_kernel", "dq_candidates", "dq_label", "launch_dq", "check_d
 MIN_M = 256
 #: Shared memory of the H200 per CTA that a config may use (ring, bf16 buffers; the epilogue reuses them).
 MAX_SMEM_BYTES = 220 * 1024
-
-
-def _decode_ptx() -> tuple[str, str]:
-    """PTX of one word (8 codes of one row, k0 .. k0 + 7), its row's 4 scale bytes of the K step, the byte
-    selector of its scale and the low table words ($7, $8: registers loaded once, see `_decode_frag`): the 4
-    scaled bf16x2 registers (k0, k0 + 1), .., (k0 + 6, k0 + 7)."""
-    body = (".reg .b32 th1, tl1, sm, sel, selh, hl, ll, hh, lh, sg, sp, a;\n"
-            f"mov.b32 th1, 0x{_wide.TABLE_HI_UPPER:08X}; mov.b32 tl1, 0xC0804000; mov.b32 sm, 0x80808080;\n"
-            "prmt.b32 sp, $5, 0, $6;\n"          # the scale byte into both halves' low bytes
-            "shl.b32 sp, sp, 4;\n"               # ... << 4: bf16 scale * 2^-120 in both halves
-            "and.b32 sel, $4, 0x77777777;\n"
-            "shr.u32 selh, sel, 16;\n"
-            "prmt.b32 hl, $7, th1, sel;\n"
-            "prmt.b32 ll, $8, tl1, sel;\n"
-            "prmt.b32 hh, $7, th1, selh;\n"
-            "prmt.b32 lh, $8, tl1, selh;\n"
-            "lop3.b32 hl, hl, $4, sm, 0xF8;\n"
-            "shl.b32 sg, $4, 4;\n"
-            "lop3.b32 hh, hh, sg, sm, 0xF8;\n"
-            "prmt.b32 a, ll, hl, 0x5140; mul.rn.bf16x2 $0, a, sp;\n"
-            "prmt.b32 a, ll, hl, 0x7362; mul.rn.bf16x2 $1, a, sp;\n"
-            "prmt.b32 a, lh, hh, 0x5140; mul.rn.bf16x2 $2, a, sp;\n"
-            "prmt.b32 a, lh, hh, 0x7362; mul.rn.bf16x2 $3, a, sp;\n")
-    return "{" + body + "}", ",".join(["=r"] * 4 + ["r"] * 5)
-
-
-_DECODE, _DECODE_CONSTRAINTS = (gl.constexpr(v) for v in _decode_ptx())
-
-
-@gluon.jit
-def _decode_tile(w, ss, sel, th, tl, OUT: gl.constexpr):
-    """Words w int32 [BN, BK/8], their rows' scale words ss, byte selectors sel and the table words th, tl
-    (same shape) -> the bf16 [BN, BK] tile in OUT."""
-    BN: gl.constexpr = w.shape[0]
-    BK8: gl.constexpr = w.shape[1]
-    o0, o1, o2, o3 = gl.inline_asm_elementwise(_DECODE, _DECODE_CONSTRAINTS, [w, ss, sel, th, tl],
-                                               dtype=(gl.int32,) * 4,
-                                               is_pure=True, pack=1)
-    v = gl.join(gl.join(o0, o1), gl.join(o2, o3))           # [BN, BK/8, b, a]: pair 2a + b
-    v = gl.permute(v, [0, 1, 3, 2])
-    v = gl.reshape(v, [BN, BK8 * 4])                          # int32 pairs, k = 8j + 2p
-    v = gl.convert_layout(v, OUT)
-    return v
 
 
 @gluon.jit
@@ -114,27 +72,6 @@ def _issue_step(x_desc, w_desc, s_desc, x_smem, w_smem, s_smem, bars, off_m, off
 
 
 @gluon.jit
-def _decode_step(w_smem, s_smem, b_buf, sel, th, tl, step, STAGES: gl.constexpr, WL: gl.constexpr,
-                 BL: gl.constexpr):
-    """Decode K step `step` from its ring slot (landed: its mbarrier was waited on) into the bf16 buffer."""
-    slot = step % STAGES
-    w = w_smem.index(slot).load(WL)
-    ss = s_smem.index(slot).permute((1, 0)).load(WL)                 # [BN, 1]: the row's scale word
-    ss = gl.broadcast(ss, w)[0]
-    b_buf.store(_decode_tile(w, ss, sel, th, tl, BL))
-
-
-@gluon.jit
-def _grouped(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
-    """(pid_m, pid_n) of a linear tile id: GROUP_M activation tiles go down each weight tile column together, so
-    a wave's activation rows and weight rows both stay in L2."""
-    group = tile // (GROUP_M * tiles_n)
-    first = group * GROUP_M
-    rows = gl.minimum(tiles_m - first, GROUP_M)
-    return first + (tile % (GROUP_M * tiles_n)) % rows, (tile % (GROUP_M * tiles_n)) // rows
-
-
-@gluon.jit
 def dq_wgmma_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_ptr, M, N, K, stride_om,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
                     HAS_BIAS: gl.constexpr = False):
@@ -149,24 +86,17 @@ def dq_wgmma_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_
     BK8: gl.constexpr = BLOCK_K // 8
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1],
                                                   instr_shape=[16, BLOCK_N, 16])
-    # a thread's 4 consecutive words (32 K elements, 2 scale blocks) of one row
-    WL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (BK8 // 4), BK8 // 4], [W, 1], [1, 0])
-    BL: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (BK8 // 4), BK8 // 4], [W, 1], [1, 0])
+    WL: gl.constexpr = word_layout(BK8, W)
+    BL: gl.constexpr = pair_layout(BK8, W)
     BS32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
     BS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
-    pid_m, pid_n = _grouped(gl.program_id(0), gl.cdiv(M, BLOCK_M), N // BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped(gl.program_id(0), gl.cdiv(M, BLOCK_M), N // BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     steps = K // BLOCK_K
 
-    rw = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, WL))
-    cw = gl.arange(0, BK8, layout=gl.SliceLayout(0, WL))
-    # byte selector of word j's scale (block j // 2 of the step): prmt source byte j // 2 into bytes 0 and 2
-    sel = gl.expand_dims(0x4040 + (cw // 2) * 0x0101, 0) + gl.zeros([BLOCK_N, BK8], gl.int32, WL)
-    lane = gl.expand_dims((rw % 16) * 2, 1) + gl.expand_dims((cw // 4) % 2, 0)
-    th = gl.load(table_ptr + 2 * lane)
-    tl = gl.load(table_ptr + 2 * lane + 1)
+    sel, th, tl = decode_tables(table_ptr, BLOCK_N, BK8, WL)
 
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
     w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BK8], w_desc.layout)
@@ -180,7 +110,7 @@ def dq_wgmma_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_
     for j in gl.static_range(STAGES - 1):
         _issue_step(x_desc, w_desc, s_desc, x_smem, w_smem, s_smem, bars, off_m, off_n, j, steps, BLOCK_K, STAGES)
     mbarrier.wait(bars.index(0), 0)
-    _decode_step(w_smem, s_smem, b_smem.index(0), sel, th, tl, 0, STAGES, WL, BL)
+    b_smem.index(0).store(decode_slot(w_smem, s_smem, 0, sel, th, tl, WL, BL))
     fence_async_shared()
     gl.thread_barrier()
 
@@ -196,22 +126,14 @@ def dq_wgmma_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_
         nxt = i + 1
         # step i + 1 (past the last step: the slot of step i + 1 - STAGES, long landed, decoded in vain)
         mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1, pred=nxt < steps)
-        _decode_step(w_smem, s_smem, b_smem.index(nxt % 2), sel, th, tl, nxt, STAGES, WL, BL)
+        b_smem.index(nxt % 2).store(decode_slot(w_smem, s_smem, nxt % STAGES, sel, th, tl, WL, BL))
         fence_async_shared()
         gl.thread_barrier()  # every thread's part of step i + 1's tile is in shared memory
     acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
     for j in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(j))
 
-    alpha = gl.load(alpha_ptr)
-    rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
-    rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, MMA))
-    res = acc * alpha
-    if HAS_BIAS:
-        res = res + gl.expand_dims(gl.load(bias_ptr + rn).to(gl.float32), 0)
-    ptrs = out_ptr + (gl.expand_dims(rm.to(gl.int64) * stride_om, 1) + gl.expand_dims(rn, 0))
-    mask = gl.expand_dims(rm < M, 1) & gl.expand_dims(rn >= 0, 0)
-    gl.store(ptrs, res.to(out_ptr.dtype.element_ty), mask=mask)
+    store_out(acc, out_ptr, alpha_ptr, bias_ptr, M, stride_om, off_m, off_n, HAS_BIAS)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -283,42 +205,57 @@ def dq_weight_of(data: torch.Tensor, scales: torch.Tensor, scale_layout: str, sh
     return hit
 
 
-#: (BLOCK_M, BLOCK_N, STAGES) the tuner times: the two tile shapes whose fp32 accumulator is 128 registers per
-#: thread (two warpgroups) with 4- and 5-slot rings, and 128 x 128 (twice the CTAs, for M near MIN_M). H200
-#: ('d' jobs of decode_sweep.py): a shallower ring is slower (M = 4096, N = K = 4096, 256 x 128: 378 / 290 / 250 us
-#: with 2 / 3 / 4 slots); 128 x 128 was the fastest at M = 256 (81 us against 115 for 256 x 128 at N = K = 8192).
-_SHAPES = ((256, 128, 4), (256, 128, 5), (128, 256, 4), (128, 128, 4))
+#: (BLOCK_M, BLOCK_N, STAGES) of the one-partition kernel the tuner times: 128 x 128 (twice the CTAs of 256 x 128,
+#: the fastest form near MIN_M: H200, 'd' jobs of decode_sweep.py, M = 256: 42 us at N = K = 4096, 80 at 8192).
+_SHAPES = ((128, 128, 4),)
+#: (BLOCK_M, BLOCK_N, STAGES, DEC) of the warp-specialized form (`dq_wgmma_ws`) the tuner times. On the H200 it is
+#: 1.15 - 1.2x faster than the one-partition kernel at 256 x 128 (M = 4096, N = K = 4096: 231 against 264 us;
+#: M = 1024, N = K = 8192: 219 against 251), which it replaces there. 128 x 256 is not offered: its m64n256 wgmma
+#: needs more than the 128 registers per thread ptxas allows a 16-warp kernel.
+_WS_SHAPES = ((256, 128, 4, 3), (256, 128, 4, 2), (128, 128, 6, 4))
 GROUP_M = 8
+#: Registers per thread of the warp-specialized form: the kernel's (16 warps in 64K registers) and its decode
+#: warpgroup's (no spills at BLOCK_N = 128); the MMA warpgroups get the rest (200).
+WS_MAXNREG = 128
+WS_DECODE_REGS = 88
 
-
-def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
-    """Shared memory of a config: the ring (x tile, weight words, scale words) and the two bf16 buffers."""
-    return stages * (2 * block_m * 64 + block_n * 32 + block_n * 4) + 2 * 2 * block_n * 64
+def smem_bytes(block_m: int, block_n: int, stages: int, dec: int = 2) -> int:
+    """Shared memory of a config: the ring (x tile, weight words, scale words) and the `dec` bf16 buffers."""
+    return stages * (2 * block_m * 64 + block_n * 32 + block_n * 4) + dec * 2 * block_n * 64
 
 
 def dq_candidates(m: int, n: int, k: int) -> list[dict]:
     """Every config the decode tuner times at this shape (none below MIN_M or where the tiles do not divide)."""
     if m < MIN_M or k % 64:
         return []
-    return [{"path": "dq_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "STAGES": st, "SPLIT_K": 1}
-            for bm, bn, st in _SHAPES if n % bn == 0]
+    plain = [{"path": "dq_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "STAGES": st, "SPLIT_K": 1, "DEC": 0}
+             for bm, bn, st in _SHAPES if n % bn == 0]
+    return plain + [{"path": "dq_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "STAGES": st, "SPLIT_K": 1, "DEC": dec}
+                    for bm, bn, st, dec in _WS_SHAPES if n % bn == 0]
 
 
 def dq_label(cfg: dict) -> str:
-    """Short name of a config, e.g. 'dq_wgmma 256x128 s4'."""
-    return f"dq_wgmma {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']}"
+    """Short name of a config, e.g. 'dq_wgmma 256x128 s4', 'dq_wgmma 256x128 s4 ws3' (warp-specialized, 3 bf16
+    buffers)."""
+    ws = f" ws{cfg['DEC']}" if cfg.get("DEC") else ""
+    return f"dq_wgmma {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']}{ws}"
 
 
 def check_dq_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
     """InputError unless `cfg` is a config this kernel can run for (M, N, K)."""
-    bm, bn, st = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["STAGES"]
+    bm, bn, st, dec = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["STAGES"], cfg.get("DEC", 0)
     problems = []
     if bm not in (128, 256) or bn not in (64, 128, 256) or bm * bn > 128 * 256:
         problems.append(f"BLOCK_M must be 128 or 256 and BLOCK_N 64, 128 or 256 with BLOCK_M * BLOCK_N <= 32768 "
                         f"(128 accumulator registers per thread), got {bm} x {bn}")
-    if st not in (2, 3, 4, 5, 6) or smem_bytes(bm, bn, st) > MAX_SMEM_BYTES:
-        problems.append(f"STAGES must be 2 .. 6 with {smem_bytes(bm, bn, 1) - 4 * bn * 64} bytes per stage within "
-                        f"{MAX_SMEM_BYTES} bytes of shared memory, got {st}")
+    if dec not in (0, 2, 3, 4) or (dec and (bn > 128 or dec > st)):
+        problems.append(f"DEC (bf16 buffers of the warp-specialized form) must be 0 (the one-partition kernel) or "
+                        f"2 .. 4 with BLOCK_N <= 128 and DEC <= STAGES, got DEC={dec} with BLOCK_N={bn}, "
+                        f"STAGES={st}")
+    if st not in (2, 3, 4, 5, 6) or smem_bytes(bm, bn, st, max(dec, 2)) > MAX_SMEM_BYTES:
+        problems.append(f"STAGES must be 2 .. 6 with {smem_bytes(bm, bn, 1, 0)} bytes per stage and "
+                        f"{smem_bytes(bm, bn, 0, max(dec, 2))} of bf16 buffers within {MAX_SMEM_BYTES} bytes of "
+                        f"shared memory, got {st}")
     if cfg.get("SPLIT_K", 1) != 1:
         problems.append(f"SPLIT_K must be 1 (K is not split), got {cfg.get('SPLIT_K')}")
     if n % bn or k % 64 or n * k // 8 >= 2 ** 31:
@@ -327,7 +264,9 @@ def check_dq_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
         raise InputError(f"{op}: dq_wgmma config {cfg}: " + "; ".join(problems))
 
 
-_LAUNCHER = CachedLauncher(dq_wgmma_kernel, pipeline=False)
+#: The one-partition kernel and the warp-specialized one, by whether a config has DEC buffers.
+_LAUNCHERS = {False: CachedLauncher(dq_wgmma_kernel, pipeline=False),
+              True: CachedLauncher(dq_ws_kernel, pipeline=False)}
 
 
 class DqLaunch:
@@ -378,8 +317,11 @@ def launch_dq(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | N
     b = out if bias is None else bias
     args = (x_descriptor(x, cfg["BLOCK_M"]), *dw.descriptors(cfg["BLOCK_N"]), out, alpha, b, _wide.lane_tables(device),
             m, n, k, out.stride(0))
+    ws = bool(cfg.get("DEC"))
     kwargs = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "STAGES": cfg["STAGES"], "GROUP_M": GROUP_M,
               "HAS_BIAS": bias is not None, "num_warps": 8}
+    if ws:
+        kwargs.update(DEC=cfg["DEC"], DECODE_REGS=WS_DECODE_REGS, maxnreg=WS_MAXNREG)
     key = ("dq_wgmma", m, n, k, out.dtype, b.dtype, tuple(sorted(kwargs.items())))
-    entry = _LAUNCHER.launch(key, (dq_grid(cfg, m, n), 1, 1), device, args, kwargs)
+    entry = _LAUNCHERS[ws].launch(key, (dq_grid(cfg, m, n), 1, 1), device, args, kwargs)
     return out, DqLaunch(cfg, m, n, k, out_dtype, device, entry, w_q.scale_layout)
