@@ -209,7 +209,7 @@ def dq_weight_of(data: torch.Tensor, scales: torch.Tensor, scale_layout: str, sh
 #: the fastest form near MIN_M: H200, 'd' jobs of decode_sweep.py, M = 256: 42 us at N = K = 4096, 80 at 8192).
 _SHAPES = ((128, 128, 4),)
 #: (BLOCK_M, BLOCK_N, STAGES, DEC) of the warp-specialized form (`dq_wgmma_ws`) the tuner times. On the H200 it is
-#: 1.15 - 1.2x faster than the one-partition kernel at 256 x 128 (M = 4096, N = K = 4096: 231 against 264 us;
+#: 1.12 - 1.24x faster than the one-partition kernel at 256 x 128 (M = 4096, N = K = 4096: 231 against 264 us;
 #: M = 1024, N = K = 8192: 219 against 251), which it replaces there. 128 x 256 is not offered: its m64n256 wgmma
 #: needs more than the 128 registers per thread ptxas allows a 16-warp kernel.
 _WS_SHAPES = ((256, 128, 4, 3), (256, 128, 4, 2), (128, 128, 6, 4))

@@ -4,7 +4,7 @@ MMA warpgroups (the default partition) run the wgmmas and the epilogue.
 
 In the one-partition kernel the decode of step k + 1, its fence and the barriers around it sit between two
 wgmmas. Here the MMA warps only wait on mbarriers and the decode (about 200 instructions per decode warp and K
-step) runs beside the tensor cores: 1.13 - 1.24x faster on the H200 (M = 4096, N = K = 4096: 235 against 264 us;
+step) runs beside the tensor cores: 1.12 - 1.24x faster on the H200 (M = 4096, N = K = 4096: 235 against 264 us;
 M = 1024, N = K = 8192: 221 against 258). With the decode replaced by zero tiles the same kernel runs at cuBLAS
 speed (200 against 199 us), so the decode warpgroup is what is left: ncu has the MMA warps waiting on it
 (docs/nvfp4_hopper.md). Same tiles, same decode, same wgmma order per output: the results equal
