@@ -19,17 +19,35 @@ the device remap, the pytest plugin), `timing/` (the optional timing model). See
 """
 from __future__ import annotations
 
-from . import driver  # noqa: F401 - `bwtriton.emu.driver`, the public module name
+import importlib
+from typing import Any
+
+from ..emulation import requested_emulation
 from .errors import (DeadlockError, DescriptorError, EmulationError, LaneQuarterError, MemoryFaultError,
                      TmemAllocError, TmemLeakError, TmemRaceError, UnsupportedInstructionError,
                      UnwaitedTmemLoadError)
-from .integration.driver import EmulatedDriver, activate_from_env, emulated_gpu
-from .integration.run import EmulationStats, run
-from .machine.grid import GridSchedule
 
 __all__ = ["run", "emulated_gpu", "EmulatedDriver", "EmulationStats", "GridSchedule", "EmulationError",
            "UnsupportedInstructionError", "MemoryFaultError",
            "UnwaitedTmemLoadError", "TmemRaceError", "LaneQuarterError", "TmemLeakError", "TmemAllocError",
            "DeadlockError", "DescriptorError"]
 
-activate_from_env()
+#: Public names and their modules, imported on first use: the driver brings torch and Triton's driver API
+#: (seconds), which the CLI's other commands (`bwtriton check`, every lit RUN line) never need.
+_LAZY = {"run": ".integration.run", "EmulationStats": ".integration.run", "emulated_gpu": ".integration.driver",
+         "EmulatedDriver": ".integration.driver", "activate_from_env": ".integration.driver",
+         "GridSchedule": ".machine.grid", "driver": ".driver"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bwtriton.emu' has no attribute {name!r}")
+    loaded = importlib.import_module(module, __name__)
+    value = loaded if name == "driver" else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+if requested_emulation() is not None:  # BWTRITON_EMULATE: the emulated B200 is active from import on
+    __getattr__("activate_from_env")()
