@@ -44,13 +44,21 @@ def _compile(block_m: int, block_n: int, stages: int):
                             divisible_by_16=[a for a in sig if not a.endswith("desc") and a != "M"])
 
 
-def _loop(sass: str) -> str:
-    """The SASS of the main K loop: the backward branch whose body holds the wgmmas."""
-    for back in re.finditer(r"@!?P\d BRA (LBB\d+);", sass):
+def _loops(sass: str) -> list[str]:
+    """The SASS of every loop (a backward branch's body)."""
+    out = []
+    for back in re.finditer(r"@!?P\d BRA (?:`\()?(\.?L_x_\d+|LBB\d+)", sass):
         start = sass.find(back.group(1) + ":")
-        if 0 <= start < back.start() and "HGMMA" in sass[start:back.end()]:
-            return sass[start:back.end()]
-    raise AssertionError("no K loop with wgmmas in the SASS")
+        if 0 <= start < back.start():
+            out.append(sass[start:back.end()])
+    return out
+
+
+def _loop(sass: str) -> str:
+    """The SASS of the main K loop: the loop whose body holds the wgmmas."""
+    loop = next((lp for lp in _loops(sass) if "HGMMA" in lp), None)
+    assert loop is not None, "no K loop with wgmmas in the SASS"
+    return loop
 
 
 # --------------------------------------------------------------------------------------------- sm_90a (CPU)
@@ -81,20 +89,10 @@ def test_both_operands_from_shared_memory_one_group_in_flight_no_spills(block_m,
 def _compile_ws(block_m: int, block_n: int, stages: int, dec: int):
     sig = _compile_signature(block_m, block_n)
     return bwtriton.compile(ws.dq_ws_kernel, signature=sig, target="sm_90a", num_warps=8, num_stages=1,
-                            maxnreg=dq.WS_MAXNREG,
+                            maxnreg=ws.MAXNREG,
                             constexprs=dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, GROUP_M=dq.GROUP_M,
-                                            DEC=dec, DECODE_REGS=dq.WS_DECODE_REGS),
+                                            DEC=dec),
                             divisible_by_16=[a for a in sig if not a.endswith("desc") and a != "M"])
-
-
-def _loops(sass: str) -> list[str]:
-    """The SASS of every loop (a backward branch's body)."""
-    out = []
-    for back in re.finditer(r"@!?P\d BRA (?:`\()?(\.?L_x_\d+|LBB\d+)", sass):
-        start = sass.find(back.group(1) + ":")
-        if 0 <= start < back.start():
-            out.append(sass[start:back.end()])
-    return out
 
 
 @pytest.mark.parametrize("block_m,block_n,stages,dec", sorted({(c["BLOCK_M"], c["BLOCK_N"], c["STAGES"], c["DEC"])
@@ -104,11 +102,11 @@ def test_warp_specialized_form_keeps_decode_and_mma_in_separate_loops(block_m, b
     res = _compile_ws(block_m, block_n, stages, dec)
     sass, ptx = res.asm["sass"], res.asm["ptx"]
     assert not re.search(r"\b(STL|LDL)\b", sass)
-    # 16 warps; the decode warpgroup gets WS_DECODE_REGS, the TMA warp's the least, the MMA warpgroups the rest
-    assert ".reqntid 512" in ptx and f".maxnreg {dq.WS_MAXNREG}" in ptx
+    # 16 warps; the decode warpgroup gets DECODE_REGS, the TMA warp's the least, the MMA warpgroups the rest
+    assert ".reqntid 512" in ptx and f".maxnreg {ws.MAXNREG}" in ptx
     regs = {int(r) for r in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx)}
-    mma_regs = (65536 - 128 * (ws.LOAD_REGS.value + dq.WS_DECODE_REGS)) // 256
-    assert {ws.LOAD_REGS.value, dq.WS_DECODE_REGS, mma_regs} <= regs
+    mma_regs = (65536 - 128 * (ws.LOAD_REGS.value + ws.DECODE_REGS.value)) // 256
+    assert {ws.LOAD_REGS.value, ws.DECODE_REGS.value, mma_regs} <= regs
     loops = _loops(sass)
     mma = [lp for lp in loops if "HGMMA" in lp]
     dec_loops = [lp for lp in loops if "HMUL2.BF16" in lp]

@@ -40,7 +40,7 @@ from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
 from ._dq_device import decode_slot, decode_tables, grouped, pair_layout, store_out, word_layout
 from ._launcher import CachedLauncher, run_entry
-from .dq_wgmma_ws import dq_ws_kernel
+from . import dq_wgmma_ws as _ws
 
 _X_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 _PLAIN32 = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
@@ -214,10 +214,7 @@ _SHAPES = ((128, 128, 4),)
 #: needs more than the 128 registers per thread ptxas allows a 16-warp kernel.
 _WS_SHAPES = ((256, 128, 4, 3), (256, 128, 4, 2), (128, 128, 6, 4))
 GROUP_M = 8
-#: Registers per thread of the warp-specialized form: the kernel's (16 warps in 64K registers) and its decode
-#: warpgroup's (no spills at BLOCK_N = 128); the MMA warpgroups get the rest (200).
-WS_MAXNREG = 128
-WS_DECODE_REGS = 88
+
 
 def smem_bytes(block_m: int, block_n: int, stages: int, dec: int = 2) -> int:
     """Shared memory of a config: the ring (x tile, weight words, scale words) and the `dec` bf16 buffers."""
@@ -266,7 +263,7 @@ def check_dq_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
 
 #: The one-partition kernel and the warp-specialized one, by whether a config has DEC buffers.
 _LAUNCHERS = {False: CachedLauncher(dq_wgmma_kernel, pipeline=False),
-              True: CachedLauncher(dq_ws_kernel, pipeline=False)}
+              True: CachedLauncher(_ws.dq_ws_kernel, pipeline=False)}
 
 
 class DqLaunch:
@@ -321,7 +318,7 @@ def launch_dq(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | N
     kwargs = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "STAGES": cfg["STAGES"], "GROUP_M": GROUP_M,
               "HAS_BIAS": bias is not None, "num_warps": 8}
     if ws:
-        kwargs.update(DEC=cfg["DEC"], DECODE_REGS=WS_DECODE_REGS, maxnreg=WS_MAXNREG)
+        kwargs.update(DEC=cfg["DEC"], maxnreg=_ws.MAXNREG)
     key = ("dq_wgmma", m, n, k, out.dtype, b.dtype, tuple(sorted(kwargs.items())))
     entry = _LAUNCHERS[ws].launch(key, (dq_grid(cfg, m, n), 1, 1), device, args, kwargs)
     return out, DqLaunch(cfg, m, n, k, out_dtype, device, entry, w_q.scale_layout)

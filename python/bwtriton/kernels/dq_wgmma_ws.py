@@ -30,12 +30,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ._dq_device import decode_slot, decode_tables, grouped, pair_layout, store_out, word_layout
 
-__all__ = ["dq_ws_kernel", "DECODE_WARPS", "LOAD_REGS"]
+__all__ = ["dq_ws_kernel", "MAXNREG", "DECODE_WARPS", "DECODE_REGS", "LOAD_REGS"]
 
 #: Warps of the decode partition (one warpgroup: two were not faster on the H200, 236 - 241 against 231 us at
-#: M = 4096, N = K = 4096, with the MMA warpgroups at 168 registers) and registers of the TMA warp's warpgroup (the
-#: least setmaxnreg takes).
+#: M = 4096, N = K = 4096, with the MMA warpgroups at 168 registers).
 DECODE_WARPS = gl.constexpr(4)
+#: Registers per thread: the kernel's `maxnreg` (its 16 warps in 64K registers; launch option), the decode
+#: warpgroup's (no spills at BLOCK_N = 128) and the TMA warp's warpgroup's (the least setmaxnreg takes); the MMA
+#: warpgroups get the rest (200).
+MAXNREG = 128
+DECODE_REGS = gl.constexpr(88)
 LOAD_REGS = gl.constexpr(24)
 _BLOCK_K = gl.constexpr(64)
 
@@ -108,10 +112,10 @@ def _mma_partition(x_smem, b_smem, bars, steps, out_ptr, alpha_ptr, bias_ptr, M,
 @gluon.jit
 def dq_ws_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_ptr, M, N, K, stride_om,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                 DEC: gl.constexpr = 2, DECODE_REGS: gl.constexpr = 88, HAS_BIAS: gl.constexpr = False):
+                 DEC: gl.constexpr = 2, HAS_BIAS: gl.constexpr = False):
     """`dq_wgmma_kernel`'s contract (same arguments, grid and tile order; num_warps 8 for the MMA warpgroups, and
-    maxnreg 128: the kernel has 16 warps) with the work split into partitions; DEC bf16 buffers, DECODE_REGS
-    registers per decode thread; DEC <= STAGES."""
+    maxnreg MAXNREG: the kernel has 16 warps) with the work split into partitions; DEC bf16 buffers,
+    DEC <= STAGES."""
     BK8: gl.constexpr = _BLOCK_K // 8
     BS32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
     pid_m, pid_n = grouped(gl.program_id(0), gl.cdiv(M, BLOCK_M), N // BLOCK_N, GROUP_M)
