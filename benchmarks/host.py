@@ -175,7 +175,7 @@ def python_overhead_rows(calls: int = 4000, repeats: int = 7) -> list[dict]:
                                     (decode, "sm_count", lambda device: 132)):
             stack.enter_context(mock.patch.object(target, name, value))
         stack.enter_context(mock.patch.dict("os.environ", {"BWTRITON_DECODE_TUNE": "0"}))
-        for form in ("fused", "dequant_decode", "two_kernel"):
+        for form in ("fused", "dequant_decode", "qdq_decode", "two_kernel"):
             for label, scale, rewrap in (("calibrated", gs, False), ("amax", None, False),
                                          ("calibrated, new QuantizedTensor per call", gs, True)):
                 def call():
@@ -236,7 +236,7 @@ def _stub_device(stack) -> None:
             (mm, "device_capability", lambda d: 90), (decode, "device_capability", lambda d: 90),
             (lin, "tcgen05_block_scaled", lambda d: False), (mm, "_autotune", lambda run, cands, key: cands[0]),
             (decode, "rotated_kernel_time_us", lambda calls: 1.0), (lin, "rotated_kernel_time_us", lambda calls: 1.0),
-            (decode, "_launcher_reads_only_data_ptr", lambda d: True),
+            (launcher, "reads_only_data_ptr", lambda d: True),
             (torch.Tensor, "is_cuda", property(lambda self: True))):  # NVFP4Linear's eager CUDA branch
         stack.enter_context(mock.patch.object(target, name, value))
 

@@ -84,7 +84,8 @@ def test_blocked_scales_repack_like_plain_ones():
 def test_frag_kernel_compiles_to_wide_loads_and_mma_without_spills(act_rows):
     sig = {"x_ptr": "*i64", "w_ptr": "*i64", "s_ptr": "*i32", "out_ptr": "*fp32", "alpha_ptr": "*fp32",
            "bias_ptr": "*fp32", "table_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
-           "stride_om": "i32", "split_k": "i32"}
+           "stride_om": "i32", "split_k": "i32", "xsrc_ptr": "*bf16", "xd_ptr": "*bf16", "s_enc_ptr": "*fp32",
+           "stride_srcm": "i32", "acc_ptr": "*fp32", "count_ptr": "*i32"}
     const = dict(TILES_PER_THREAD=4, CHUNKS_PER_STEP=4, ACT_ROWS=act_rows, ATOMIC=True)
     res = bwtriton.compile(frag.nvfp4_frag_kernel, signature=sig, constexprs=const, target="sm_90a", num_warps=8,
                            num_stages=1, divisible_by_16=["x_ptr", "w_ptr", "s_ptr", "out_ptr", "N", "K",
@@ -96,6 +97,26 @@ def test_frag_kernel_compiles_to_wide_loads_and_mma_without_spills(act_rows):
     assert mmas and mmas % (64 * (2 if act_rows == 16 else 1)) == 0
     assert not re.search(r"\b(STL|LDL)\b", sass)   # no register spills
     assert "convert_layout" not in res.asm["ttgir"] and "local_alloc" not in res.asm["ttgir"]
+
+
+@pytest.mark.parametrize("act_rows", [1, 16])
+def test_frag_kernel_with_the_x_prologue_and_split_k_fixup_compiles_without_spills(act_rows):
+    """QUANT_X + FIXUP (the W4A4 linear in one launch): the prologue's block amax is lane shuffles, not shared
+    memory; one scalar acq_rel arrival per CTA; the last slice reads the accumulator from L2."""
+    sig = {"x_ptr": "*i64", "w_ptr": "*i64", "s_ptr": "*i32", "out_ptr": "*bf16", "alpha_ptr": "*fp32",
+           "bias_ptr": "*bf16", "table_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+           "stride_om": "i32", "split_k": "i32", "xsrc_ptr": "*bf16", "xd_ptr": "*bf16", "s_enc_ptr": "*fp32",
+           "stride_srcm": "i32", "acc_ptr": "*fp32", "count_ptr": "*i32"}
+    const = dict(TILES_PER_THREAD=4, CHUNKS_PER_STEP=2, ACT_ROWS=act_rows, ATOMIC=True, FIXUP=True, QUANT_X=True,
+                 S_ENC_FROM_AMAX=True, HAS_BIAS=True, QDQ_KQ=frag.qdq_kq(act_rows, 256, 4))
+    res = bwtriton.compile(frag.nvfp4_frag_kernel, signature=sig, constexprs=const, target="sm_90a", num_warps=4,
+                           num_stages=1, divisible_by_16=["x_ptr", "w_ptr", "s_ptr", "out_ptr", "N", "K",
+                                                          "stride_xm", "stride_om"])
+    ptx, sass = res.asm["ptx"], res.asm["sass"]
+    assert not re.search(r"\b(STL|LDL)\b", sass)
+    assert "convert_layout" not in res.asm["ttgir"] and "local_alloc" not in res.asm["ttgir"]
+    assert ptx.count("atom.global.gpu.acq_rel.add.u32") == 1 and "SHFL.BFLY" in sass
+    assert "ld.global.cg" in ptx and "mma.sync.aligned.m16n8k16" in ptx
 
 
 def test_repacked_copy_is_made_once_per_weight_and_again_after_an_in_place_edit():

@@ -179,9 +179,9 @@ def test_decode_frag_config_errors_say_what_tiles():
     cfg = decode._user_config("nvfp4_decode_matmul", {"path": "frag", "TILES_PER_THREAD": 4, "num_warps": 8},
                               1, 256, 256, 132)
     w_q = quantize_nvfp4(torch.randn(256, 256))
-    x, out = torch.randn(1, 256).bfloat16(), torch.empty(1, 256)
+    x = torch.randn(1, 256).bfloat16()
     with pytest.raises(InputError, match=r"N a multiple of 16\*TILES_PER_THREAD\*num_warps=512"):
-        decode._launch_frag("nvfp4_decode_matmul", x, w_q, out, torch.ones(1), out, cfg, False)
+        decode._launch_frag("nvfp4_decode_matmul", x, w_q, torch.ones(1), None, cfg, torch.bfloat16)
 
 
 def test_decode_rejects_cpu_inputs_after_caching_the_weight_check():
@@ -519,7 +519,8 @@ def test_decode_replay_passes_x_itself_where_its_word_view_is_plain(cpu_launch, 
                                                                       row_stride):
     """On the GPU the replay hands x to the launcher as is (no view op per call), with its row stride in words;
     a row stride the word view cannot express (2050 elements for int64 words) takes the copying view."""
-    monkeypatch.setattr(decode, "_launcher_reads_only_data_ptr", lambda device: True)
+    monkeypatch.setattr(importlib.import_module("bwtriton.kernels._launcher"), "reads_only_data_ptr",
+                        lambda device: True)
     m, n, k = 3, 256, 2048
     w_q = quantize_nvfp4(torch.randn(n, k))
     cfg = {"gemv": lambda: decode.default_config(m, n, k),

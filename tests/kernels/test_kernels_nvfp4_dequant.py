@@ -306,3 +306,79 @@ def test_linear_plan_scratch_and_in_kernel_amax_across_calls_and_streams(form):
     for x, out in zip(xs, outs):
         _ref_check()(out, quantize_nvfp4(x.float()).dequantize(torch.float64), w_q.dequantize(torch.float64))
     assert torch.equal(side_out, outs[1])
+
+
+# --------------------------------------------------------- 'qdq_decode': x quantized in the frag kernel's prologue
+FRAG_CFGS = [{"path": "frag", "TILES_PER_THREAD": 2, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 8},
+             {"path": "frag", "TILES_PER_THREAD": 4, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 32}]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,cfg,with_bias,amax", [(1, FRAG_CFGS[1], False, True), (4, FRAG_CFGS[0], True, True),
+                                                   (16, FRAG_CFGS[0], True, False), (16, FRAG_CFGS[1], False, False)],
+                         ids=["m1-split32-amax", "m4-split8-amax-bias", "m16-split8-bias", "m16-split32"])
+def test_linear_qdq_decode_matches_the_two_launch_form(m, cfg, with_bias, amax):
+    """One launch (quantize-dequantize of x in the prologue, split-K reduced in the launch) against the separate
+    quantize-dequantize kernel + the same frag config: the same bf16 x values, so the outputs differ only by the
+    order of the split-K atomics (within 2 bf16 ulps), and both are within the reference bound."""
+    decode = importlib.import_module("bwtriton.kernels.decode")
+    dq = importlib.import_module("bwtriton.kernels.nvfp4_dequant")
+    torch.manual_seed(40 + m)
+    n, k = 1024, 8192 if m == 1 else 4096
+    x = (torch.randn(m, k, device="cuda") * 2).to(torch.bfloat16)
+    assert not amax or x.numel() <= dq.IN_KERNEL_AMAX_MAX_ELEMENTS  # S_enc from amax(x) inside the kernel
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16) if with_bias else None
+    gs = None if amax else float(x.float().abs().max()) / 2688 * 1.5
+    s_enc = None if amax else 1.0 / torch.tensor([gs], device="cuda")
+    w_dec = decode.decode_scale_arg(w_q, x.device)
+    out, launch = decode.decode_qdq(x, w_q, s_enc, w_dec, bias, cfg, x.device)
+    xd, alpha, _ = dq.quant_dequant_nvfp4(x, s_enc, w_dec)
+    two, _ = decode._decode("t", xd, w_q, cfg, torch.bfloat16, x.device, alpha, bias)
+    torch.testing.assert_close(out.float(), two.float(), rtol=2 ** -7, atol=1e-3)
+    x_q = quantize_nvfp4(x.float()) if amax else quantize_nvfp4(x.float(), global_scale=gs)
+    _ref_check()(out, x_q.dequantize(torch.float64), w_q.dequantize(torch.float64), bias)
+    fw = importlib.import_module("bwtriton.kernels._decode_frag").frag_weight(w_q)
+    for _ in range(3):  # the scratch is back to zero after each launch: replays agree
+        torch.testing.assert_close(launch.run(x, fw, w_dec, bias, s_enc).float(), out.float(), rtol=2 ** -7,
+                                   atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_linear_qdq_decode_split_one_is_bit_equal_to_the_two_launch_form():
+    """Without split-K the summation order is fixed: bit-equal outputs."""
+    decode = importlib.import_module("bwtriton.kernels.decode")
+    dq = importlib.import_module("bwtriton.kernels.nvfp4_dequant")
+    torch.manual_seed(44)
+    m, n, k = 7, 512, 1024
+    cfg = {"path": "frag", "TILES_PER_THREAD": 1, "CHUNKS_PER_STEP": 2, "num_warps": 8, "SPLIT_K": 1}
+    x = (torch.randn(m, k, device="cuda") * 2).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    w_dec = decode.decode_scale_arg(w_q, x.device)
+    out, _ = decode.decode_qdq(x, w_q, None, w_dec, bias, cfg, x.device)
+    xd, alpha, _ = dq.quant_dequant_nvfp4(x, None, w_dec)
+    two, _ = decode._decode("t", xd, w_q, cfg, torch.bfloat16, x.device, alpha, bias)
+    assert torch.equal(out, two)
+
+
+@pytest.mark.gpu
+def test_linear_auto_times_qdq_decode_and_graphs_replay_it():
+    lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
+    torch.manual_seed(45)
+    m, n, k = 1, 2048, 4096
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
+    lin.nvfp4_linear(x, w_q)
+    key = next(key for key in lin.TUNING_LOG if key[1:4] == (lin._m_bucket(m), n, k))
+    assert any(name.startswith("qdq_decode frag") for name in lin.TUNING_LOG[key])
+    out = lin.nvfp4_linear(x, w_q, form="qdq_decode")
+    graph = torch.cuda.CUDAGraph()
+    x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    with torch.cuda.graph(graph):
+        captured = lin.nvfp4_linear(x2, w_q, form="qdq_decode")
+    x2.copy_(x)
+    for _ in range(2):
+        graph.replay()
+        torch.testing.assert_close(captured.float(), out.float(), rtol=2 ** -7, atol=1e-3)
+    _ref_check()(captured, quantize_nvfp4(x.float()).dequantize(torch.float64), w_q.dequantize(torch.float64))

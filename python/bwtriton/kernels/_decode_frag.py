@@ -26,10 +26,17 @@ from __future__ import annotations
 import weakref
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from bwtriton.formats import from_blocked_scales
+
+from ._common import view_as_words
+from . import _launcher
+from ._launcher import CachedLauncher, StreamScratch, run_entry
+from ._qdq_device import QDQ_MAX_ELEMENTS, encode_scale_from_amax, qdq_slice, w4a4_alpha
+from ._split_fixup import finish_split_rows
 
 #: Where the sign of fragment code s (s = 0..7) is stored, in the selectors' mode bits (3, 7, .., 31): codes 0..3
 #: at bits 7, 15, 23, 31, so `word & 0x80808080` is the sign byte-plane of the high-byte lookup of codes 0..3;
@@ -212,8 +219,11 @@ def lane_tables(device: torch.device) -> torch.Tensor:
 
 @gluon.jit
 def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, M, N, K, stride_xm, stride_om,
-                      split_k, TILES_PER_THREAD: gl.constexpr, CHUNKS_PER_STEP: gl.constexpr,
-                      ACT_ROWS: gl.constexpr, ATOMIC: gl.constexpr, HAS_BIAS: gl.constexpr = False):
+                      split_k, xsrc_ptr, xd_ptr, s_enc_ptr, stride_srcm, acc_ptr, count_ptr,
+                      TILES_PER_THREAD: gl.constexpr, CHUNKS_PER_STEP: gl.constexpr,
+                      ACT_ROWS: gl.constexpr, ATOMIC: gl.constexpr, HAS_BIAS: gl.constexpr = False,
+                      QUANT_X: gl.constexpr = False, S_ENC_FROM_AMAX: gl.constexpr = False,
+                      FIXUP: gl.constexpr = False, QDQ_KQ: gl.constexpr = 256):
     """out[m, n] = alpha * sum_kc s[n, kc] * (A-fragment MMA of 16 rows x 16 k with x^T), fp32 throughout.
 
     A CTA owns TILES_PER_THREAD * num_warps row tiles of 16 (a warp's lanes form each tile's fragments, as
@@ -222,7 +232,15 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
     (1, 8 or 16) bounds M: 1 accumulates only the MMA's first column, 16 issues a second MMA for activation rows
     8..15. x_ptr is the bf16 activation viewed as int64 [M, K/4]; w_ptr / s_ptr the `repack`ed words (int64 view)
     and scale pairs (int32 view). The grid's second axis splits K in `split_k` slices (a runtime value: one
-    compile serves every split); ATOMIC must be set when split_k > 1 (fp32 atomics into a zeroed output)."""
+    compile serves every split); ATOMIC must be set when split_k > 1 (fp32 atomics into a zeroed output).
+
+    FIXUP (with ATOMIC, split_k > 1): the K slices add into acc_ptr (fp32 [M, N], zero on entry) and count their
+    arrivals per row block in count_ptr (int32, zero on entry); the slice that arrives last applies alpha and the
+    bias, writes out_ptr in its own dtype and puts both back to zero for the next call: one launch, no memset and
+    no cast kernel. QUANT_X: xsrc_ptr is the bf16 activation (row stride stride_srcm) and x_ptr / xd_ptr (int64 and
+    bf16 views of one [M, K] buffer) its NVFP4 values, which each CTA writes for its K slice first
+    (`_qdq_device.qdq_slice`, QDQ_KQ columns per step) with S_enc from s_enc_ptr (or from amax(x),
+    S_ENC_FROM_AMAX); alpha_ptr then holds S_dec(w) and the epilogue scale is div_rn(1, S_enc) * S_dec(w)."""
     W: gl.constexpr = gl.num_warps()
     BT: gl.constexpr = TILES_PER_THREAD * W
     L: gl.constexpr = gl.BlockedLayout([TILES_PER_THREAD, 1, 2], [1, 32, 1], [W, 1, 1], [2, 1, 0])
@@ -249,6 +267,15 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
     xp1 = xp0 + 8 * stride_xm
     xm1 = (gx + 8 < M) & gl.expand_dims(vx >= 0, 0)
     zero = gl.zeros([BT, 32, 2], gl.float32, L)
+    if QUANT_X:
+        if S_ENC_FROM_AMAX:
+            s_enc = encode_scale_from_amax(xsrc_ptr, M, K, stride_srcm, ACT_ROWS, QDQ_KQ)
+        else:
+            s_enc = gl.load(s_enc_ptr)
+        qdq_slice(xsrc_ptr, xd_ptr, s_enc, M, stride_srcm, 4 * stride_xm, c_lo * 64, span * 64, ACT_ROWS, QDQ_KQ)
+        alpha = w4a4_alpha(s_enc, alpha_ptr)
+    else:
+        alpha = gl.load(alpha_ptr)
     th = gl.broadcast(gl.expand_dims(gl.expand_dims(gl.load(table_ptr + 2 * lane), 0), 2), zero)[0]
     tl = gl.broadcast(gl.expand_dims(gl.expand_dims(gl.load(table_ptr + 2 * lane + 1), 0), 2), zero)[0]
     a0, a1, a2, a3 = zero, zero, zero, zero
@@ -277,19 +304,32 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
         sp += CHUNKS_PER_STEP * 16
         xp0 += CHUNKS_PER_STEP * 16
         xp1 += CHUNKS_PER_STEP * 16
-    alpha = gl.load(alpha_ptr)
     r = gl.expand_dims(tile * 16, 1) + gl.expand_dims(lane // 4, 0)            # accumulator rows g (+8)
     c = gl.expand_dims(2 * (lane % 4), 0) + gl.zeros([BT, 32], gl.int32, L2)   # activation rows 2t (+1, +8, +9)
-    _frag_store(out_ptr, bias_ptr, a0, alpha, r, c, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
-    _frag_store(out_ptr, bias_ptr, a2, alpha, r + 8, c, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+    if FIXUP:
+        dst = acc_ptr
+        scale = 1.0
+        stride_dst = N
+    else:
+        dst = out_ptr
+        scale = alpha
+        stride_dst = stride_om
+    bias_now: gl.constexpr = HAS_BIAS and not FIXUP
+    _frag_store(dst, bias_ptr, a0, scale, r, c, M, stride_dst, pid_k, bias_now, ATOMIC)
+    _frag_store(dst, bias_ptr, a2, scale, r + 8, c, M, stride_dst, pid_k, bias_now, ATOMIC)
     if ACT_ROWS > 1:
-        _frag_store(out_ptr, bias_ptr, a1, alpha, r, c + 1, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
-        _frag_store(out_ptr, bias_ptr, a3, alpha, r + 8, c + 1, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+        _frag_store(dst, bias_ptr, a1, scale, r, c + 1, M, stride_dst, pid_k, bias_now, ATOMIC)
+        _frag_store(dst, bias_ptr, a3, scale, r + 8, c + 1, M, stride_dst, pid_k, bias_now, ATOMIC)
     if ACT_ROWS == 16:
-        _frag_store(out_ptr, bias_ptr, a4, alpha, r, c + 8, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
-        _frag_store(out_ptr, bias_ptr, a5, alpha, r, c + 9, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
-        _frag_store(out_ptr, bias_ptr, a6, alpha, r + 8, c + 8, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
-        _frag_store(out_ptr, bias_ptr, a7, alpha, r + 8, c + 9, M, stride_om, pid_k, HAS_BIAS, ATOMIC)
+        _frag_store(dst, bias_ptr, a4, scale, r, c + 8, M, stride_dst, pid_k, bias_now, ATOMIC)
+        _frag_store(dst, bias_ptr, a5, scale, r, c + 9, M, stride_dst, pid_k, bias_now, ATOMIC)
+        _frag_store(dst, bias_ptr, a6, scale, r + 8, c + 8, M, stride_dst, pid_k, bias_now, ATOMIC)
+        _frag_store(dst, bias_ptr, a7, scale, r + 8, c + 9, M, stride_dst, pid_k, bias_now, ATOMIC)
+    if FIXUP:
+        gl.thread_barrier()  # every thread's atomics come before the arrival (release at GPU scope)
+        if gl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu") == split_k - 1:
+            finish_split_rows(acc_ptr, out_ptr, bias_ptr, count_ptr + pid_n, alpha, pid_n * BT * 16, M, N,
+                              stride_om, BT * 16, HAS_BIAS, ACT_ROWS)
 
 
 @gluon.jit
@@ -352,16 +392,98 @@ def act_rows(m: int) -> int:
     return 1 if m == 1 else (8 if m <= 8 else 16)
 
 
-def frag_args(x64: torch.Tensor, fw: FragWeight, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
-              split: int, device: torch.device) -> tuple:
-    """The kernel's positional arguments (the order of `nvfp4_frag_kernel`)."""
-    n, k = fw.shape
-    return (x64, fw.words64, fw.scales32, out, alpha, bias, lane_tables(device),
-            x64.shape[0], n, k, x64.stride(0), out.stride(0), split)
+def qdq_kq(m: int, k_slice: int, warps: int) -> int:
+    """Columns per step of the kernel's x prologue (QUANT_X): the slice in as few steps as fit 64 values per thread
+    (a power of two, at least one warp's 256 columns)."""
+    rows = act_rows(m)
+    return max(256, min(triton.next_power_of_2(k_slice), 2048 * warps // rows))
 
 
-def frag_kwargs(cfg: dict, m: int, has_bias: bool) -> dict:
-    """The kernel's constexpr / launch keywords for `cfg`."""
-    return {"TILES_PER_THREAD": cfg["TILES_PER_THREAD"], "CHUNKS_PER_STEP": cfg["CHUNKS_PER_STEP"],
-            "ACT_ROWS": act_rows(m), "ATOMIC": cfg["SPLIT_K"] > 1, "HAS_BIAS": has_bias,
-            "num_warps": cfg["num_warps"]}
+def qdq_fits(m: int, k: int, cfg: dict) -> bool:
+    """Whether a CTA of `cfg` may quantize-dequantize its x slice itself (`_qdq_device.QDQ_MAX_ELEMENTS`)."""
+    return act_rows(m) * (k // cfg["SPLIT_K"]) <= QDQ_MAX_ELEMENTS
+
+
+def frag_kwargs(cfg: dict, m: int, has_bias: bool, k: int = 0, quant_x: bool = False,
+                s_enc_from_amax: bool = False) -> dict:
+    """The kernel's constexpr / launch keywords for `cfg` (split-K always reduced in the launch, FIXUP)."""
+    split = cfg["SPLIT_K"]
+    kw = {"TILES_PER_THREAD": cfg["TILES_PER_THREAD"], "CHUNKS_PER_STEP": cfg["CHUNKS_PER_STEP"],
+          "ACT_ROWS": act_rows(m), "ATOMIC": split > 1, "HAS_BIAS": has_bias, "FIXUP": split > 1,
+          "num_warps": cfg["num_warps"]}
+    if quant_x:
+        kw.update(QUANT_X=True, S_ENC_FROM_AMAX=s_enc_from_amax, QDQ_KQ=qdq_kq(m, k // split, cfg["num_warps"]))
+    return kw
+
+
+LAUNCHER = CachedLauncher(nvfp4_frag_kernel, pipeline=False)
+
+#: Largest scratch set a `FragLaunch` keeps per stream (above it, made per call: for split-K, a memset launch).
+SCRATCH_KEEP_BYTES = 64 << 20
+
+
+class FragLaunch:
+    """The frag kernel for one (cfg, M, x row stride, out dtype, bias or not, x scale source): `run` launches it,
+    the first time through Triton's JIT, later with the compiled entry. Split-K is reduced inside the launch
+    (FIXUP), with this launch's accumulator and counters per stream (`_launcher.StreamScratch`: zero between
+    launches). `quant_x`: x is quantize-dequantized to NVFP4 in the prologue (`_qdq_device`) into a per-stream
+    bf16 copy, S_enc from `s_enc` or, when that is None, from amax(x); alpha is then S_dec(w)."""
+
+    def __init__(self, cfg: dict, m: int, n: int, k: int, x_stride: int, out_dtype: torch.dtype, has_bias: bool,
+                 device: torch.device, quant_x: bool = False, s_enc_from_amax: bool = False):
+        self.m, self.n, self.k, self.device, self.out_dtype = m, n, k, device, out_dtype
+        self.split, self.quant_x = cfg["SPLIT_K"], quant_x
+        blocks = n // frag_block_n(cfg)
+        self.grid = (blocks, self.split, 1)
+        self.kwargs = frag_kwargs(cfg, m, has_bias, k, quant_x, s_enc_from_amax)
+        self.key = ("frag", m, n, k, x_stride, out_dtype, has_bias, tuple(sorted(self.kwargs.items())))
+        self.entry = None
+        split = self.split
+
+        def make() -> tuple:
+            acc = torch.zeros((m, n) if split > 1 else (1,), dtype=torch.float32, device=device)
+            count = torch.zeros(blocks if split > 1 else 1, dtype=torch.int32, device=device)
+            xd = torch.empty((m, k) if quant_x else (1,), dtype=torch.bfloat16, device=device)
+            return acc, count, xd
+        nbytes = (4 * m * n + 4 * blocks if split > 1 else 0) + (2 * m * k if quant_x else 0)
+        self.scratch = StreamScratch(make, device, nbytes, max_bytes=SCRATCH_KEEP_BYTES)
+        self.tables = lane_tables(device)
+
+    def run(self, x: torch.Tensor, fw: FragWeight, alpha: torch.Tensor, bias: "torch.Tensor | None",
+            s_enc: "torch.Tensor | None" = None) -> torch.Tensor:
+        """out = the frag GEMM of x (bf16 [M, K], the row stride of this launch) with `fw`, times alpha, + bias."""
+        m, n, device = self.m, self.n, self.device
+        out = torch.empty((m, n), dtype=self.out_dtype, device=device)
+        acc, count, xd = self.scratch.get()
+        src, s = x, alpha
+        if self.quant_x:
+            src, x, s = x, xd, (alpha if s_enc is None else s_enc)
+        # On the GPU the compiled launcher reads only data_ptr(), so x goes in as is where its int64 view would be
+        # plain: one torch view op (2-3 us of host time) less per call. The emulator's launcher checks dtypes.
+        if (self.entry is not None and _launcher.reads_only_data_ptr(device) and x.stride(1) == 1
+                and x.stride(0) % 4 == 0):
+            x64, sx = x, x.stride(0) // 4
+        else:  # the first launch binds dtypes: the int64 view
+            x64 = view_as_words(x, torch.int64)
+            sx = x64.stride(0)
+        args = (x64, fw.words64, fw.scales32, out, alpha, out if bias is None else bias, self.tables, m, n,
+                self.k, sx, n, self.split, src, xd, s, src.stride(0), acc, count)
+        if self.entry is None:
+            self.entry = LAUNCHER.launch(self.key, self.grid, device, args, self.kwargs)
+        else:
+            run_entry(self.entry, self.grid, device, args)
+        return out
+
+
+_FRAG_LAUNCHES: dict[tuple, FragLaunch] = {}
+
+
+def frag_launch(cfg: dict, m: int, n: int, k: int, x_stride: int, out_dtype: torch.dtype, has_bias: bool,
+                device: torch.device, quant_x: bool = False, s_enc_from_amax: bool = False) -> FragLaunch:
+    """The `FragLaunch` of these facts (made once)."""
+    key = (tuple(sorted(cfg.items())), m, n, k, x_stride, out_dtype, has_bias, device, quant_x, s_enc_from_amax)
+    hit = _FRAG_LAUNCHES.get(key)
+    if hit is None:
+        hit = _FRAG_LAUNCHES[key] = FragLaunch(cfg, m, n, k, x_stride, out_dtype, has_bias, device, quant_x,
+                                               s_enc_from_amax)
+    return hit

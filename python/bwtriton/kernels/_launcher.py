@@ -64,6 +64,12 @@ def _grid3(grid: Sequence[int]) -> tuple[int, int, int]:
     return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
 
 
+def reads_only_data_ptr(device: torch.device) -> bool:
+    """Whether a tensor argument of another dtype than the kernel's pointer type launches as its bytes (Triton's
+    CUDA launcher calls only data_ptr(); the emulator's checks the dtype)."""
+    return device.type == "cuda"
+
+
 def run_entry(entry: tuple[Any, tuple], grid: tuple[int, int, int], device: torch.device,
               args: Sequence[Any]) -> None:
     """Launch a `CachedLauncher` entry on `grid` (3-D) with `args` (the positional arguments of its key: same

@@ -70,6 +70,7 @@ from ._common import decode_scale_arg, dequant_nvfp4_bf16, scale_offsets, view_a
 from ._launcher import CachedLauncher, rotated_kernel_time_us, run_entry
 from ._tiles import SWAP_AB_MIN_M
 from . import _decode_frag as _frag
+from . import _launcher
 from . import _decode_frag_wide as _wide
 from . import dq_wgmma as _dq
 from . import gluon_mixed as _gluon
@@ -381,7 +382,7 @@ TUNING_FAILURES: dict[tuple, dict[str, str]] = {}
 
 _MMA_LAUNCHER = CachedLauncher(nvfp4_decode_kernel, pipeline=False)
 _GEMV_LAUNCHER = CachedLauncher(nvfp4_gemv_kernel, pipeline=False)
-_FRAG_LAUNCHER = CachedLauncher(_frag.nvfp4_frag_kernel, pipeline=False)
+_FRAG_LAUNCHER = _frag.LAUNCHER
 _WIDE_LAUNCHER = CachedLauncher(_wide.nvfp4_frag_wide_kernel, pipeline=False)
 _PATHS = ("gemv", "mma", "frag", "fragw", "wgmma", "gluon_mixed", "dq_wgmma", "dequant_gemm")
 
@@ -520,6 +521,39 @@ def decode_scaled(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor
     return out, make_replay(w_q, cfg, entry, m, torch.bfloat16, device)
 
 
+def qdq_decode_candidates(x: torch.Tensor, w_q, device: torch.device, limit: int = 2) -> list[dict]:
+    """The frag configs `decode_qdq` is timed with for this shape: of the weight-only tuner's frag configs (tuned
+    here for x's shape if that has not happened), the `limit` fastest whose CTAs can quantize their x slice
+    (`_decode_frag.qdq_fits`). Each is one more compile, hence the limit."""
+    m, k = x.shape
+    n = w_q.shape[0]
+    _tuned("nvfp4_linear", x, w_q, m, n, k, torch.bfloat16, device, sm_count(device))
+    timed = TUNING_LOG.get((device.index, m, n, k, w_q.scale_layout, torch.bfloat16), {})
+    cands = [c for c in _frag.frag_candidates(m, n, k) if _frag.qdq_fits(m, k, c)]
+    if timed:  # untuned (BWTRITON_DECODE_TUNE=0, graph capture): the candidates' own order
+        cands = sorted((c for c in cands if config_label(c) in timed), key=lambda c: timed[config_label(c)])
+    return cands[:limit]
+
+
+def decode_qdq(x: torch.Tensor, w_q, s_enc: "torch.Tensor | None", w_dec: torch.Tensor,
+               bias: "torch.Tensor | None", cfg: dict, device: torch.device) -> tuple[torch.Tensor, FragLaunch]:
+    """(out bf16 [M, N], launch): the W4A4 linear in one launch of the frag kernel, x (bf16, validated by the
+    caller, M <= 16) quantized to NVFP4 with S_enc (`s_enc`, or from amax(x) in the kernel when None) and
+    dequantized to its exact values in the kernel's prologue; out = (x_q @ w^T) * div_rn(1, S_enc) * w_dec + bias,
+    bit-equal to `nvfp4_dequant.quant_dequant_nvfp4` followed by the frag kernel. `launch.run(x, fw, w_dec, bias,
+    s_enc)` launches it again."""
+    m, k = x.shape
+    n = w_q.shape[0]
+    _check_frag_tiles("nvfp4_linear", cfg, m, n, k)
+    if not _frag.qdq_fits(m, k, cfg):
+        raise InputError(f"nvfp4_linear: frag config {cfg} gives each CTA {_frag.act_rows(m)} x "
+                         f"{k // cfg['SPLIT_K']} activations to quantize, over {_frag.QDQ_MAX_ELEMENTS}; "
+                         f"use a larger SPLIT_K or form='dequant_decode'")
+    launch = _frag.frag_launch(cfg, m, n, k, x.stride(0), torch.bfloat16, bias is not None, device, quant_x=True,
+                               s_enc_from_amax=s_enc is None)
+    return launch.run(x, _frag.frag_weight(w_q), w_dec, bias, s_enc), launch
+
+
 #: Replayable launches per call signature (see `nvfp4_decode_matmul`); an entry goes when its weight does.
 _PLANS: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
 
@@ -563,20 +597,25 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     if path == "dequant_gemm":  # no entry: the dequantize kernel and kernels.matmul keep their own caches
         return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
                                                     out_dtype)
+    if path == "frag":  # a FragLaunch: one allocation, one launch, split-K reduced inside it
+        def replay_frag(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
+            # a lookup; a repack after in-place edits of the weight
+            return entry.run(x, _frag.frag_weight_of(data_ref(), scales_ref(), layout, shape), alpha, bias)
+        return replay_frag
     grid = (n // _block_n(cfg), split, 1)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
-    tables = (_frag.lane_tables if path == "frag" else _wide.lane_tables)(device)
+    tables = _wide.lane_tables(device)
     # On the GPU the compiled launcher reads only x.data_ptr(), so x goes in as is where its int32 / int64 view
     # would be plain (row stride a multiple of 2 / 4 elements; the plan key fixes the stride and 16-byte
     # alignment): one torch view op (2-3 us on the H200's host) less per call. The emulator's launcher checks
     # dtypes, so it gets the view.
-    raw_x = _launcher_reads_only_data_ptr(device)
+    raw_x = _launcher.reads_only_data_ptr(device)
 
     def replay(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
         w_data, w_scales = data_ref(), scales_ref()
         out = alloc((m, n), dtype=buf_dtype, device=device)
         b = out if bias is None else bias
-        if path in ("frag", "fragw"):
+        if path == "fragw":
             fw = _frag.frag_weight_of(w_data, w_scales, layout, shape)  # a lookup; a repack after in-place edits
             sx = x.stride(0)
             if raw_x and sx % 4 == 0 and x.stride(1) == 1:
@@ -599,12 +638,6 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
         return out.to(out_dtype) if split > 1 else out
 
     return replay
-
-
-def _launcher_reads_only_data_ptr(device: torch.device) -> bool:
-    """Whether a tensor argument of another dtype than the kernel's pointer type launches as its bytes (Triton's
-    CUDA launcher calls only data_ptr(); the emulator's checks the dtype)."""
-    return device.type == "cuda"
 
 
 def _block_n(cfg: dict) -> int:
@@ -718,6 +751,8 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
             raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "
                              f"K of BLOCK_K*SPLIT_K")
         return _mixed.launch_mixed(x, w_q, alpha, alpha, bias, cfg, out_dtype=out_dtype)
+    if cfg["path"] == "frag":  # split-K reduced inside the launch (`_split_fixup`)
+        return _launch_frag(op, x, w_q, alpha, bias, cfg, out_dtype)
     split = cfg["SPLIT_K"]
     if split > 1:
         out = torch.zeros((m, n), dtype=torch.float32, device=device)
@@ -727,8 +762,8 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
     kwargs = {key: v for key, v in cfg.items() if key != "path"}
     kwargs["HAS_BIAS"] = bias is not None
     b = out if bias is None else bias
-    if cfg["path"] in ("frag", "fragw"):
-        entry = _launch_frag(op, x, w_q, out, alpha, b, cfg, bias is not None)
+    if cfg["path"] == "fragw":
+        entry = _launch_fragw(op, x, w_q, out, alpha, b, cfg, bias is not None)
     elif cfg["path"] == "gemv":
         entry = _launch_gemv(op, x, w_q, out, alpha, b, kwargs, blocked)
     else:
@@ -756,20 +791,35 @@ def _launch_gemv(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.
     return _GEMV_LAUNCHER.launch(key, grid, x.device, args, dict(cfg, SCALE_BLOCKED=blocked))
 
 
-def _launch_frag(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
-                 cfg: dict, has_bias: bool) -> tuple:
-    m, k = x.shape
-    n = w_q.shape[0]
+def _check_frag_tiles(op: str, cfg: dict, m: int, n: int, k: int) -> None:
     block_n, split = _frag.frag_block_n(cfg), cfg["SPLIT_K"]
-    wide = cfg["path"] == "fragw"
-    max_m = _wide.WIDE_MAX_M if wide else _frag.FRAG_MAX_M
+    max_m = _wide.WIDE_MAX_M if cfg["path"] == "fragw" else _frag.FRAG_MAX_M
     if m > max_m or n % block_n or k % (64 * cfg["CHUNKS_PER_STEP"] * split):
         raise InputError(f"{op}: frag config {cfg} does not tile M={m}, N={n}, K={k}: M must be <= "
                          f"{max_m}, N a multiple of 16*TILES_PER_THREAD*num_warps={block_n}, K of "
                          f"64*CHUNKS_PER_STEP*SPLIT_K={64 * cfg['CHUNKS_PER_STEP'] * split}")
+
+
+def _launch_fragw(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch.Tensor, bias: torch.Tensor,
+                  cfg: dict, has_bias: bool) -> tuple:
+    m, k = x.shape
+    n = w_q.shape[0]
+    _check_frag_tiles(op, cfg, m, n, k)
     x64 = view_as_words(x, torch.int64)
-    mod, launcher = (_wide, _WIDE_LAUNCHER) if wide else (_frag, _FRAG_LAUNCHER)
-    args = (mod.wide_args if wide else mod.frag_args)(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
-    kwargs = (mod.wide_kwargs if wide else mod.frag_kwargs)(cfg, m, has_bias)
-    key = (cfg["path"], m, n, k, x64.stride(0), out.dtype, bias.dtype, tuple(sorted(kwargs.items())), split)
-    return launcher.launch(key, (n // block_n, split), x.device, args, kwargs)
+    split = cfg["SPLIT_K"]
+    args = _wide.wide_args(x64, _frag.frag_weight(w_q), out, alpha, bias, split, x.device)
+    kwargs = _wide.wide_kwargs(cfg, m, has_bias)
+    key = ("fragw", m, n, k, x64.stride(0), out.dtype, bias.dtype, tuple(sorted(kwargs.items())), split)
+    return _WIDE_LAUNCHER.launch(key, (n // _frag.frag_block_n(cfg), split), x.device, args, kwargs)
+
+
+FragLaunch = _frag.FragLaunch
+
+
+def _launch_frag(op: str, x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None", cfg: dict,
+                 out_dtype: torch.dtype) -> tuple[torch.Tensor, FragLaunch]:
+    m, k = x.shape
+    n = w_q.shape[0]
+    _check_frag_tiles(op, cfg, m, n, k)
+    launch = _frag.frag_launch(cfg, m, n, k, x.stride(0), out_dtype, bias is not None, x.device)
+    return launch.run(x, _frag.frag_weight(w_q), alpha, bias), launch

@@ -55,7 +55,8 @@ from ._device import sm_count
 from ._tiles import grouped_tile_coords
 from ._validate import InputChecker, check_bf16_activations, check_quantized
 from ._common import decode_scale_arg, scale_offsets, tcgen05_block_scaled
-from .decode import decode_scaled, tuning_copies
+from .decode import config_label, decode_qdq, decode_scaled, qdq_decode_candidates, tuning_copies
+from . import _decode_frag as _frag
 from .matmul import matmul
 from . import mixed_gemm as _mg
 from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, amax_in_kernel,
@@ -275,6 +276,11 @@ def _dequant_decode_ok(m: int, k: int) -> bool:
     return k % 256 == 0
 
 
+def _qdq_decode_ok(m: int, k: int) -> bool:
+    """Whether the 'qdq_decode' form may take this shape (the frag kernel's M and K limits)."""
+    return m <= _frag.FRAG_MAX_M and k % 256 == 0
+
+
 def _mixed(x, w_q, bias, m, n, k, device, s_enc, cfg: dict) -> tuple[torch.Tensor, tuple]:
     """One launch: the mixed-input wgmma GEMM with x's NVFP4 quantize-dequantize in its prologue
     (`mixed_gemm.nvfp4_mixed_gemm_kernel`, QUANT_X) and alpha = S_dec(x) * S_dec(w) + bias in its epilogue."""
@@ -305,6 +311,29 @@ def _dequant_decode(x, w_q, bias, m, n, k, device, s_enc) -> tuple[torch.Tensor,
     xd, alpha, q_entry = quant_dequant_nvfp4(x, s_enc, decode_scale_arg(w_q, device))
     out, replay = decode_scaled(xd, w_q, alpha, bias, device)
     return out, (q_entry, replay)
+
+
+def _qdq_decode(x, w_q, bias, m, n, k, device, s_enc, cfg: dict) -> tuple[torch.Tensor, tuple]:
+    """Small M, one launch: the frag decode kernel with x's quantize-dequantize in its prologue
+    (`decode.decode_qdq`); same values and summation as 'dequant_decode' with that frag config."""
+    out, launch = decode_qdq(x, w_q, s_enc, decode_scale_arg(w_q, device), bias, cfg, device)
+    return out, (launch,)
+
+
+#: Chosen frag config per tuning key of the 'qdq_decode' form (see `_pick_form`).
+_QDQ_CFG: dict[tuple, dict] = {}
+
+
+def _qdq_cfg(key: tuple, x, w_q, device) -> dict:
+    cfg = _QDQ_CFG.get(key)
+    if cfg is None:
+        cands = qdq_decode_candidates(x, w_q, device, limit=1)
+        if not cands:
+            raise InputError(f"nvfp4_linear: form='qdq_decode' has no frag config for M={x.shape[0]}, "
+                             f"N={w_q.shape[0]}, K={x.shape[1]} (M <= {_frag.FRAG_MAX_M}, K % 256 == 0, "
+                             f"N % 64 == 0); use form='auto'")
+        cfg = cands[0]
+    return cfg
 
 
 #: Chosen form ('fused', 'two_kernel' or 'dequant_decode') per (device, M bucket, N, K, bias, scale layout);
@@ -369,6 +398,10 @@ def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
         runs["two_kernel"] = lambda w: _two_kernel(x, w, bias, m, n, k, device, s_enc, True)
     if _dequant_decode_ok(m, k):
         runs["dequant_decode"] = lambda w: _dequant_decode(x, w, bias, m, n, k, device, s_enc)
+    qdq_cands = qdq_decode_candidates(x, w_q, device) if _qdq_decode_ok(m, k) else []
+    for cfg in qdq_cands:
+        runs[f"qdq_decode {config_label(cfg)}"] = (
+            lambda w, cfg=cfg: _qdq_decode(x, w, bias, m, n, k, device, s_enc, cfg))
     mixed_cands = _mg.mixed_candidates(m, n, k, sm_count(device)) if m <= MIXED_MAX_M else []
     if m <= MIXED_MAX_M:
         for cfg in mixed_cands:
@@ -383,6 +416,9 @@ def _pick_form(x, w_q, bias, m, n, k, device, s_enc) -> str:
         times[name] = rotated_kernel_time_us([lambda fn=fn, w=w: fn(w) for w in copies])
     TUNING_LOG[key] = times
     best = min(times, key=times.get)
+    if best.startswith("qdq_decode "):
+        _QDQ_CFG[key] = next(c for c in qdq_cands if best == f"qdq_decode {config_label(c)}")
+        best = "qdq_decode"
     if best.startswith("mixed "):
         _MIXED_CFG[key] = next(c for c in mixed_cands if best == f"mixed {_mg.mixed_label(c)}")
         best = "mixed"
@@ -416,6 +452,9 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     m, n, k, device = _validate(op, x, w_q, bias, x_global_scale)
     if form == "dequant_decode" and not _dequant_decode_ok(m, k):
         raise InputError(f"{op}: form='dequant_decode' needs K % 256 == 0, got K={k}; use form='auto'")
+    if form == "qdq_decode" and not _qdq_decode_ok(m, k):
+        raise InputError(f"{op}: form='qdq_decode' needs M <= {_frag.FRAG_MAX_M} and K % 256 == 0, got M={m}, "
+                         f"K={k}; use form='auto'")
     chosen = form
     if form == "auto":
         chosen = _pick_form(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device))
@@ -429,6 +468,9 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
         out, entries = _dequant_gemm(x, w_q, bias, m, n, k, device, _encode_scale(x, x_global_scale, device))
     elif chosen == "dequant_decode":
         out, entries = _dequant_decode(x, w_q, bias, m, n, k, device, s_enc)
+    elif chosen == "qdq_decode":
+        cfg = _qdq_cfg(_form_key(device, m, n, k, bias, w_q), x, w_q, device)
+        out, entries = _qdq_decode(x, w_q, bias, m, n, k, device, s_enc, cfg)
     else:
         out, entries = _two_kernel(x, w_q, bias, m, n, k, device, s_enc, True)
     if chosen != "dequant_gemm" and (form != "auto" or _form_key(device, m, n, k, bias, w_q) in _FORM):
@@ -437,7 +479,7 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     return out
 
 
-_FORMS = ("auto", "fused", "two_kernel", "dequant_decode", "mixed", "dequant_gemm")
+_FORMS = ("auto", "fused", "two_kernel", "dequant_decode", "qdq_decode", "mixed", "dequant_gemm")
 
 #: Replayable launches per call signature: a call whose weight tensors, x (shape, strides, dtype, device,
 #: alignment), bias signature, kind of x scale and form match an earlier one skips validation and dispatch.
@@ -513,6 +555,14 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
             run_entry(entry, grid, device, (x, w_dec if s is None else s, w_q.data, w_q.scales, w_dec,
                                             out if bias is None else bias, out, m, n, k, x.stride(0)))
             return out
+    elif form == "qdq_decode":
+        (launch,) = entries
+        data_ref, scales_ref = weakref.ref(w_q.data), weakref.ref(w_q.scales)
+        layout, shape = w_q.scale_layout, tuple(w_q.shape)
+
+        def plan(x, w_q, bias, g):
+            fw = _frag.frag_weight_of(data_ref(), scales_ref(), layout, shape)  # a lookup
+            return launch.run(x, fw, w_dec, bias, s_enc_of(x, g))
     elif form == "dequant_decode":
         q_entry, replay = entries
         q_grid = (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
