@@ -102,7 +102,7 @@ def test_frag_kernel_compiles_to_wide_loads_and_mma_without_spills(act_rows):
 @pytest.mark.parametrize("act_rows", [1, 16])
 def test_frag_kernel_with_the_x_prologue_and_split_k_fixup_compiles_without_spills(act_rows):
     """QUANT_X + FIXUP (the W4A4 linear in one launch): the prologue's block amax is lane shuffles, not shared
-    memory; one scalar acq_rel arrival per CTA; the last slice reads the accumulator from L2."""
+    memory; one scalar release arrival per CTA, an acquire in the last slice, which reads the accumulator from L2."""
     sig = {"x_ptr": "*i64", "w_ptr": "*i64", "s_ptr": "*i32", "out_ptr": "*bf16", "alpha_ptr": "*fp32",
            "bias_ptr": "*bf16", "table_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
            "stride_om": "i32", "split_k": "i32", "xsrc_ptr": "*bf16", "xd_ptr": "*bf16", "s_enc_ptr": "*fp32",
@@ -115,7 +115,8 @@ def test_frag_kernel_with_the_x_prologue_and_split_k_fixup_compiles_without_spil
     ptx, sass = res.asm["ptx"], res.asm["sass"]
     assert not re.search(r"\b(STL|LDL)\b", sass)
     assert "convert_layout" not in res.asm["ttgir"] and "local_alloc" not in res.asm["ttgir"]
-    assert ptx.count("atom.global.gpu.acq_rel.add.u32") == 1 and "SHFL.BFLY" in sass
+    assert ptx.count("atom.global.gpu.release.add.u32") == 1 and ptx.count("atom.global.gpu.acquire.exch.b32") == 1
+    assert "SHFL.BFLY" in sass
     assert "ld.global.cg" in ptx and "mma.sync.aligned.m16n8k16" in ptx
 
 

@@ -201,11 +201,12 @@ def test_emulated_fragw_decode_with_bias_and_split(m, split, tiles):
 
 
 # ------------------------------------------------------------------ split-K and the W4A4 prologue in one launch
-FRAG_SPLIT4 = {"path": "frag", "TILES_PER_THREAD": 2, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 4}
+FRAG_SPLIT4 = {"path": "frag", "TILES_PER_THREAD": 2, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 4,
+               "FIXUP": True}
 
 
 def test_emulated_frag_split_k_reduces_in_the_launch_and_leaves_its_scratch_zero():
-    """Split-K: the slices add into a per-stream fp32 accumulator and the last one to arrive (acq_rel counter)
+    """Split-K: the slices add into a per-stream fp32 accumulator and the last one to arrive (release counter)
     writes the bf16 output with the bias and zeroes the accumulator and counter for the next call."""
     frag = importlib.import_module("bwtriton.kernels._decode_frag")
     gen = torch.Generator().manual_seed(18)
@@ -216,9 +217,9 @@ def test_emulated_frag_split_k_reduces_in_the_launch_and_leaves_its_scratch_zero
     alpha = decode.decode_scale_arg(w_q, x.device)
     first, launch = decode._decode("t", x, w_q, FRAG_SPLIT4, torch.bfloat16, x.device, alpha, bias)
     ptx = _last_ptx(decode._FRAG_LAUNCHER)
-    assert "atom.global.gpu.acq_rel.add.u32" in ptx and "ld.global.cg" in ptx
+    assert "atom.global.gpu.release.add.u32" in ptx and "atom.global.gpu.acquire" in ptx and "ld.global.cg" in ptx
     acc, count, _ = launch.scratch.get()
-    assert acc.shape == (m, n) and count.shape == (n // frag.frag_block_n(FRAG_SPLIT4),)
+    assert acc.shape == (m, n) and count.shape == (n // frag.frag_block_n(FRAG_SPLIT4),)  # one zeroed buffer
     assert first.dtype == torch.bfloat16 and not acc.any() and not count.any()
     again = launch.run(x, frag.frag_weight(w_q), alpha, bias)
     assert torch.equal(again, first) and not acc.any() and not count.any()
@@ -241,13 +242,14 @@ def test_emulated_linear_qdq_decode_is_bit_equal_to_the_two_launch_form(m, with_
     w_q = quantize_nvfp4(torch.randn(n, k, generator=gen) * 0.05)
     bias = torch.randn(n, generator=gen).to(torch.bfloat16) if with_bias else None
     g = None if scale == "amax" else float(x.float().abs().amax()) / 2688 * 1.5
-    out = lin.nvfp4_linear(x, w_q, bias, x_global_scale=g, form="qdq_decode")
-    assert "atom.global.gpu.acq_rel.add.u32" in _last_ptx(decode._FRAG_LAUNCHER)  # split 4 (FRAG_SPLIT4's shape)
-    (cfg,) = decode.qdq_decode_candidates(x, w_q, x.device, limit=1)
-    assert cfg == FRAG_SPLIT4
     s_enc = None if g is None else 1.0 / torch.tensor([g], dtype=torch.float32)
     w_dec = decode.decode_scale_arg(w_q, x.device)
+    out, _ = decode.decode_qdq(x, w_q, s_enc, w_dec, bias, FRAG_SPLIT4, x.device)
+    assert "atom.global.gpu.release.add.u32" in _last_ptx(decode._FRAG_LAUNCHER)  # one launch
     xd, alpha, _ = dq.quant_dequant_nvfp4(x, s_enc, w_dec)
-    two_launch, _ = decode._decode("t", xd, w_q, cfg, torch.bfloat16, x.device, alpha, bias)
+    two_launch, _ = decode._decode("t", xd, w_q, FRAG_SPLIT4, torch.bfloat16, x.device, alpha, bias)
     assert torch.equal(out, two_launch)
-    assert torch.equal(lin.nvfp4_linear(x, w_q, bias, x_global_scale=g, form="qdq_decode"), out)  # the plan
+    cfg = decode.qdq_decode_candidates(x, w_q, x.device, limit=1)[0]  # the form's (untuned) config, and its plan
+    first = decode.decode_qdq(x, w_q, s_enc, w_dec, bias, cfg, x.device)[0]
+    for _ in range(2):
+        assert torch.equal(lin.nvfp4_linear(x, w_q, bias, x_global_scale=g, form="qdq_decode"), first)

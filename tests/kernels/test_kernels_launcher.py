@@ -131,7 +131,9 @@ _SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
 @pytest.mark.parametrize("n,k", _SHAPES)
 def test_decode_candidates_tile_the_shape_and_fit_registers(m, n, k):
     cands = decode.decode_candidates(m, n, k, num_sms=132)
-    assert cands and len(cands) <= 20  # tuning must stay quick (one compile, ~1-2 s, per candidate per process)
+    # tuning must stay quick (one compile, ~1-2 s, per candidate per process); the frag configs with split-K come
+    # twice (reduced after the launch or inside it)
+    assert cands and len(cands) <= 25
     for cfg in cands:
         if cfg["path"] == "frag":
             assert m <= 16 and n % (16 * cfg["TILES_PER_THREAD"] * cfg["num_warps"]) == 0

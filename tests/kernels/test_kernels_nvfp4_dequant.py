@@ -309,8 +309,9 @@ def test_linear_plan_scratch_and_in_kernel_amax_across_calls_and_streams(form):
 
 
 # --------------------------------------------------------- 'qdq_decode': x quantized in the frag kernel's prologue
-FRAG_CFGS = [{"path": "frag", "TILES_PER_THREAD": 2, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 8},
-             {"path": "frag", "TILES_PER_THREAD": 4, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 32}]
+FRAG_CFGS = [{"path": "frag", "TILES_PER_THREAD": 2, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 8, "FIXUP": True},
+             {"path": "frag", "TILES_PER_THREAD": 4, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 32,
+              "FIXUP": True}]
 
 
 @pytest.mark.gpu

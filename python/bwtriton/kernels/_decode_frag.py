@@ -36,7 +36,7 @@ from ._common import view_as_words
 from . import _launcher
 from ._launcher import CachedLauncher, StreamScratch, run_entry
 from ._qdq_device import QDQ_MAX_ELEMENTS, encode_scale_from_amax, qdq_slice, w4a4_alpha
-from ._split_fixup import finish_split_rows
+from ._split_fixup import arrive_last, finish_split_rows
 
 #: Where the sign of fragment code s (s = 0..7) is stored, in the selectors' mode bits (3, 7, .., 31): codes 0..3
 #: at bits 7, 15, 23, 31, so `word & 0x80808080` is the sign byte-plane of the high-byte lookup of codes 0..3;
@@ -326,9 +326,8 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
         _frag_store(dst, bias_ptr, a6, scale, r + 8, c + 8, M, stride_dst, pid_k, bias_now, ATOMIC)
         _frag_store(dst, bias_ptr, a7, scale, r + 8, c + 9, M, stride_dst, pid_k, bias_now, ATOMIC)
     if FIXUP:
-        gl.thread_barrier()  # every thread's atomics come before the arrival (release at GPU scope)
-        if gl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu") == split_k - 1:
-            finish_split_rows(acc_ptr, out_ptr, bias_ptr, count_ptr + pid_n, alpha, pid_n * BT * 16, M, N,
+        if arrive_last(count_ptr + pid_n, split_k):
+            finish_split_rows(acc_ptr, out_ptr, bias_ptr, alpha, pid_n * BT * 16, M, N,
                               stride_om, BT * 16, HAS_BIAS, ACT_ROWS)
 
 
@@ -369,16 +368,19 @@ def frag_candidate(m: int, n: int, k: int, tiles: int, chunks_per_step: int, war
     if chunks % (chunks_per_step * split):
         return None
     return {"path": "frag", "TILES_PER_THREAD": tiles, "CHUNKS_PER_STEP": chunks_per_step, "num_warps": warps,
-            "SPLIT_K": split}
+            "SPLIT_K": split, "FIXUP": False}
 
 
 def frag_candidates(m: int, n: int, k: int) -> list[dict]:
-    """The frag configs the decode tuner times for this shape (none above FRAG_MAX_M)."""
+    """The frag configs the decode tuner times for this shape (none above FRAG_MAX_M): each split-K one twice,
+    reduced by a zeroed fp32 output and a cast kernel (FIXUP False) and inside the launch (FIXUP True, one launch:
+    its last slice waits on the others' atomics, which the H200 measured slower at some shapes)."""
     cands = []
     for shape in _FRAG_SHAPES:
         cfg = frag_candidate(m, n, k, *shape)
-        if cfg is not None and cfg not in cands:
-            cands.append(cfg)
+        for c in (cfg, None if cfg is None or cfg["SPLIT_K"] == 1 else dict(cfg, FIXUP=True)):
+            if c is not None and c not in cands:
+                cands.append(c)
     return cands
 
 
@@ -404,12 +406,17 @@ def qdq_fits(m: int, k: int, cfg: dict) -> bool:
     return act_rows(m) * (k // cfg["SPLIT_K"]) <= QDQ_MAX_ELEMENTS
 
 
+def fixup(cfg: dict) -> bool:
+    """Whether `cfg` reduces its split-K slices inside the launch (`_split_fixup`)."""
+    return cfg["SPLIT_K"] > 1 and bool(cfg.get("FIXUP", False))
+
+
 def frag_kwargs(cfg: dict, m: int, has_bias: bool, k: int = 0, quant_x: bool = False,
                 s_enc_from_amax: bool = False) -> dict:
-    """The kernel's constexpr / launch keywords for `cfg` (split-K always reduced in the launch, FIXUP)."""
+    """The kernel's constexpr / launch keywords for `cfg`."""
     split = cfg["SPLIT_K"]
     kw = {"TILES_PER_THREAD": cfg["TILES_PER_THREAD"], "CHUNKS_PER_STEP": cfg["CHUNKS_PER_STEP"],
-          "ACT_ROWS": act_rows(m), "ATOMIC": split > 1, "HAS_BIAS": has_bias, "FIXUP": split > 1,
+          "ACT_ROWS": act_rows(m), "ATOMIC": split > 1, "HAS_BIAS": has_bias, "FIXUP": fixup(cfg),
           "num_warps": cfg["num_warps"]}
     if quant_x:
         kw.update(QUANT_X=True, S_ENC_FROM_AMAX=s_enc_from_amax, QDQ_KQ=qdq_kq(m, k // split, cfg["num_warps"]))
@@ -424,36 +431,42 @@ SCRATCH_KEEP_BYTES = 64 << 20
 
 class FragLaunch:
     """The frag kernel for one (cfg, M, x row stride, out dtype, bias or not, x scale source): `run` launches it,
-    the first time through Triton's JIT, later with the compiled entry. Split-K is reduced inside the launch
-    (FIXUP), with this launch's accumulator and counters per stream (`_launcher.StreamScratch`: zero between
-    launches). `quant_x`: x is quantize-dequantized to NVFP4 in the prologue (`_qdq_device`) into a per-stream
-    bf16 copy, S_enc from `s_enc` or, when that is None, from amax(x); alpha is then S_dec(w)."""
+    the first time through Triton's JIT, later with the compiled entry. Split-K goes into a zeroed fp32 output
+    that is cast afterwards, or (FIXUP) is reduced inside the launch with this launch's accumulator and counters
+    per stream (`_launcher.StreamScratch`: zero between launches). `quant_x`: x is quantize-dequantized to NVFP4
+    in the prologue (`_qdq_device`) into a per-stream bf16 copy, S_enc from `s_enc` or, when that is None, from
+    amax(x); alpha is then S_dec(w)."""
 
     def __init__(self, cfg: dict, m: int, n: int, k: int, x_stride: int, out_dtype: torch.dtype, has_bias: bool,
                  device: torch.device, quant_x: bool = False, s_enc_from_amax: bool = False):
         self.m, self.n, self.k, self.device, self.out_dtype = m, n, k, device, out_dtype
-        self.split, self.quant_x = cfg["SPLIT_K"], quant_x
+        self.split, self.quant_x, self.fixup = cfg["SPLIT_K"], quant_x, fixup(cfg)
         blocks = n // frag_block_n(cfg)
         self.grid = (blocks, self.split, 1)
         self.kwargs = frag_kwargs(cfg, m, has_bias, k, quant_x, s_enc_from_amax)
         self.key = ("frag", m, n, k, x_stride, out_dtype, has_bias, tuple(sorted(self.kwargs.items())))
         self.entry = None
-        split = self.split
+        self.tables = lane_tables(device)
+        with_fixup = self.fixup
 
         def make() -> tuple:
-            acc = torch.zeros((m, n) if split > 1 else (1,), dtype=torch.float32, device=device)
-            count = torch.zeros(blocks if split > 1 else 1, dtype=torch.int32, device=device)
+            if with_fixup:  # accumulator and counters in one zeroed buffer: one memset in a CUDA graph's capture
+                zeroed = torch.zeros(m * n + blocks, dtype=torch.float32, device=device)
+                acc, count = zeroed[:m * n].view(m, n), zeroed[m * n:].view(torch.int32)
+            else:  # stand-ins the kernel does not read
+                acc, count = (torch.zeros(1, dtype=t, device=device) for t in (torch.float32, torch.int32))
             xd = torch.empty((m, k) if quant_x else (1,), dtype=torch.bfloat16, device=device)
             return acc, count, xd
-        nbytes = (4 * m * n + 4 * blocks if split > 1 else 0) + (2 * m * k if quant_x else 0)
+        nbytes = (4 * (m * n + blocks) if with_fixup else 0) + (2 * m * k if quant_x else 0)
         self.scratch = StreamScratch(make, device, nbytes, max_bytes=SCRATCH_KEEP_BYTES)
-        self.tables = lane_tables(device)
 
     def run(self, x: torch.Tensor, fw: FragWeight, alpha: torch.Tensor, bias: "torch.Tensor | None",
             s_enc: "torch.Tensor | None" = None) -> torch.Tensor:
         """out = the frag GEMM of x (bf16 [M, K], the row stride of this launch) with `fw`, times alpha, + bias."""
         m, n, device = self.m, self.n, self.device
-        out = torch.empty((m, n), dtype=self.out_dtype, device=device)
+        atomic_out = self.split > 1 and not self.fixup
+        out = (torch.zeros((m, n), dtype=torch.float32, device=device) if atomic_out
+               else torch.empty((m, n), dtype=self.out_dtype, device=device))
         acc, count, xd = self.scratch.get()
         src, s = x, alpha
         if self.quant_x:
@@ -472,7 +485,7 @@ class FragLaunch:
             self.entry = LAUNCHER.launch(self.key, self.grid, device, args, self.kwargs)
         else:
             run_entry(self.entry, self.grid, device, args)
-        return out
+        return out.to(self.out_dtype) if atomic_out else out
 
 
 _FRAG_LAUNCHES: dict[tuple, FragLaunch] = {}

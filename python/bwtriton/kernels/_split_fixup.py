@@ -3,8 +3,8 @@ atomics and count their arrivals; the slice that arrives last turns the sum into
 
 Both buffers are zero when a launch starts and zero again when it ends (the last slice clears what it read), so a
 caller keeps one pair per stream (`_launcher.StreamScratch`) instead of zeroing an output and casting it in two
-more kernels. The arrival is an acq_rel atomic at GPU scope after a CTA barrier: every thread's atomics into the
-accumulator happen before it, and the last slice's reads (L2, `.cg`) after all of them.
+more kernels (`arrive_last`: a release at GPU scope after a CTA barrier, so every thread's atomics into the
+accumulator happen before it; the last slice acquires before its reads, which go to L2, `.cg`).
 """
 from __future__ import annotations
 
@@ -13,10 +13,24 @@ from triton.experimental.gluon import language as gl
 
 
 @gluon.jit
-def finish_split_rows(acc_ptr, out_ptr, bias_ptr, count_ptr, alpha, n0, M, N, stride_om, BN: gl.constexpr,
+def arrive_last(count_ptr, slices):
+    """Count this CTA's slice in *count_ptr; True in the slice that arrives last, which also puts the count back
+    to zero for the next launch. The arrival releases at GPU scope after a CTA barrier (every thread's atomics
+    come first); only the last slice acquires (in the exchange that resets the count), so the others do not
+    invalidate their SM's L1."""
+    gl.thread_barrier()
+    last = gl.atomic_add(count_ptr, 1, sem="release", scope="gpu") == slices - 1
+    if last:
+        gl.atomic_xchg(count_ptr, 0, sem="acquire", scope="gpu")
+        gl.thread_barrier()  # the other threads' reads come after the acquire
+    return last
+
+
+@gluon.jit
+def finish_split_rows(acc_ptr, out_ptr, bias_ptr, alpha, n0, M, N, stride_om, BN: gl.constexpr,
                       HAS_BIAS: gl.constexpr, MP: gl.constexpr):
     """out[m, n0 + j] = acc[m, n0 + j] * alpha (+ bias[n0 + j]) for m < M <= MP, j < BN, in out's dtype; then
-    acc's block and *count_ptr are set to zero. acc is fp32 [M, N] (row stride N)."""
+    acc's block is set to zero. acc is fp32 [M, N] (row stride N)."""
     L: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, gl.num_warps()], [1, 0])
     rm = gl.arange(0, MP, layout=gl.SliceLayout(1, L))
     rn = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, L))
@@ -28,4 +42,3 @@ def finish_split_rows(acc_ptr, out_ptr, bias_ptr, count_ptr, alpha, n0, M, N, st
     gl.store(out_ptr + (gl.expand_dims(rm * stride_om, 1) + gl.expand_dims(rn, 0)),
              res.to(out_ptr.dtype.element_ty), mask=mask)
     gl.store(acc_ptr + at, gl.zeros([MP, BN], gl.float32, L), mask=mask)
-    gl.store(count_ptr, 0)

@@ -414,7 +414,7 @@ def config_label(cfg: dict) -> str:
         return "dequant_gemm (bf16 weight + kernels.matmul)"
     if cfg["path"] in ("frag", "fragw"):
         return (f"{cfg['path']} T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
-                f"split{cfg['SPLIT_K']}")
+                f"split{cfg['SPLIT_K']}{' fixup' if _frag.fixup(cfg) else ''}")
     if cfg["path"] == "gemv":
         return (f"gemv R{cfg['ROWS_PER_THREAD']} G{cfg.get('GROUPS_PER_THREAD', 2)} T{cfg['THREADS_N']}"
                 f"{' 2step' if cfg.get('TWO_STEPS') else ''} w{cfg['num_warps']} split{cfg['SPLIT_K']}")
@@ -523,8 +523,9 @@ def decode_scaled(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor
 
 def qdq_decode_candidates(x: torch.Tensor, w_q, device: torch.device, limit: int = 2) -> list[dict]:
     """The frag configs `decode_qdq` is timed with for this shape: of the weight-only tuner's frag configs (tuned
-    here for x's shape if that has not happened), the `limit` fastest whose CTAs can quantize their x slice
-    (`_decode_frag.qdq_fits`). Each is one more compile, hence the limit."""
+    here for x's shape if that has not happened) whose CTAs can quantize their x slice (`_decode_frag.qdq_fits`),
+    the `limit` fastest, and the fastest one-launch config (split-K reduced inside the launch, or none) if those
+    are not. Each is one more compile, hence the limit."""
     m, k = x.shape
     n = w_q.shape[0]
     _tuned("nvfp4_linear", x, w_q, m, n, k, torch.bfloat16, device, sm_count(device))
@@ -532,7 +533,9 @@ def qdq_decode_candidates(x: torch.Tensor, w_q, device: torch.device, limit: int
     cands = [c for c in _frag.frag_candidates(m, n, k) if _frag.qdq_fits(m, k, c)]
     if timed:  # untuned (BWTRITON_DECODE_TUNE=0, graph capture): the candidates' own order
         cands = sorted((c for c in cands if config_label(c) in timed), key=lambda c: timed[config_label(c)])
-    return cands[:limit]
+    one_launch = next((c for c in cands if c["SPLIT_K"] == 1 or _frag.fixup(c)), None)
+    picked = cands[:limit]
+    return picked + ([one_launch] if one_launch is not None and one_launch not in picked else [])
 
 
 def decode_qdq(x: torch.Tensor, w_q, s_enc: "torch.Tensor | None", w_dec: torch.Tensor,

@@ -327,7 +327,7 @@ _QDQ_CFG: dict[tuple, dict] = {}
 def _qdq_cfg(key: tuple, x, w_q, device) -> dict:
     cfg = _QDQ_CFG.get(key)
     if cfg is None:
-        cands = qdq_decode_candidates(x, w_q, device, limit=1)
+        cands = qdq_decode_candidates(x, w_q, device, limit=1)[:1]
         if not cands:
             raise InputError(f"nvfp4_linear: form='qdq_decode' has no frag config for M={x.shape[0]}, "
                              f"N={w_q.shape[0]}, K={x.shape[1]} (M <= {_frag.FRAG_MAX_M}, K % 256 == 0, "
