@@ -62,6 +62,9 @@ def _fragment_index(natural_k: bool = False) -> tuple[torch.Tensor, torch.Tensor
     return row, k
 
 
+#: Chunks (64 k) per row tile a `decode_qdq` CTA prefetches into L2 before its x prologue (PREFETCH).
+QDQ_PREFETCH_CHUNKS = 8
+
 #: K tiles (16 wide) per 16-byte load of a lane's words: the repacked layout groups them.
 TILES_PER_LOAD = 4
 
@@ -223,7 +226,7 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
                       TILES_PER_THREAD: gl.constexpr, CHUNKS_PER_STEP: gl.constexpr,
                       ACT_ROWS: gl.constexpr, ATOMIC: gl.constexpr, HAS_BIAS: gl.constexpr = False,
                       QUANT_X: gl.constexpr = False, S_ENC_FROM_AMAX: gl.constexpr = False,
-                      FIXUP: gl.constexpr = False, QDQ_KQ: gl.constexpr = 256):
+                      FIXUP: gl.constexpr = False, QDQ_KQ: gl.constexpr = 256, PREFETCH: gl.constexpr = 0):
     """out[m, n] = alpha * sum_kc s[n, kc] * (A-fragment MMA of 16 rows x 16 k with x^T), fp32 throughout.
 
     A CTA owns TILES_PER_THREAD * num_warps row tiles of 16 (a warp's lanes form each tile's fragments, as
@@ -240,7 +243,9 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
     no cast kernel. QUANT_X: xsrc_ptr is the bf16 activation (row stride stride_srcm) and x_ptr / xd_ptr (int64 and
     bf16 views of one [M, K] buffer) its NVFP4 values, which each CTA writes for its K slice first
     (`_qdq_device.qdq_slice`, QDQ_KQ columns per step) with S_enc from s_enc_ptr (or from amax(x),
-    S_ENC_FROM_AMAX); alpha_ptr then holds S_dec(w) and the epilogue scale is div_rn(1, S_enc) * S_dec(w)."""
+    S_ENC_FROM_AMAX); alpha_ptr then holds S_dec(w) and the epilogue scale is div_rn(1, S_enc) * S_dec(w).
+    PREFETCH > 0: before that prologue the CTA asks L2 for the first PREFETCH chunks of its weight words and
+    scales (bulk prefetches), so that the weight stream starts while x is quantized."""
     W: gl.constexpr = gl.num_warps()
     BT: gl.constexpr = TILES_PER_THREAD * W
     L: gl.constexpr = gl.BlockedLayout([TILES_PER_THREAD, 1, 2], [1, 32, 1], [W, 1, 1], [2, 1, 0])
@@ -267,15 +272,17 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
     xp1 = xp0 + 8 * stride_xm
     xm1 = (gx + 8 < M) & gl.expand_dims(vx >= 0, 0)
     zero = gl.zeros([BT, 32, 2], gl.float32, L)
+    if PREFETCH > 0:  # the first PREFETCH chunks of every row tile's words and scales, on their way to L2
+        first = tile.to(gl.int64) * chunks + c_lo
+        size = (tile * 0 + PREFETCH).to(gl.int32)
+        prefetch_l2(w_ptr + first * 64, size * 512)
+        prefetch_l2(s_ptr + first * 16, size * 64)
     if QUANT_X:
         if S_ENC_FROM_AMAX:
             s_enc = encode_scale_from_amax(xsrc_ptr, M, K, stride_srcm, ACT_ROWS, QDQ_KQ)
         else:
             s_enc = gl.load(s_enc_ptr)
         qdq_slice(xsrc_ptr, xd_ptr, s_enc, M, stride_srcm, 4 * stride_xm, c_lo * 64, span * 64, ACT_ROWS, QDQ_KQ)
-        alpha = w4a4_alpha(s_enc, alpha_ptr)
-    else:
-        alpha = gl.load(alpha_ptr)
     th = gl.broadcast(gl.expand_dims(gl.expand_dims(gl.load(table_ptr + 2 * lane), 0), 2), zero)[0]
     tl = gl.broadcast(gl.expand_dims(gl.expand_dims(gl.load(table_ptr + 2 * lane + 1), 0), 2), zero)[0]
     a0, a1, a2, a3 = zero, zero, zero, zero
@@ -304,6 +311,10 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
         sp += CHUNKS_PER_STEP * 16
         xp0 += CHUNKS_PER_STEP * 16
         xp1 += CHUNKS_PER_STEP * 16
+    if QUANT_X:
+        alpha = w4a4_alpha(s_enc, alpha_ptr)
+    else:
+        alpha = gl.load(alpha_ptr)
     r = gl.expand_dims(tile * 16, 1) + gl.expand_dims(lane // 4, 0)            # accumulator rows g (+8)
     c = gl.expand_dims(2 * (lane % 4), 0) + gl.zeros([BT, 32], gl.int32, L2)   # activation rows 2t (+1, +8, +9)
     if FIXUP:
@@ -329,6 +340,17 @@ def nvfp4_frag_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_p
         if arrive_last(count_ptr + pid_n, split_k):
             finish_split_rows(acc_ptr, out_ptr, bias_ptr, alpha, pid_n * BT * 16, M, N,
                               stride_om, BT * 16, HAS_BIAS, ACT_ROWS)
+
+
+_PREFETCH_L2 = gl.constexpr("{ .reg .pred p; .reg .b32 l; mov.u32 l, %laneid; setp.eq.u32 p, l, 0; "
+                            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }")
+
+
+@gluon.jit
+def prefetch_l2(ptr, nbytes):
+    """cp.async.bulk.prefetch.L2 of `nbytes` (int32, a multiple of 16, same shape) at each address of `ptr`
+    (16-byte aligned), from lane 0 only (the layout repeats an address over the lanes)."""
+    gl.inline_asm_elementwise(_PREFETCH_L2, "=r,l,r", [ptr, nbytes], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -413,11 +435,11 @@ def fixup(cfg: dict) -> bool:
 
 def frag_kwargs(cfg: dict, m: int, has_bias: bool, k: int = 0, quant_x: bool = False,
                 s_enc_from_amax: bool = False) -> dict:
-    """The kernel's constexpr / launch keywords for `cfg`."""
+    """The kernel's constexpr / launch keywords for `cfg` (PREFETCH at most the chunks of a CTA's K slice)."""
     split = cfg["SPLIT_K"]
     kw = {"TILES_PER_THREAD": cfg["TILES_PER_THREAD"], "CHUNKS_PER_STEP": cfg["CHUNKS_PER_STEP"],
           "ACT_ROWS": act_rows(m), "ATOMIC": split > 1, "HAS_BIAS": has_bias, "FIXUP": fixup(cfg),
-          "num_warps": cfg["num_warps"]}
+          "PREFETCH": min(cfg.get("PREFETCH", 0), k // 64 // split) if k else 0, "num_warps": cfg["num_warps"]}
     if quant_x:
         kw.update(QUANT_X=True, S_ENC_FROM_AMAX=s_enc_from_amax, QDQ_KQ=qdq_kq(m, k // split, cfg["num_warps"]))
     return kw

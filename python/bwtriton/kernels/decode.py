@@ -414,7 +414,8 @@ def config_label(cfg: dict) -> str:
         return "dequant_gemm (bf16 weight + kernels.matmul)"
     if cfg["path"] in ("frag", "fragw"):
         return (f"{cfg['path']} T{cfg['TILES_PER_THREAD']} C{cfg['CHUNKS_PER_STEP']} w{cfg['num_warps']} "
-                f"split{cfg['SPLIT_K']}{' fixup' if _frag.fixup(cfg) else ''}")
+                f"split{cfg['SPLIT_K']}{' fixup' if _frag.fixup(cfg) else ''}"
+                f"{' pf' + str(cfg['PREFETCH']) if cfg.get('PREFETCH') else ''}")
     if cfg["path"] == "gemv":
         return (f"gemv R{cfg['ROWS_PER_THREAD']} G{cfg.get('GROUPS_PER_THREAD', 2)} T{cfg['THREADS_N']}"
                 f"{' 2step' if cfg.get('TWO_STEPS') else ''} w{cfg['num_warps']} split{cfg['SPLIT_K']}")
@@ -525,7 +526,8 @@ def qdq_decode_candidates(x: torch.Tensor, w_q, device: torch.device, limit: int
     """The frag configs `decode_qdq` is timed with for this shape: of the weight-only tuner's frag configs (tuned
     here for x's shape if that has not happened) whose CTAs can quantize their x slice (`_decode_frag.qdq_fits`),
     the `limit` fastest, and the fastest one-launch config (split-K reduced inside the launch, or none) if those
-    are not. Each is one more compile, hence the limit."""
+    are not, each with L2 prefetches of its first weight chunks ahead of the x prologue (PREFETCH). Each is one
+    more compile, hence the limit."""
     m, k = x.shape
     n = w_q.shape[0]
     _tuned("nvfp4_linear", x, w_q, m, n, k, torch.bfloat16, device, sm_count(device))
@@ -534,8 +536,8 @@ def qdq_decode_candidates(x: torch.Tensor, w_q, device: torch.device, limit: int
     if timed:  # untuned (BWTRITON_DECODE_TUNE=0, graph capture): the candidates' own order
         cands = sorted((c for c in cands if config_label(c) in timed), key=lambda c: timed[config_label(c)])
     one_launch = next((c for c in cands if c["SPLIT_K"] == 1 or _frag.fixup(c)), None)
-    picked = cands[:limit]
-    return picked + ([one_launch] if one_launch is not None and one_launch not in picked else [])
+    picked = cands[:limit] + ([one_launch] if one_launch is not None and one_launch not in cands[:limit] else [])
+    return [dict(c, PREFETCH=_frag.QDQ_PREFETCH_CHUNKS) for c in picked]
 
 
 def decode_qdq(x: torch.Tensor, w_q, s_enc: "torch.Tensor | None", w_dec: torch.Tensor,
@@ -710,7 +712,7 @@ def _user_config(op: str, config: dict, m: int, n: int, k: int, num_sms: int) ->
         defaults = cands[0] if cands else _frag.frag_candidate(m, n, k, 1, 1, 4, 1)
         if defaults is None:
             raise InputError(f"{op}: the frag path takes M <= {_frag.FRAG_MAX_M}, got M={m}; use path 'mma'")
-        defaults = {key: v for key, v in defaults.items() if key != "path"}
+        defaults = dict({key: v for key, v in defaults.items() if key != "path"}, PREFETCH=0)
     elif path == "fragw":
         defaults = _wide.wide_candidate(m, n, k, 1, 1, 4, 1)
         if defaults is None:
