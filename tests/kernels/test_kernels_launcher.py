@@ -474,6 +474,51 @@ def test_linear_plan_call_costs_its_budget(cpu_launch, monkeypatch, form, scale,
     assert any(arg is out for arg in cpu_launch.runs[-1])  # the last kernel writes the returned tensor
 
 
+_FRAG_SPLIT2 = {"path": "frag", "TILES_PER_THREAD": 2, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 2,
+                "PREFETCH": 0}
+
+
+@pytest.mark.parametrize("scale", [0.01, None])
+def test_linear_qdq_decode_plan_call_is_one_launch_and_one_allocation(cpu_launch, monkeypatch, scale):
+    """The one-launch W4A4 form: x's quantize-dequantize in the frag kernel's prologue and split-K reduced in the
+    launch, its scratch kept per stream; a repeated call allocates only its output."""
+    monkeypatch.setattr(_launcher, "reads_only_data_ptr", lambda device: True)  # as on the GPU: no view op
+    m, n, k = 16, 128, 256
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    x = torch.randn(m, k).bfloat16()
+    monkeypatch.setitem(linear._QDQ_CFG, (None, m, n, k, False, "plain"), dict(_FRAG_SPLIT2, FIXUP=True))
+    for _ in range(2):  # slow path + plan, then the plan's first call (makes this stream's scratch)
+        linear.nvfp4_linear(x, w_q, x_global_scale=scale, form="qdq_decode")
+    before = len(cpu_launch.runs)
+    with _CountOps() as counted:
+        out = linear.nvfp4_linear(x, w_q, x_global_scale=scale, form="qdq_decode")
+    assert len(cpu_launch.runs) - before == 1 and counted.ops == ["aten.empty"], counted.ops
+    args = cpu_launch.runs[-1]
+    assert args[3] is out and args[13] is x  # writes the returned tensor, reads x itself
+
+
+@pytest.mark.parametrize("fixup,capturing,ops", [(True, False, ["aten.empty"]),
+                                                  (True, True, ["aten.empty", "aten.zeros"]),
+                                                  (False, False, ["aten.zeros", "aten._to_copy"]),
+                                                  (False, True, ["aten.zeros", "aten._to_copy"])])
+def test_decode_frag_split_k_plan_call_costs(cpu_launch, monkeypatch, fixup, capturing, ops):
+    """Split-K reduced inside the launch allocates only the output (under CUDA-graph capture also a fresh zeroed
+    accumulator: one memset node); reduced after it, a zeroed fp32 buffer and the cast. No stand-in buffers: a
+    graph would capture each one's memset."""
+    monkeypatch.setattr(_launcher, "reads_only_data_ptr", lambda device: True)
+    m, n, k = 3, 128, 256
+    monkeypatch.setitem(decode._TUNED, (None, m, n, k, "plain", torch.bfloat16), dict(_FRAG_SPLIT2, FIXUP=fixup))
+    w_q = quantize_nvfp4(torch.randn(n, k))
+    x = torch.randn(m, k).bfloat16()
+    for _ in range(2):
+        decode.nvfp4_decode_matmul(x, w_q)
+    monkeypatch.setattr(_launcher, "_capturing", lambda device: capturing)
+    with _CountOps() as counted:
+        decode.nvfp4_decode_matmul(x, w_q)
+    device_work = [op for op in counted.ops if op not in ("aten.slice", "aten.view", "aten.detach")]  # host-only
+    assert device_work == ops, counted.ops
+
+
 def test_stream_scratch_is_per_stream_and_fresh_under_capture(monkeypatch):
     stream, capturing = [1], [False]
     monkeypatch.setattr(_launcher, "_current_stream", lambda device: stream[0])

@@ -472,15 +472,16 @@ class FragLaunch:
         with_fixup = self.fixup
 
         def make() -> tuple:
-            if with_fixup:  # accumulator and counters in one zeroed buffer: one memset in a CUDA graph's capture
-                zeroed = torch.zeros(m * n + blocks, dtype=torch.float32, device=device)
-                acc, count = zeroed[:m * n].view(m, n), zeroed[m * n:].view(torch.int32)
-            else:  # stand-ins the kernel does not read
-                acc, count = (torch.zeros(1, dtype=t, device=device) for t in (torch.float32, torch.int32))
-            xd = torch.empty((m, k) if quant_x else (1,), dtype=torch.bfloat16, device=device)
-            return acc, count, xd
-        nbytes = (4 * (m * n + blocks) if with_fixup else 0) + (2 * m * k if quant_x else 0)
-        self.scratch = StreamScratch(make, device, nbytes, max_bytes=SCRATCH_KEEP_BYTES)
+            xd = torch.empty((m, k), dtype=torch.bfloat16, device=device) if quant_x else None
+            if not with_fixup:
+                return None, None, xd
+            # accumulator and counters in one zeroed buffer: one memset where a CUDA graph captures a fresh set
+            zeroed = torch.zeros(m * n + blocks, dtype=torch.float32, device=device)
+            return zeroed[:m * n].view(m, n), zeroed[m * n:].view(torch.int32), xd
+        # nothing to keep without FIXUP and QUANT_X: the kernel's unread pointers get tensors the call has anyway
+        self.scratch = (StreamScratch(make, device, (4 * (m * n + blocks) if with_fixup else 0)
+                                      + (2 * m * k if quant_x else 0), max_bytes=SCRATCH_KEEP_BYTES)
+                        if with_fixup or quant_x else None)
 
     def run(self, x: torch.Tensor, fw: FragWeight, alpha: torch.Tensor, bias: "torch.Tensor | None",
             s_enc: "torch.Tensor | None" = None) -> torch.Tensor:
@@ -489,10 +490,14 @@ class FragLaunch:
         atomic_out = self.split > 1 and not self.fixup
         out = (torch.zeros((m, n), dtype=torch.float32, device=device) if atomic_out
                else torch.empty((m, n), dtype=self.out_dtype, device=device))
-        acc, count, xd = self.scratch.get()
+        acc, count, xd = self.scratch.get() if self.scratch is not None else (None, None, None)
+        if not self.fixup:  # the kernel's unread pointers: tensors of this call
+            acc, count = out, self.tables
         src, s = x, alpha
         if self.quant_x:
             src, x, s = x, xd, (alpha if s_enc is None else s_enc)
+        else:
+            xd = x
         # On the GPU the compiled launcher reads only data_ptr(), so x goes in as is where its int64 view would be
         # plain: one torch view op (2-3 us of host time) less per call. The emulator's launcher checks dtypes.
         if (self.entry is not None and _launcher.reads_only_data_ptr(device) and x.stride(1) == 1
