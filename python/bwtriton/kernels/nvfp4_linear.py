@@ -1,6 +1,6 @@
 """NVFP4 linear layer: y = x @ dequant(w_q)^T (+ bias) with the activations quantized to NVFP4 on the fly.
 
-Five forms, same products (each e2m1 * e4m3 value is exact in bf16, bf16 products exact in fp32; only the fp32
+Six forms, same products (each e2m1 * e4m3 value is exact in bf16, bf16 products exact in fp32; only the fp32
 summation order differs). Without a native NVFP4 MMA (Hopper) three of them run bf16 tensor cores on exactly
 dequantized values, where the block-scaled MMA would be emulated (~100-830 us at N = K = 4096 on the H200):
 
@@ -8,6 +8,12 @@ dequantized values, where the block-scaled MMA would be emulated (~100-830 us at
   values (`nvfp4_dequant`), then the weight-only decode kernels (`decode.decode_scaled`, tuned per shape, any M)
   apply alpha = S_dec(x) * S_dec(w) and the bias in their epilogue. Two launches; the fastest form on the H200
   for M <= 64 (a weight read, at up to 2x cuBLAS bf16).
+* 'qdq_decode' (M <= 16, K % 256 == 0): one launch, the frag decode kernel (`decode.decode_qdq`) with x's
+  quantize-dequantize in its prologue (each CTA writes its K slice of the exact bf16 values to a per-stream copy,
+  after L2 prefetches of its first weight chunks) and, with split-K, the reduction inside the launch; bit-equal
+  to 'dequant_decode' with the same frag config. On the H200 the tuner picked it at M = 1, N = K = 8192 (23.4
+  us); without the prefetch it lost by 0.6-3.0 us at four of six M <= 16 shapes (25.7 against 22.7 us there):
+  each CTA's prologue is latency before its weights stream (docs/kernels.md).
 * 'mixed': one launch, the mixed-input wgmma GEMM (`mixed_gemm`) with x's quantize-dequantize in its prologue
   (each program re-quantizes its x tile, hence tried for M <= MIXED_MAX_M only). On the H200 it loses to
   'dequant_decode' (e.g. 28 against 9.4 us at M = 1, N = K = 4096): the wgmma kernel's per-weight cost is
@@ -33,7 +39,7 @@ and at M = 4096 clearly (2.1-2.3 ms vs 1.0-1.1 ms): the fused kernel re-quantize
 output tiles (N / BLOCK_N = 32 times here) and its quantizer's integer work sits in the MMA loop, while the
 two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So `nvfp4_linear` (form='auto')
 times both forms once per (M rounded up to a power of two, N, K, bias, scale layout) under CUDA-graph replay and
-keeps the faster (without a native NVFP4 MMA it times 'dequant_decode', 'mixed', 'dequant_gemm' and, at small
+keeps the faster (without a native NVFP4 MMA it times 'dequant_decode', 'qdq_decode', 'mixed', 'dequant_gemm' and, at small
 M, 'fused'); `default_form` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
 PDL vs plain launches measured within noise (0.98-1.08x). Repeated calls with one signature replay a plan.
 """
@@ -336,7 +342,7 @@ def _qdq_cfg(key: tuple, x, w_q, device) -> dict:
     return cfg
 
 
-#: Chosen form ('fused', 'two_kernel' or 'dequant_decode') per (device, M bucket, N, K, bias, scale layout);
+#: Chosen form ('fused', 'two_kernel', 'dequant_decode', 'qdq_decode', 'mixed' or 'dequant_gemm') per (device, M bucket, N, K, bias, scale layout);
 #: TUNING_LOG: the kernel times (us, CUDA-graph replay) every form got when the choice was made.
 _FORM: dict[tuple, str] = {}
 TUNING_LOG: dict[tuple, dict[str, float]] = {}
@@ -436,7 +442,8 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     form: 'fused' (one kernel quantizes x tiles in the GEMM's prologue), 'two_kernel' (quantize kernel + GEMM
     chained with PDL), 'dequant_decode' (K % 256 == 0: x quantized and dequantized to exact bf16 values in one
     small kernel, then the weight-only decode kernels, tuned per shape, with the global scales and bias in their
-    epilogue), 'mixed' (one launch: the mixed-input wgmma GEMM, x's quantize-dequantize in its prologue),
+    epilogue), 'qdq_decode' (M <= 16, K % 256 == 0: one launch, the frag decode kernel with x's
+    quantize-dequantize in its prologue), 'mixed' (one launch: the mixed-input wgmma GEMM, x's quantize-dequantize in its prologue),
     'dequant_gemm' (x and the weight dequantized to bf16, then the bf16 GEMM) or 'auto': the first call per
     (M rounded up to a power of two, N, K) times the forms that suit the shape and target under CUDA-graph replay
     (over `decode.tuning_copies` of the weight, rotated past L2) and keeps the fastest (same products either way;
