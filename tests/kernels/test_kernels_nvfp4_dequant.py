@@ -223,16 +223,22 @@ def test_linear_dequant_decode_form(m, with_bias, amax):
     _ref_check()(again, x_q.dequantize(torch.float64), w_q.dequantize(torch.float64), bias)
 
 
-@pytest.mark.gpu
-def test_linear_auto_considers_dequant_decode_and_graphs_replay_it():
+def _auto_tuned(seed: int, m: int, n: int, k: int) -> tuple:
+    """(nvfp4_linear module, x, w_q, the forms' tuning times) after one auto call on random CUDA inputs."""
     lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
-    torch.manual_seed(23)
-    m, n, k = 8, 1024, 4096
+    torch.manual_seed(seed)
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
     lin.nvfp4_linear(x, w_q)
     key = next(key for key in lin.TUNING_LOG if key[1:4] == (lin._m_bucket(m), n, k))
-    assert "dequant_decode" in lin.TUNING_LOG[key]
+    return lin, x, w_q, lin.TUNING_LOG[key]
+
+
+@pytest.mark.gpu
+def test_linear_auto_considers_dequant_decode_and_graphs_replay_it():
+    m, n, k = 8, 1024, 4096
+    lin, x, w_q, times = _auto_tuned(23, m, n, k)
+    assert "dequant_decode" in times
     graph = torch.cuda.CUDAGraph()
     x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     with torch.cuda.graph(graph):
@@ -365,14 +371,9 @@ def test_linear_qdq_decode_split_one_is_bit_equal_to_the_two_launch_form():
 
 @pytest.mark.gpu
 def test_linear_auto_times_qdq_decode_and_graphs_replay_it():
-    lin = importlib.import_module("bwtriton.kernels.nvfp4_linear")
-    torch.manual_seed(45)
     m, n, k = 1, 2048, 4096
-    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
-    lin.nvfp4_linear(x, w_q)
-    key = next(key for key in lin.TUNING_LOG if key[1:4] == (lin._m_bucket(m), n, k))
-    assert any(name.startswith("qdq_decode frag") for name in lin.TUNING_LOG[key])
+    lin, x, w_q, times = _auto_tuned(45, m, n, k)
+    assert any(name.startswith("qdq_decode frag") for name in times)
     out = lin.nvfp4_linear(x, w_q, form="qdq_decode")
     graph = torch.cuda.CUDAGraph()
     x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
