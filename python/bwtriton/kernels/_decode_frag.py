@@ -395,8 +395,8 @@ def frag_candidate(m: int, n: int, k: int, tiles: int, chunks_per_step: int, war
 
 def frag_candidates(m: int, n: int, k: int) -> list[dict]:
     """The frag configs the decode tuner times for this shape (none above FRAG_MAX_M): each split-K one twice,
-    reduced by a zeroed fp32 output and a cast kernel (FIXUP False) and inside the launch (FIXUP True, one launch:
-    its last slice waits on the others' atomics, which the H200 measured slower at some shapes)."""
+    reduced by a zeroed fp32 output and a cast kernel (FIXUP False) and inside the launch (FIXUP True, one launch;
+    each CTA's release waits for its atomics, which the H200 measured slower at large K, docs/kernels.md)."""
     cands = []
     for shape in _FRAG_SHAPES:
         cfg = frag_candidate(m, n, k, *shape)
