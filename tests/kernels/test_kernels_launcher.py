@@ -694,3 +694,17 @@ def test_gpu_rotated_timer_replays_every_call_in_turn():
     values = [int(c[0].item()) for c in counters]
     assert us > 0 and values[0] > 3 and values == [values[0]] * 3
     assert all(torch.equal(c, torch.full_like(c, values[0])) for c in counters)
+
+
+def test_linear_qdq_decode_rejects_what_it_cannot_take(cpu_launch):
+    """M over the frag kernel's 16 rows, and an explicit frag config whose CTAs would quantize too much of x:
+    InputErrors that name the limit and the way out, raised before any launch."""
+    w_q = quantize_nvfp4(torch.randn(128, 256))
+    with pytest.raises(InputError, match=r"form='qdq_decode' needs M <= 16 and K % 256 == 0, got M=17.*form='auto'"):
+        linear.nvfp4_linear(torch.randn(17, 256).bfloat16(), w_q, form="qdq_decode")
+    x = torch.randn(16, 8192).bfloat16()
+    w_q = quantize_nvfp4(torch.randn(128, 8192))
+    cfg = dict(_FRAG_SPLIT2, FIXUP=True)  # 16 x 4096 activations per CTA: over the prologue's 8192
+    with pytest.raises(InputError, match=r"16 x 4096 activations to quantize, over 8192; use a larger SPLIT_K"):
+        decode.decode_qdq(x, w_q, None, torch.ones(1), None, cfg, x.device)
+    assert not cpu_launch.runs

@@ -24,6 +24,7 @@ tensor; BWTRITON_DECODE_FRAG=0 keeps the tuner off this path (and so never makes
 from __future__ import annotations
 
 import weakref
+from typing import Callable
 
 import torch
 import triton
@@ -137,6 +138,14 @@ def frag_weight_of(data: torch.Tensor, scales: torch.Tensor, scale_layout: str,
 def frag_weight(w_q) -> FragWeight:
     """`frag_weight_of` an NVFP4 `QuantizedTensor`."""
     return frag_weight_of(w_q.data, w_q.scales, w_q.scale_layout, tuple(w_q.shape))
+
+
+def frag_weight_lookup(w_q) -> Callable[[], FragWeight]:
+    """A function returning `frag_weight(w_q)` (a lookup; a repack after in-place edits) that holds only weak
+    references to the weight's tensors, for plans that must not keep the weight alive."""
+    data_ref, scales_ref = weakref.ref(w_q.data), weakref.ref(w_q.scales)
+    layout, shape = w_q.scale_layout, tuple(w_q.shape)
+    return lambda: frag_weight_of(data_ref(), scales_ref(), layout, shape)
 
 
 # Byte tables of the bf16 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0..7): high bytes 00 3F 3F 3F 40 40 40 40,

@@ -541,7 +541,8 @@ def qdq_decode_candidates(x: torch.Tensor, w_q, device: torch.device, limit: int
 
 
 def decode_qdq(x: torch.Tensor, w_q, s_enc: "torch.Tensor | None", w_dec: torch.Tensor,
-               bias: "torch.Tensor | None", cfg: dict, device: torch.device) -> tuple[torch.Tensor, FragLaunch]:
+               bias: "torch.Tensor | None", cfg: dict,
+               device: torch.device) -> tuple[torch.Tensor, _frag.FragLaunch]:
     """(out bf16 [M, N], launch): the W4A4 linear in one launch of the frag kernel, x (bf16, validated by the
     caller, M <= 16) quantized to NVFP4 with S_enc (`s_enc`, or from amax(x) in the kernel when None) and
     dequantized to its exact values in the kernel's prologue; out = (x_q @ w^T) * div_rn(1, S_enc) * w_dec + bias,
@@ -602,11 +603,9 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     if path == "dequant_gemm":  # no entry: the dequantize kernel and kernels.matmul keep their own caches
         return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
                                                     out_dtype)
-    if path == "frag":  # a FragLaunch: one allocation, one launch, split-K reduced inside it
-        def replay_frag(x: torch.Tensor, alpha: torch.Tensor, bias) -> torch.Tensor:
-            # a lookup; a repack after in-place edits of the weight
-            return entry.run(x, _frag.frag_weight_of(data_ref(), scales_ref(), layout, shape), alpha, bias)
-        return replay_frag
+    if path == "frag":  # a FragLaunch, which handles its split-K itself
+        frag_weight = _frag.frag_weight_lookup(w_q)
+        return lambda x, alpha, bias: entry.run(x, frag_weight(), alpha, bias)
     grid = (n // _block_n(cfg), split, 1)
     alloc, buf_dtype = (torch.zeros, torch.float32) if split > 1 else (torch.empty, out_dtype)
     tables = _wide.lane_tables(device)
@@ -756,7 +755,7 @@ def _decode(op: str, x: torch.Tensor, w_q, cfg: dict, out_dtype: torch.dtype,
             raise InputError(f"{op}: wgmma config {cfg} does not tile N={n}, K={k}: N must be a multiple of BLOCK_N, "
                              f"K of BLOCK_K*SPLIT_K")
         return _mixed.launch_mixed(x, w_q, alpha, alpha, bias, cfg, out_dtype=out_dtype)
-    if cfg["path"] == "frag":  # split-K reduced inside the launch (`_split_fixup`)
+    if cfg["path"] == "frag":  # a FragLaunch, which handles its split-K itself
         return _launch_frag(op, x, w_q, alpha, bias, cfg, out_dtype)
     split = cfg["SPLIT_K"]
     if split > 1:
@@ -818,11 +817,8 @@ def _launch_fragw(op: str, x: torch.Tensor, w_q, out: torch.Tensor, alpha: torch
     return _WIDE_LAUNCHER.launch(key, (n // _frag.frag_block_n(cfg), split), x.device, args, kwargs)
 
 
-FragLaunch = _frag.FragLaunch
-
-
 def _launch_frag(op: str, x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor | None", cfg: dict,
-                 out_dtype: torch.dtype) -> tuple[torch.Tensor, FragLaunch]:
+                 out_dtype: torch.dtype) -> tuple[torch.Tensor, _frag.FragLaunch]:
     m, k = x.shape
     n = w_q.shape[0]
     _check_frag_tiles(op, cfg, m, n, k)

@@ -39,8 +39,8 @@ and at M = 4096 clearly (2.1-2.3 ms vs 1.0-1.1 ms): the fused kernel re-quantize
 output tiles (N / BLOCK_N = 32 times here) and its quantizer's integer work sits in the MMA loop, while the
 two-kernel path quantizes x once and its extra traffic is only 4.5/16 of x. So `nvfp4_linear` (form='auto')
 times both forms once per (M rounded up to a power of two, N, K, bias, scale layout) under CUDA-graph replay and
-keeps the faster (without a native NVFP4 MMA it times 'dequant_decode', 'qdq_decode', 'mixed', 'dequant_gemm' and, at small
-M, 'fused'); `default_form` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
+keeps the faster (without a native NVFP4 MMA it times 'dequant_decode', 'qdq_decode', 'mixed', 'dequant_gemm'
+and, at small M, 'fused'); `default_form` is the untuned choice (graph capture before tuning, BWTRITON_LINEAR_TUNE=0).
 PDL vs plain launches measured within noise (0.98-1.08x). Repeated calls with one signature replay a plan.
 """
 from __future__ import annotations
@@ -333,7 +333,7 @@ _QDQ_CFG: dict[tuple, dict] = {}
 def _qdq_cfg(key: tuple, x, w_q, device) -> dict:
     cfg = _QDQ_CFG.get(key)
     if cfg is None:
-        cands = qdq_decode_candidates(x, w_q, device, limit=1)[:1]
+        cands = qdq_decode_candidates(x, w_q, device)  # the fastest first
         if not cands:
             raise InputError(f"nvfp4_linear: form='qdq_decode' has no frag config for M={x.shape[0]}, "
                              f"N={w_q.shape[0]}, K={x.shape[1]} (M <= {_frag.FRAG_MAX_M}, K % 256 == 0, "
@@ -342,7 +342,7 @@ def _qdq_cfg(key: tuple, x, w_q, device) -> dict:
     return cfg
 
 
-#: Chosen form ('fused', 'two_kernel', 'dequant_decode', 'qdq_decode', 'mixed' or 'dequant_gemm') per (device, M bucket, N, K, bias, scale layout);
+#: Chosen form (one of `_FORMS` but 'auto') per (device, M bucket, N, K, bias, scale layout);
 #: TUNING_LOG: the kernel times (us, CUDA-graph replay) every form got when the choice was made.
 _FORM: dict[tuple, str] = {}
 TUNING_LOG: dict[tuple, dict[str, float]] = {}
@@ -443,7 +443,8 @@ def nvfp4_linear(x: torch.Tensor, w_q, bias: Optional[torch.Tensor] = None, *,
     chained with PDL), 'dequant_decode' (K % 256 == 0: x quantized and dequantized to exact bf16 values in one
     small kernel, then the weight-only decode kernels, tuned per shape, with the global scales and bias in their
     epilogue), 'qdq_decode' (M <= 16, K % 256 == 0: one launch, the frag decode kernel with x's
-    quantize-dequantize in its prologue), 'mixed' (one launch: the mixed-input wgmma GEMM, x's quantize-dequantize in its prologue),
+    quantize-dequantize in its prologue), 'mixed' (one launch: the mixed-input wgmma GEMM, x's quantize-dequantize
+    in its prologue),
     'dequant_gemm' (x and the weight dequantized to bf16, then the bf16 GEMM) or 'auto': the first call per
     (M rounded up to a power of two, N, K) times the forms that suit the shape and target under CUDA-graph replay
     (over `decode.tuning_copies` of the weight, rotated past L2) and keeps the fastest (same products either way;
@@ -564,12 +565,10 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
             return out
     elif form == "qdq_decode":
         (launch,) = entries
-        data_ref, scales_ref = weakref.ref(w_q.data), weakref.ref(w_q.scales)
-        layout, shape = w_q.scale_layout, tuple(w_q.shape)
+        frag_weight = _frag.frag_weight_lookup(w_q)
 
         def plan(x, w_q, bias, g):
-            fw = _frag.frag_weight_of(data_ref(), scales_ref(), layout, shape)  # a lookup
-            return launch.run(x, fw, w_dec, bias, s_enc_of(x, g))
+            return launch.run(x, frag_weight(), w_dec, bias, s_enc_of(x, g))
     elif form == "dequant_decode":
         q_entry, replay = entries
         q_grid = (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
