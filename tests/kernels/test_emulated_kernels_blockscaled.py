@@ -228,6 +228,21 @@ def test_emulated_frag_split_k_reduces_in_the_launch_and_leaves_its_scratch_zero
     torch.testing.assert_close(first.double(), ref, rtol=2 ** -7, atol=1e-3)
 
 
+def test_emulated_frag_l2_prefetch_changes_no_bit():
+    """The L2 prefetch of each row tile's first chunks (the W4A4 prologue's PREFETCH, here capped at the CTA's
+    slice of 8 chunks) is a hint: bit-equal output to the same config without it, and the bulk prefetches of
+    the words and the scales are in the PTX."""
+    gen = torch.Generator().manual_seed(20)
+    m, n, k = 3, 128, 1024
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, generator=gen) * 0.05)
+    cfg = {"path": "frag", "TILES_PER_THREAD": 1, "CHUNKS_PER_STEP": 2, "num_warps": 4, "SPLIT_K": 2}
+    plain = decode.nvfp4_decode_matmul(x, w_q, config=cfg)
+    out = decode.nvfp4_decode_matmul(x, w_q, config=dict(cfg, PREFETCH=100))
+    assert _last_ptx(decode._FRAG_LAUNCHER).count("cp.async.bulk.prefetch.L2.global") == 2
+    assert torch.equal(out, plain)
+
+
 @pytest.mark.parametrize("m", [1, 5, 16])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("scale", ["amax", "given"])
