@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from test_language_quant import MX_CASES, NVFP4_CASES, check_mx, check_nvfp4, check_unswizzle  # noqa: E402
+from test_language_quant import (MX_CASES, NVFP4_CASES, check_e2m1_round, check_mx, check_nvfp4,  # noqa: E402
+                                 check_unswizzle)
 
 pytestmark = [pytest.mark.emulated, pytest.mark.usefixtures("emulated_b200_module")]
 
@@ -27,3 +28,7 @@ def test_mx_bit_exact_emulated(fmt, case):
 
 def test_unswizzle_5d_emulated():
     assert check_unswizzle("cpu") is None
+
+
+def test_e2m1_round_emulated():
+    assert check_e2m1_round("cpu") is None

@@ -8,6 +8,7 @@ Three ways to run the same checks:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -78,7 +79,7 @@ def kernels():
     from bwtriton import language as bl
 
     @triton.jit
-    def nvfp4_roundtrip(x_ptr, s_enc_ptr, q_ptr, sc_ptr, deq_ptr, K, BM: tl.constexpr, BK: tl.constexpr):
+    def nvfp4_roundtrip(x_ptr, s_enc_ptr, q_ptr, sc_ptr, deq_ptr, qdq_ptr, K, BM: tl.constexpr, BK: tl.constexpr):
         rm = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
         k0 = tl.program_id(1) * BK
         x = tl.load(x_ptr + rm * K + k0 + tl.arange(0, BK)[None, :])
@@ -88,6 +89,12 @@ def kernels():
         tl.store(sc_ptr + rm * (K // 16) + k0 // 16 + tl.arange(0, BK // 16)[None, :], s)
         deq = bl.dequantize_nvfp4_tile(q, s, tl.math.div_rn(1.0, s_enc))
         tl.store(deq_ptr + rm * K + k0 + tl.arange(0, BK)[None, :], deq)
+        tl.store(qdq_ptr + rm * K + k0 + tl.arange(0, BK)[None, :], bl.quant_dequant_nvfp4_tile(x, s_enc))
+
+    @triton.jit
+    def e2m1_values(x_ptr, round_ptr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(round_ptr + offs, bl.e2m1_round(tl.load(x_ptr + offs)))
 
     @triton.jit
     def mx_roundtrip(x_ptr, q_ptr, sc_ptr, deq_ptr, K, BM: tl.constexpr, BK: tl.constexpr, FP4: tl.constexpr,
@@ -114,7 +121,7 @@ def kernels():
         s = tl.reshape(s, (BM // 128, NKB // 4, 32, 4, 4)).trans(0, 3, 2, 1, 4).reshape(BM, NKB)
         tl.store(out_ptr + tl.arange(0, BM)[:, None] * NKB + tl.arange(0, NKB)[None, :], s)
 
-    return nvfp4_roundtrip, mx_roundtrip, unswizzle_5d
+    return nvfp4_roundtrip, mx_roundtrip, unswizzle_5d, e2m1_values
 
 
 # ----------------------------------------------------------------------------------------------- checks
@@ -131,7 +138,7 @@ def _diff(name, got, want):
 
 def check_nvfp4(case: str, device: str) -> str | None:
     from bwtriton.formats import quantize_nvfp4
-    nvfp4_roundtrip, _, _ = kernels()
+    nvfp4_roundtrip, _, _, _ = kernels()
     x = make_case(case)
     ref = quantize_nvfp4(x, global_scale=1.0 if case == "e2m1_ties" else None)
     M, K = x.shape
@@ -139,15 +146,18 @@ def check_nvfp4(case: str, device: str) -> str | None:
     q = torch.empty(M, K // 2, dtype=torch.uint8, device=device)
     sc = torch.empty(M, K // 16, dtype=torch.float8_e4m3fn, device=device)
     deq = torch.empty(M, K, dtype=torch.float32, device=device)
-    nvfp4_roundtrip[(M // BM, K // BK)](xd, ref.global_encode_scale.reshape(1).to(device), q, sc, deq, K, BM, BK)
+    qdq = torch.empty(M, K, dtype=torch.float32, device=device)
+    nvfp4_roundtrip[(M // BM, K // BK)](xd, ref.global_encode_scale.reshape(1).to(device), q, sc, deq, qdq, K, BM,
+                                        BK)
+    unscaled = dataclasses.replace(ref, global_scale=torch.tensor(1.0))  # e2m1 * scale, the global scale left out
     errs = [_diff("data", q, ref.data), _diff("scales", sc.view(torch.uint8), ref.scales_u8),
-            _diff("dequant", deq, ref.dequantize())]
+            _diff("dequant", deq, ref.dequantize()), _diff("quant_dequant", qdq, unscaled.dequantize())]
     return "; ".join(e for e in errs if e) or None
 
 
 def check_mx(case: str, fmt: str, device: str) -> str | None:
     from bwtriton.formats import quantize_mxfp4, quantize_mxfp8
-    _, mx_roundtrip, _ = kernels()
+    _, mx_roundtrip, _, _ = kernels()
     x = make_case(case)
     fp4, e5 = fmt == "mxfp4", fmt == "mxfp8_e5m2"
     ref = quantize_mxfp4(x) if fp4 else quantize_mxfp8(x, torch.float8_e5m2 if e5 else torch.float8_e4m3fn)
@@ -161,9 +171,31 @@ def check_mx(case: str, fmt: str, device: str) -> str | None:
     return "; ".join(e for e in errs if e) or None
 
 
+def e2m1_inputs() -> torch.Tensor:
+    """Every bf16 bit pattern as float32 (both signs, zeros, subnormals, Inf, NaN), and the float32 neighbours of
+    every E2M1 rounding threshold and grid value (one ulp either side)."""
+    from bwtriton.formats.e2m1 import E2M1_THRESHOLDS, E2M1_VALUES
+    every_bf16 = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    edges = torch.tensor([t for t, _ in E2M1_THRESHOLDS] + list(E2M1_VALUES[1:]) + [7.0, 8.0, 12.0])
+    near = torch.cat([edges, torch.nextafter(edges, torch.zeros_like(edges)),
+                      torch.nextafter(edges, torch.full_like(edges, 100.0))])
+    x = torch.cat([every_bf16, near, -near])
+    return torch.cat([x, torch.zeros(-x.numel() % 1024)])
+
+
+def check_e2m1_round(device: str) -> str | None:
+    """e2m1_round(x) against the torch codec's value of x (`formats.e2m1`), bits compared: -0 and NaN included."""
+    from bwtriton.formats.e2m1 import e2m1_decode, e2m1_encode
+    _, _, _, e2m1_values = kernels()
+    x = e2m1_inputs()
+    out = torch.empty_like(x, device=device)
+    e2m1_values[(x.numel() // 1024,)](x.to(device), out, 1024)
+    return _diff("e2m1_round", out, e2m1_decode(e2m1_encode(x)))
+
+
 def check_unswizzle(device: str) -> str | None:
     from bwtriton.formats import to_blocked_scales
-    _, _, unswizzle_5d = kernels()
+    _, _, unswizzle_5d, _ = kernels()
     rows, nkb = 256, 8
     plain = torch.arange(rows * nkb, dtype=torch.int32).reshape(rows, nkb)
     out = torch.empty_like(plain, device=device)
@@ -176,11 +208,12 @@ def all_checks(device: str) -> dict:
     for fmt in ("mxfp4", "mxfp8_e4m3", "mxfp8_e5m2"):
         results.update({f"{fmt}-{c}": check_mx(c, fmt, device) for c in MX_CASES})
     results["unswizzle_5d"] = check_unswizzle(device)
+    results["e2m1_round"] = check_e2m1_round(device)
     return results
 
 
 ALL_NAMES = ([f"nvfp4-{c}" for c in NVFP4_CASES]
-             + [f"{f}-{c}" for f in ("mxfp4", "mxfp8_e4m3", "mxfp8_e5m2") for c in MX_CASES] + ["unswizzle_5d"])
+             + [f"{f}-{c}" for f in ("mxfp4", "mxfp8_e4m3", "mxfp8_e5m2") for c in MX_CASES] + ["unswizzle_5d", "e2m1_round"])
 
 
 # ----------------------------------------------------------------------------------------------- interpreter (CPU)
@@ -213,6 +246,11 @@ def test_unswizzle_5d_gpu():
     assert check_unswizzle("cuda") is None
 
 
+@pytest.mark.gpu
+def test_e2m1_round_bit_exact_gpu():
+    assert check_e2m1_round("cuda") is None
+
+
 # ----------------------------------------------------------------------------------------------- compile-only
 @pytest.fixture(scope="module")
 def compiled():
@@ -222,12 +260,13 @@ def compiled():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    nvfp4_roundtrip, mx_roundtrip, _ = kernels()
+    nvfp4_roundtrip, mx_roundtrip, _, _ = kernels()
     out = {}
     for arch in (100, 90):
         target = GPUTarget("cuda", arch, 32)
         src = ASTSource(fn=nvfp4_roundtrip, signature={"x_ptr": "*bf16", "s_enc_ptr": "*fp32", "q_ptr": "*u8",
-                                                       "sc_ptr": "*fp8e4nv", "deq_ptr": "*fp32", "K": "i32",
+                                                       "sc_ptr": "*fp8e4nv", "deq_ptr": "*fp32", "qdq_ptr": "*fp32",
+                                                       "K": "i32",
                                                        "BM": "constexpr", "BK": "constexpr"},
                         constexprs={"BM": 128, "BK": 64})
         out[("nvfp4", arch)] = triton.compile(src, target=target)

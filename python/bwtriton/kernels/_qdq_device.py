@@ -1,9 +1,8 @@
 """Gluon device code that turns bf16 activations into their exact NVFP4 values inside a consuming kernel, so that
 the W4A4 linear's quantize-dequantize of x needs no launch of its own.
 
-`nvfp4_qdq_blocks` is the Gluon twin of `language.quantize_nvfp4_tile` followed by `dequantize_nvfp4_tile` with
-a global decode scale of 1: the same fp32 operations in the same order (the codecs are the `language.codecs`
-functions themselves), so the bf16 it returns is bit-equal to `nvfp4_dequant.quant_dequant_nvfp4`'s.
+`nvfp4_qdq_blocks` is the Gluon twin of `language.quant_dequant_nvfp4_tile`: the same fp32 operations in the same
+order (the codecs are the `language.codecs` functions themselves), so the bf16 it returns is bit-equal to `nvfp4_dequant.quant_dequant_nvfp4`'s.
 
 `qdq_slice` is a kernel prologue: a CTA quantize-dequantizes the K slice of x it is about to read and writes it to
 a bf16 scratch copy of x, then waits at a CTA barrier. CTAs that share a K slice write the same bits to the same
@@ -16,7 +15,7 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ..language.codecs import e2m1_decode, e2m1_encode, e4m3_decode, e4m3_encode
+from ..language.codecs import e2m1_round, e4m3_decode, e4m3_encode
 
 #: Most activation elements (M x K slice) a CTA's prologue quantize-dequantizes: a bound on the redundant work
 #: and on the prologue's registers (64 values per thread at 4 warps).
@@ -36,8 +35,7 @@ def nvfp4_qdq_blocks(b, s_enc):
     scale = e4m3_decode(e4m3_encode(gl.minimum(amax * tl.math.div_rn(s_enc, 6.0), 448.0)))
     one = gl.full(scale.shape, 1.0, gl.float32, scale.type.layout)
     encode = gl.minimum(tl.math.div_rn(one, scale * s_dec), FP32_MAX)
-    codes = e2m1_encode(b * gl.expand_dims(encode, 2))
-    return e2m1_decode(codes) * gl.expand_dims(scale, 2)
+    return e2m1_round(b * gl.expand_dims(encode, 2)) * gl.expand_dims(scale, 2)
 
 
 @gluon.jit

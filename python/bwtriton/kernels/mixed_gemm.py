@@ -13,7 +13,7 @@ Exactness: e2m1 * e4m3 is exact in bf16 and bf16 x bf16 products are exact in fp
 block-scaled product up to the fp32 summation order (the global scales are the fp32 epilogue's alpha).
 
 QUANT_X (the W4A4 linear at small M): the x tile is quantized to NVFP4 with the `formats.quantize_nvfp4` recipe
-(`language.quantize_nvfp4_tile`, S_enc from `s_enc_ptr` or, for tiny x, from amax(x) computed by each program) and
+(`language.quant_dequant_nvfp4_tile`, S_enc from `s_enc_ptr` or, for tiny x, from amax(x) computed by each program) and
 dequantized back to bf16 in registers before it becomes the B operand: the quantize-dequantize of x is the
 kernel's prologue, one launch per call; alpha = S_dec(x) * S_dec(w) is formed in the epilogue. Each program
 re-quantizes its x tile, which costs BLOCK_M x BLOCK_K quantizations per K step against BLOCK_N x BLOCK_K weight
@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..language.quant import dequantize_nvfp4_tile, quantize_nvfp4_tile
+from ..language.quant import quant_dequant_nvfp4_tile
 from ..targets import H100_SM_COUNT
 from ._common import dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher, StreamScratch, run_entry
@@ -65,8 +65,7 @@ def _x_tile(x_ptr, rm, m_mask, k, rk, stride_xm, s_enc, QUANT_X: tl.constexpr):
     decode scale (exact in bf16: e2m1 * e4m3)."""
     x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + (k + rk)[None, :], mask=m_mask[:, None], other=0.0)
     if QUANT_X:
-        xq, xs = quantize_nvfp4_tile(x, s_enc)
-        x = dequantize_nvfp4_tile(xq, xs, tl.full((), 1.0, tl.float32)).to(tl.bfloat16)
+        x = quant_dequant_nvfp4_tile(x, s_enc).to(tl.bfloat16)
     return x
 
 

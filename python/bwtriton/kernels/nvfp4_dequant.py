@@ -11,7 +11,7 @@ in the fp32 accumulation order.
   `nvfp4_matmul` on targets without a native block-scaled MMA for large shapes: dequantizing both operands costs
   O((M + N) K) bytes against O(M N K) MMA work, and the bf16 GEMM (`kernels.matmul`) runs near wgmma peak.
 * `quant_dequant_nvfp4_kernel`: bf16 activations -> NVFP4 (the recipe of `formats.quantize_nvfp4`, via
-  `language.quantize_nvfp4_tile`) -> bf16 again in registers, plus the epilogue scale alpha = S_dec(x) * S_dec(w)
+  `language.quant_dequant_nvfp4_tile`) -> bf16 again in registers, plus the epilogue scale alpha = S_dec(x) * S_dec(w)
   written by program (0, 0). The small-M linear feeds the result to the weight-only decode kernels.
 * `amax_encode_scale_kernel`: S_enc = min(2688 / amax(x), FLT_MAX) (1 when amax is 0) in one single-CTA launch,
   bit-equal to `formats.nvfp4_global_encode_scale`, no host sync; for activations small enough that one CTA reads
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..language.quant import dequantize_nvfp4_tile, quantize_nvfp4_tile
+from ..language.quant import quant_dequant_nvfp4_tile
 from ._common import dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher
 
@@ -105,9 +105,7 @@ def quant_dequant_nvfp4_kernel(x_ptr, s_enc_ptr, w_dec_ptr, alpha_ptr, out_ptr, 
     else:
         s_enc = tl.load(s_enc_ptr)
     x = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + rk[None, :], mask=mask, other=0.0)
-    xq, xs = quantize_nvfp4_tile(x, s_enc)
-    # fp32 e2m1 * scale, exact; so is the bf16 cast below (module docstring)
-    xd = dequantize_nvfp4_tile(xq, xs, tl.full((), 1.0, tl.float32))
+    xd = quant_dequant_nvfp4_tile(x, s_enc)  # fp32 e2m1 * scale, exact; so is the bf16 cast below
     tl.store(out_ptr + rm[:, None].to(tl.int64) * K + rk[None, :], xd.to(tl.bfloat16), mask=mask)
     if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
         tl.store(alpha_ptr, tl.math.div_rn(1.0, s_enc) * tl.load(w_dec_ptr))
@@ -121,7 +119,21 @@ _DEQUANT = CachedLauncher(dequant_nvfp4_bf16_kernel, pipeline=False)
 _QDQ = CachedLauncher(quant_dequant_nvfp4_kernel, pipeline=False)
 _AMAX = CachedLauncher(amax_encode_scale_kernel, pipeline=False)
 
-QDQ_BLOCK_M, QDQ_BLOCK_K = 16, 128
+QDQ_BLOCK_K = 128
+#: From this M the quantize-dequantize kernel takes 64 rows per program instead of 16: its per-program work (the
+#: S_enc divisions, addresses) then spreads over more values (sm_90a SASS: 26 against 34 instructions per value),
+#: while shorter x keeps 16 rows so that it still fills the GPU with programs.
+QDQ_TALL_M = 1024
+
+
+def qdq_block_m(m: int) -> int:
+    """Rows per program of `quant_dequant_nvfp4_kernel` for x of M rows."""
+    return 64 if m >= QDQ_TALL_M else 16
+
+
+def qdq_grid(m: int, k: int) -> tuple[int, int, int]:
+    """The launch grid of `quant_dequant_nvfp4_kernel` for x [M, K]."""
+    return (triton.cdiv(m, qdq_block_m(m)), k // QDQ_BLOCK_K, 1)
 
 
 def dequantize_nvfp4_bf16(q) -> torch.Tensor:
@@ -149,9 +161,9 @@ def quant_dequant_nvfp4(x: torch.Tensor, s_enc: "torch.Tensor | None", w_dec: to
     out = torch.empty((m, k), dtype=torch.bfloat16, device=x.device)
     alpha = torch.empty(1, dtype=torch.float32, device=x.device)
     from_amax = s_enc is None
-    entry = _QDQ.launch(("qdq", m, k, x.stride(0), from_amax), (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K),
+    entry = _QDQ.launch(("qdq", m, k, x.stride(0), from_amax), qdq_grid(m, k),
                         x.device, (x, w_dec if from_amax else s_enc, w_dec, alpha, out, m, k, x.stride(0)),
-                        dict(BLOCK_M=QDQ_BLOCK_M, BLOCK_K=QDQ_BLOCK_K, S_ENC_FROM_AMAX=from_amax, num_warps=4))
+                        dict(BLOCK_M=qdq_block_m(m), BLOCK_K=QDQ_BLOCK_K, S_ENC_FROM_AMAX=from_amax, num_warps=4))
     return out, alpha, entry
 
 

@@ -65,7 +65,7 @@ from .decode import config_label, decode_qdq, decode_scaled, qdq_decode_candidat
 from . import _decode_frag as _frag
 from .matmul import matmul
 from . import mixed_gemm as _mg
-from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, QDQ_BLOCK_K, QDQ_BLOCK_M, amax_in_kernel,
+from .nvfp4_dequant import (DEVICE_AMAX_MAX_ELEMENTS, amax_in_kernel, qdq_grid,
                             dequantize_nvfp4_bf16, device_encode_scale, encode_scale_from_amax,
                             quant_dequant_nvfp4)
 from ._launcher import CachedLauncher, StreamScratch, rotated_kernel_time_us, run_entry
@@ -571,7 +571,7 @@ def _remember_plan(key: tuple, w_q, form: str, entries: tuple, m: int, n: int, k
             return launch.run(x, frag_weight(), w_dec, bias, s_enc_of(x, g))
     elif form == "dequant_decode":
         q_entry, replay = entries
-        q_grid = (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
+        q_grid = qdq_grid(m, k)
         # x_dq and alpha (S_dec(x) * S_dec(w)) are written by the first kernel and read by the decode kernel only
         scratch = StreamScratch(lambda: (torch.empty((m, k), dtype=bf16, device=device),
                                          torch.empty(1, dtype=torch.float32, device=device)), device, 2 * m * k + 4)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .codecs import (e2m1_decode, e2m1_encode, e4m3_decode, e4m3_encode, e5m2_encode, e8m0_decode,
+from .codecs import (e2m1_decode, e2m1_encode, e2m1_round, e4m3_decode, e4m3_encode, e5m2_encode, e8m0_decode,
                      e8m0_from_amax, e8m0_inverse_scale)
 
 FP32_MAX = tl.constexpr(3.4028234663852886e38)
@@ -34,6 +34,20 @@ def unpack_e2m1(packed):
 
 
 @triton.jit
+def _nvfp4_block_scales(blocks, global_encode_scale):
+    """fp32 blocks [BM, BK//16, 16] -> (E4M3 scale codes int32, their values, the fp32 encode factors), each
+    [BM, BK//16], the recipe of `formats.nvfp4`."""
+    amax = tl.max(tl.abs(blocks), axis=2)
+    s_enc = global_encode_scale.to(tl.float32)
+    # IEEE division (div_rn), not Triton's default approximate fp32 `/`, so the scalars match torch bit for bit.
+    s_dec = tl.math.div_rn(1.0, s_enc)
+    scale_code = e4m3_encode(tl.minimum(amax * tl.math.div_rn(s_enc, 6.0), 448.0))
+    scale = e4m3_decode(scale_code)
+    encode = tl.minimum(tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale * s_dec), FP32_MAX)
+    return scale_code, scale, encode
+
+
+@triton.jit
 def quantize_nvfp4_tile(x, global_encode_scale):
     """NVFP4-quantize a bf16/fp16/fp32 tile [BM, BK] with the global encode scale S_enc (fp32 scalar, e.g.
     `QuantizedTensor.global_encode_scale` or `bwtriton.formats.nvfp4_global_encode_scale(x)`).
@@ -43,17 +57,23 @@ def quantize_nvfp4_tile(x, global_encode_scale):
     BM: tl.constexpr = x.shape[0]
     BK: tl.constexpr = x.shape[1]
     blocks = tl.reshape(x.to(tl.float32), [BM, BK // 16, 16])
-    amax = tl.max(tl.abs(blocks), axis=2)
-    s_enc = global_encode_scale.to(tl.float32)
-    # IEEE division (div_rn), not Triton's default approximate fp32 `/`, so the scalars match torch bit for bit.
-    s_dec = tl.math.div_rn(1.0, s_enc)
-    scale_code = e4m3_encode(tl.minimum(amax * tl.math.div_rn(s_enc, 6.0), 448.0))
-    scale = e4m3_decode(scale_code)
-    encode = tl.minimum(tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale * s_dec), FP32_MAX)
+    scale_code, scale, encode = _nvfp4_block_scales(blocks, global_encode_scale)
     # No clamp to +-6 needed before encoding: e2m1_encode saturates and the clamp never changes the sign.
     codes = e2m1_encode(blocks * encode[:, :, None])
     packed = pack_e2m1(tl.reshape(codes, [BM, BK]))
     return packed, scale_code.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def quant_dequant_nvfp4_tile(x, global_encode_scale):
+    """fp32 [BM, BK]: the NVFP4 values e2m1 * scale of a tile quantized with S_enc, the global decode scale left
+    out; bit-equal to `dequantize_nvfp4_tile(*quantize_nvfp4_tile(x, s_enc), 1.0)` without forming the codes
+    (`e2m1_round`), so a quantize-dequantize pass spends about half the instructions."""
+    BM: tl.constexpr = x.shape[0]
+    BK: tl.constexpr = x.shape[1]
+    blocks = tl.reshape(x.to(tl.float32), [BM, BK // 16, 16])
+    _, scale, encode = _nvfp4_block_scales(blocks, global_encode_scale)
+    return tl.reshape(e2m1_round(blocks * encode[:, :, None]) * scale[:, :, None], [BM, BK])
 
 
 @triton.jit
