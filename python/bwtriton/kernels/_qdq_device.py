@@ -2,7 +2,10 @@
 the W4A4 linear's quantize-dequantize of x needs no launch of its own.
 
 `nvfp4_qdq_blocks` is the Gluon twin of `language.quant_dequant_nvfp4_tile`: the same fp32 operations in the same
-order (the codecs are the `language.codecs` functions themselves), so the bf16 it returns is bit-equal to `nvfp4_dequant.quant_dequant_nvfp4`'s.
+order (the codecs are the `language.codecs` functions themselves), so the bf16 it returns is bit-equal to
+`nvfp4_dequant.quant_dequant_nvfp4`'s. It forms the e2m1 codes and decodes them rather than calling `e2m1_round`:
+the round form is fewer instructions but, inside the frag kernel at ACT_ROWS = 1, one register more than fits
+(a spill; `tests/kernels/test_decode_frag_layout.py` checks the SASS).
 
 `qdq_slice` is a kernel prologue: a CTA quantize-dequantizes the K slice of x it is about to read and writes it to
 a bf16 scratch copy of x, then waits at a CTA barrier. CTAs that share a K slice write the same bits to the same
@@ -15,7 +18,7 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ..language.codecs import e2m1_round, e4m3_decode, e4m3_encode
+from ..language.codecs import e2m1_decode, e2m1_encode, e4m3_decode, e4m3_encode
 
 #: Most activation elements (M x K slice) a CTA's prologue quantize-dequantizes: a bound on the redundant work
 #: and on the prologue's registers (64 values per thread at 4 warps).
@@ -35,7 +38,8 @@ def nvfp4_qdq_blocks(b, s_enc):
     scale = e4m3_decode(e4m3_encode(gl.minimum(amax * tl.math.div_rn(s_enc, 6.0), 448.0)))
     one = gl.full(scale.shape, 1.0, gl.float32, scale.type.layout)
     encode = gl.minimum(tl.math.div_rn(one, scale * s_dec), FP32_MAX)
-    return e2m1_round(b * gl.expand_dims(encode, 2)) * gl.expand_dims(scale, 2)
+    codes = e2m1_encode(b * gl.expand_dims(encode, 2))
+    return e2m1_decode(codes) * gl.expand_dims(scale, 2)
 
 
 @gluon.jit

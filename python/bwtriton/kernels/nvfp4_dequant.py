@@ -121,7 +121,7 @@ _AMAX = CachedLauncher(amax_encode_scale_kernel, pipeline=False)
 
 QDQ_BLOCK_K = 128
 #: From this M the quantize-dequantize kernel takes 64 rows per program instead of 16: its per-program work (the
-#: S_enc divisions, addresses) then spreads over more values (sm_90a SASS: 26 against 34 instructions per value),
+#: S_enc divisions, addresses) then spreads over more values (sm_90a SASS: 23 against 29 instructions per value),
 #: while shorter x keeps 16 rows so that it still fills the GPU with programs.
 QDQ_TALL_M = 1024
 

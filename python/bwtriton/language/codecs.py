@@ -25,12 +25,13 @@ def e2m1_encode(x):
 @triton.jit
 def e2m1_round(x):
     """float32 -> the E2M1 value of `e2m1_encode(x)` as float32 (= e2m1_decode(e2m1_encode(x)) bit for bit, -0 and
-    NaN -> +-0 included) in about half the instructions: round-to-nearest-even of |x| to the grid spacing (0.5
-    below 2, 1 below 4, 2 above) by adding and subtracting 2^23 times it (whose float32 ulp is that spacing),
-    then 6 beyond 5. So 0.25, 1.25, 2.5 and 5 round down, 0.75, 1.75 and 3.5 up, as the encoder's thresholds."""
+    NaN -> +-0 included) in about half the instructions: below 4, round-to-nearest-even of |x| to the grid
+    spacing (0.5 below 2, 1 below 4) by adding and subtracting 2^23 times it (whose float32 ulp is that spacing);
+    from 4, 4 up to 5 and 6 beyond. So 0.25, 1.25, 2.5 and 5 round down, 0.75, 1.75 and 3.5 up, as the encoder's
+    thresholds."""
     a = tl.abs(x)
-    magic = tl.where(a < 2.0, 4194304.0, tl.where(a < 4.0, 8388608.0, 16777216.0))
-    q = tl.where(a > 5.0, 6.0, (a + magic) - magic)
+    magic = tl.where(a < 2.0, 4194304.0, 8388608.0)
+    q = tl.where(a >= 4.0, tl.where(a > 5.0, 6.0, 4.0), (a + magic) - magic)
     q = tl.where(a == a, q, 0.0)  # NaN: code 0
     sign = x.to(tl.int32, bitcast=True) & -2147483648
     return (q.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
