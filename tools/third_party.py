@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -876,36 +877,71 @@ def within_spread(plain: Sequence[Check], again: Sequence[Check], ours: Sequence
 
 
 def gpu_row(c: Case, plain: tuple, again: Sequence[Check], ours: tuple, kernels: Sequence[str],
-            seconds: float) -> dict:
+            seconds: float, same_ptx: bool = False) -> dict:
     """One case's GPU result: `plain` and `ours` are (passed, message, checks) of plain Triton and of
-    `bwtriton.enable()`, `again` the checks of a second plain run."""
+    `bwtriton.enable()`, `again` the checks of a second plain run; `same_ptx`: both launched the same kernels
+    with byte-identical PTX. Outputs that differ from the same PTX are a run-to-run difference (the order of
+    atomics), even where two plain runs happened to agree: they count as within the spread."""
     (plain_ok, plain_msg, plain_checks), (bw_ok, bw_msg, bw_checks) = plain, ours
     equal = same_outputs(plain_checks, bw_checks)
     deterministic = same_outputs(plain_checks, again)
-    within = equal or (not deterministic and within_spread(plain_checks, again, bw_checks))
+    within = equal or (plain_ok and bw_ok and same_ptx) or (
+        not deterministic and within_spread(plain_checks, again, bw_checks))
     return {"library": c.library, "case": c.name, "kernels": list(kernels), "plain_pass": plain_ok,
             "plain_message": plain_msg, "bwtriton_pass": bw_ok, "bwtriton_message": bw_msg, "equal": equal,
-            "plain_deterministic": deterministic, "within_spread": within, "seconds": seconds}
+            "plain_deterministic": deterministic, "same_ptx": same_ptx, "within_spread": within,
+            "seconds": seconds}
+
+
+def _verdict(row: dict) -> str:
+    if row["equal"]:
+        return "equal"
+    if row["within_spread"]:
+        return "same PTX as plain Triton, run-to-run difference" if row.get("same_ptx") else \
+            "within plain run-to-run spread"
+    return "DIFFERENT"
 
 
 def _log_gpu_row(i: int, n: int, row: dict, log: Callable[[str], None]) -> None:
     msg = row["plain_message"] or row["bwtriton_message"]
     log(f"[{i}/{n}] {row['library']}:{row['case']}: plain {'pass' if row['plain_pass'] else 'FAIL'}, bwtriton "
         f"{'pass' if row['bwtriton_pass'] else 'FAIL'}, "
-        f"{'equal' if row['equal'] else 'within plain run-to-run spread' if row['within_spread'] else 'DIFFERENT'}"
-        + (f" -- {msg}" if msg else ""))
+        f"{_verdict(row)}" + (f" -- {msg}" if msg else ""))
+
+
+@dataclass
+class Launches:
+    """The Triton kernels launched inside `launched_kernels()`: names in first-launch order, and per name the
+    sha256 of each distinct PTX it ran."""
+    names: list[str] = field(default_factory=list)
+    ptx: dict[str, list[str]] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.names.clear()
+        self.ptx.clear()
+
+    def code(self) -> dict[str, list[str]]:
+        """name -> sorted PTX hashes: equal between two runs when they launched the same code."""
+        return {name: sorted(hashes) for name, hashes in self.ptx.items()}
 
 
 @contextlib.contextmanager
-def launched_kernels() -> Iterator[list[str]]:
-    """The names of the Triton kernels launched inside the block, in first-launch order."""
-    launched: list[str] = []
+def launched_kernels() -> Iterator[Launches]:
+    """Record the Triton kernels launched inside the block (`Launches`)."""
+    launched = Launches()
     real_run = JITFunction.run
 
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.fn.__name__ not in launched:
-            launched.append(self.fn.__name__)
-        return real_run(self, *args, **kwargs)
+        name = self.fn.__name__
+        if name not in launched.names:
+            launched.names.append(name)
+        kernel = real_run(self, *args, **kwargs)
+        ptx = getattr(kernel, "asm", {}).get("ptx") if kernel is not None else None
+        if ptx:
+            digest = hashlib.sha256(ptx.encode() if isinstance(ptx, str) else ptx).hexdigest()
+            if digest not in launched.ptx.setdefault(name, []):
+                launched.ptx[name].append(digest)
+        return kernel
 
     JITFunction.run = run
     try:
@@ -936,8 +972,8 @@ def gpu_worker(case_name: str, mode: str, result: Path, all_configs: bool = Fals
                 ok, msg, _, checks = run_case(c)
             again = []
     outputs = [[(x.label, torch.as_tensor(x.got).detach().cpu()) for x in cs] for cs in (checks, again)]
-    torch.save({"ok": ok, "msg": msg, "checks": outputs[0], "again": outputs[1], "kernels": list(launched),
-                "seconds": time.perf_counter() - t0}, result)
+    torch.save({"ok": ok, "msg": msg, "checks": outputs[0], "again": outputs[1], "kernels": list(launched.names),
+                "ptx": launched.code(), "seconds": time.perf_counter() - t0}, result)
     return 0
 
 
@@ -981,7 +1017,8 @@ def run_gpu_parallel(cases: Sequence[Case], jobs: int, out: Path, log: Callable[
             ours = futures[c.name, c.library, "bwtriton"].result()
             rows.append(gpu_row(c, (plain["ok"], plain["msg"], _as_checks(plain["checks"])),
                                 _as_checks(plain["again"]), (ours["ok"], ours["msg"], _as_checks(ours["checks"])),
-                                plain["kernels"] or ours["kernels"], time.perf_counter() - t0))
+                                plain["kernels"] or ours["kernels"], time.perf_counter() - t0,
+                                same_ptx=bool(plain.get("ptx")) and plain.get("ptx") == ours.get("ptx")))
             _log_gpu_row(i, len(cases), rows[-1], log)
             (out / "gpu.json").write_text(json.dumps(rows, indent=1))
     return rows
@@ -1000,10 +1037,12 @@ def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: O
             t0 = time.perf_counter()
             plain_ok, plain_msg, _, plain = run_case(c)
             _, _, _, again = run_case(c)  # a second plain run: atomics make some kernels run-to-run different
+            plain_code = launched.code()
+            launched.ptx.clear()
             with bwtriton.enable():
                 bw_ok, bw_msg, _, ours = run_case(c)
-            rows.append(gpu_row(c, (plain_ok, plain_msg, plain), again, (bw_ok, bw_msg, ours), launched,
-                                time.perf_counter() - t0))
+            rows.append(gpu_row(c, (plain_ok, plain_msg, plain), again, (bw_ok, bw_msg, ours), launched.names,
+                                time.perf_counter() - t0, same_ptx=bool(plain_code) and plain_code == launched.code()))
             if out is not None:
                 (out / "gpu.json").write_text(json.dumps(rows, indent=1))
             _log_gpu_row(i, len(cases), rows[-1], log)

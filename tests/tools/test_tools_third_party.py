@@ -126,6 +126,41 @@ def test_run_to_run_spread_of_atomics_is_not_a_difference():
     assert tp.within_spread(plain, again, out(1.0, 2.75)) and not tp.within_spread(plain, again, out(1.0, 4.0))
 
 
+def test_outputs_that_differ_from_the_same_ptx_are_a_run_to_run_difference():
+    """Two plain runs of an atomic-add kernel can agree by chance; bwtriton's run of the byte-identical PTX
+    that then differs is not a disagreement. With different PTX the same outputs are one."""
+    c = tp.Case("gemlite", "gemv_atomics", lambda: [])
+    plain, ours = [tp.Check("y", torch.tensor([1.0, 2.0]), None, 0, 0)], [tp.Check("y", torch.tensor([1.0, 2.5]),
+                                                                                 None, 0, 0)]
+    same = tp.gpu_row(c, (True, "", plain), plain, (True, "", ours), ["k"], 0.0, same_ptx=True)
+    assert same["plain_deterministic"] and not same["equal"] and same["within_spread"]
+    assert tp._verdict(same) == "same PTX as plain Triton, run-to-run difference"
+    other = tp.gpu_row(c, (True, "", plain), plain, (True, "", ours), ["k"], 0.0, same_ptx=False)
+    assert not other["within_spread"] and tp._verdict(other) == "DIFFERENT"
+    failed = tp.gpu_row(c, (True, "", plain), plain, (False, "boom", []), ["k"], 0.0, same_ptx=True)
+    assert not failed["within_spread"]
+
+
+def test_launch_log_hashes_each_distinct_ptx_of_a_kernel():
+    """`launched_kernels` keeps per kernel the sha256 of every PTX it ran (two specialisations: two hashes; the
+    same launch again: no new one), which is what `same_ptx` compares."""
+    import hashlib
+
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fill(out_ptr, VALUE: tl.constexpr):
+        tl.store(out_ptr + tl.arange(0, 16), tl.full([16], VALUE, tl.float32))
+
+    with emu.emulated_gpu("sm_100a"), tp.launched_kernels() as launched:
+        out = torch.empty(16, device="cuda")
+        compiled = [fill[(1,)](out, VALUE=v) for v in (1.0, 1.0, 2.0)]
+    assert launched.names == ["fill"] and out.cpu().eq(2.0).all()
+    want = sorted({hashlib.sha256(k.asm["ptx"].encode()).hexdigest() for k in compiled})
+    assert len(want) == 2 and launched.code() == {"fill": want}
+
+
 def test_parallel_gpu_mode_survives_a_plain_triton_abort(tmp_path, monkeypatch):
     """`--gpu --jobs`: each (case, mode) is a process of its own; a plain run whose process died is a failed
     plain run with its exit status, the bwtriton run of the same case still counts, rows keep case order."""

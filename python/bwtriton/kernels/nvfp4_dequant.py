@@ -119,21 +119,17 @@ _DEQUANT = CachedLauncher(dequant_nvfp4_bf16_kernel, pipeline=False)
 _QDQ = CachedLauncher(quant_dequant_nvfp4_kernel, pipeline=False)
 _AMAX = CachedLauncher(amax_encode_scale_kernel, pipeline=False)
 
+#: Rows per program of `quant_dequant_nvfp4_kernel`. 64-row programs spend fewer instructions per value (23
+#: against 29 sm_90a SASS instructions: the per-program S_enc divisions and addresses spread further) but were
+#: slower at every M measured on the H200 (K = 4096, M = 16 - 8192: e.g. 7.08 against 6.34 us at M = 1024, 41.5
+#: against 39.5 at M = 8192): fewer programs in flight.
+QDQ_BLOCK_M = 16
 QDQ_BLOCK_K = 128
-#: From this M the quantize-dequantize kernel takes 64 rows per program instead of 16: its per-program work (the
-#: S_enc divisions, addresses) then spreads over more values (sm_90a SASS: 23 against 29 instructions per value),
-#: while shorter x keeps 16 rows so that it still fills the GPU with programs.
-QDQ_TALL_M = 1024
-
-
-def qdq_block_m(m: int) -> int:
-    """Rows per program of `quant_dequant_nvfp4_kernel` for x of M rows."""
-    return 64 if m >= QDQ_TALL_M else 16
 
 
 def qdq_grid(m: int, k: int) -> tuple[int, int, int]:
     """The launch grid of `quant_dequant_nvfp4_kernel` for x [M, K]."""
-    return (triton.cdiv(m, qdq_block_m(m)), k // QDQ_BLOCK_K, 1)
+    return (triton.cdiv(m, QDQ_BLOCK_M), k // QDQ_BLOCK_K, 1)
 
 
 def dequantize_nvfp4_bf16(q) -> torch.Tensor:
@@ -163,7 +159,7 @@ def quant_dequant_nvfp4(x: torch.Tensor, s_enc: "torch.Tensor | None", w_dec: to
     from_amax = s_enc is None
     entry = _QDQ.launch(("qdq", m, k, x.stride(0), from_amax), qdq_grid(m, k),
                         x.device, (x, w_dec if from_amax else s_enc, w_dec, alpha, out, m, k, x.stride(0)),
-                        dict(BLOCK_M=qdq_block_m(m), BLOCK_K=QDQ_BLOCK_K, S_ENC_FROM_AMAX=from_amax, num_warps=4))
+                        dict(BLOCK_M=QDQ_BLOCK_M, BLOCK_K=QDQ_BLOCK_K, S_ENC_FROM_AMAX=from_amax, num_warps=4))
     return out, alpha, entry
 
 
