@@ -13,8 +13,8 @@ Exactness: e2m1 * e4m3 is exact in bf16 and bf16 x bf16 products are exact in fp
 block-scaled product up to the fp32 summation order (the global scales are the fp32 epilogue's alpha).
 
 QUANT_X (the W4A4 linear at small M): the x tile is quantized to NVFP4 with the `formats.quantize_nvfp4` recipe
-(`language.quant_dequant_nvfp4_tile`, S_enc from `s_enc_ptr` or, for tiny x, from amax(x) computed by each program) and
-dequantized back to bf16 in registers before it becomes the B operand: the quantize-dequantize of x is the
+(`language.quant_dequant_nvfp4_tile`, S_enc from `s_enc_ptr` or, for tiny x, from amax(x) computed by each program)
+and dequantized back to bf16 in registers before it becomes the B operand: the quantize-dequantize of x is the
 kernel's prologue, one launch per call; alpha = S_dec(x) * S_dec(w) is formed in the epilogue. Each program
 re-quantizes its x tile, which costs BLOCK_M x BLOCK_K quantizations per K step against BLOCK_N x BLOCK_K weight
 decodes, so it is only used where M is small (`nvfp4_linear`).
