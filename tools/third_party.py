@@ -924,6 +924,17 @@ class Launches:
         """name -> sorted PTX hashes: equal between two runs when they launched the same code."""
         return {name: sorted(hashes) for name, hashes in self.ptx.items()}
 
+    def take_code(self) -> dict[str, list[str]]:
+        """`code()`, then forget the hashes (the names stay), so the next run's code is its own."""
+        code = self.code()
+        self.ptx.clear()
+        return code
+
+
+def same_code(a: Optional[dict], b: Optional[dict]) -> bool:
+    """Two runs launched the same kernels with byte-identical PTX (`Launches.code()` of each; none: not known)."""
+    return bool(a) and a == b
+
 
 @contextlib.contextmanager
 def launched_kernels() -> Iterator[Launches]:
@@ -936,9 +947,9 @@ def launched_kernels() -> Iterator[Launches]:
         if name not in launched.names:
             launched.names.append(name)
         kernel = real_run(self, *args, **kwargs)
-        ptx = getattr(kernel, "asm", {}).get("ptx") if kernel is not None else None
+        ptx = getattr(kernel, "asm", {}).get("ptx")
         if ptx:
-            digest = hashlib.sha256(ptx.encode() if isinstance(ptx, str) else ptx).hexdigest()
+            digest = hashlib.sha256(ptx.encode()).hexdigest()
             if digest not in launched.ptx.setdefault(name, []):
                 launched.ptx[name].append(digest)
         return kernel
@@ -1018,7 +1029,7 @@ def run_gpu_parallel(cases: Sequence[Case], jobs: int, out: Path, log: Callable[
             rows.append(gpu_row(c, (plain["ok"], plain["msg"], _as_checks(plain["checks"])),
                                 _as_checks(plain["again"]), (ours["ok"], ours["msg"], _as_checks(ours["checks"])),
                                 plain["kernels"] or ours["kernels"], time.perf_counter() - t0,
-                                same_ptx=bool(plain.get("ptx")) and plain.get("ptx") == ours.get("ptx")))
+                                same_ptx=same_code(plain.get("ptx"), ours.get("ptx"))))
             _log_gpu_row(i, len(cases), rows[-1], log)
             (out / "gpu.json").write_text(json.dumps(rows, indent=1))
     return rows
@@ -1037,12 +1048,11 @@ def run_gpu(cases: Sequence[Case], log: Callable[[str], None] = progress, out: O
             t0 = time.perf_counter()
             plain_ok, plain_msg, _, plain = run_case(c)
             _, _, _, again = run_case(c)  # a second plain run: atomics make some kernels run-to-run different
-            plain_code = launched.code()
-            launched.ptx.clear()
+            plain_code = launched.take_code()
             with bwtriton.enable():
                 bw_ok, bw_msg, _, ours = run_case(c)
             rows.append(gpu_row(c, (plain_ok, plain_msg, plain), again, (bw_ok, bw_msg, ours), launched.names,
-                                time.perf_counter() - t0, same_ptx=bool(plain_code) and plain_code == launched.code()))
+                                time.perf_counter() - t0, same_ptx=same_code(plain_code, launched.code())))
             if out is not None:
                 (out / "gpu.json").write_text(json.dumps(rows, indent=1))
             _log_gpu_row(i, len(cases), rows[-1], log)

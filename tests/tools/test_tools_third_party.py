@@ -159,6 +159,8 @@ def test_launch_log_hashes_each_distinct_ptx_of_a_kernel():
     assert launched.names == ["fill"] and out.cpu().eq(2.0).all()
     want = sorted({hashlib.sha256(k.asm["ptx"].encode()).hexdigest() for k in compiled})
     assert len(want) == 2 and launched.code() == {"fill": want}
+    assert tp.same_code(launched.code(), {"fill": list(want)}) and not tp.same_code({}, {})
+    assert not tp.same_code(launched.take_code(), {"fill": want[:1]}) and launched.code() == {}
 
 
 def test_parallel_gpu_mode_survives_a_plain_triton_abort(tmp_path, monkeypatch):
