@@ -262,6 +262,17 @@ def _with_constexpr_hint(exc: CompileError, constexprs: Any) -> CompileError:
                         pass_name=exc.pass_name, findings=exc.findings)
 
 
+def _front_end_message(exc: BaseException) -> str:
+    """The front end's error at each `@jit` call on the path to the failure, outermost first. Triton's own text
+    marks only the outermost call site; the reason (a failed reshape, a static_assert) is at the innermost."""
+    from triton.compiler.errors import CompilationError
+    parts = []
+    while isinstance(exc, CompilationError):
+        parts.append(str(exc).strip())
+        exc = exc.__cause__
+    return "\n-- in the function called there --\n".join(parts)
+
+
 def _run_triton(src: Any, tgt: Target, selection: PassSelection, opts: dict[str, Any]):
     """triton.compile with our stage hook, its failures turned into short `CompileError`s."""
     import triton
@@ -274,7 +285,7 @@ def _run_triton(src: Any, tgt: Target, selection: PassSelection, opts: dict[str,
     except CompileError:
         raise
     except triton.compiler.errors.CompilationError as exc:
-        raise CompileError(f"Triton's front end rejected the kernel:\n{exc}") from None
+        raise CompileError(f"Triton's front end rejected the kernel:\n{_front_end_message(exc)}") from None
     except Exception as exc:
         diag = _diagnostic_tail(native.text)
         where = f"\n--- compiler diagnostics (BWTRITON_VERBOSE=1 shows all) ---\n{diag}" if diag else ""

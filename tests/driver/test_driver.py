@@ -88,6 +88,25 @@ def test_malformed_kernel_gives_a_short_compile_error():
         bwtriton.compile(bad_kernel, signature={"x_ptr": "*fp32"}, constexprs={"BLOCK": 128})
 
 
+def test_error_inside_a_called_jit_function_says_what_went_wrong_there():
+    """Triton's message for a failure inside a called @jit function marks only the call site; the CompileError
+    also carries the callee's location and reason."""
+    @triton.jit
+    def halve_blocks(x):
+        return tl.reshape(x, [x.shape[0] // 16, 16])
+
+    @triton.jit
+    def caller(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + tl.arange(0, 16), tl.sum(halve_blocks(tl.load(x_ptr + offs)), axis=0))
+
+    with pytest.raises(CompileError) as info:
+        bwtriton.compile(caller, signature={"x_ptr": "*fp32"}, constexprs={"BLOCK": 8})
+    msg = str(info.value)
+    assert msg.index("halve_blocks(tl.load") < msg.index("in the function called there") < msg.index("tl.reshape(x,")
+    assert "reshape() cannot change total number of elements" in msg
+
+
 def test_triton_pipeline_failure_quotes_the_diagnostic_not_the_ir_dump():
     """Upstream Triton 3.6 asserts in AccelerateMatmul on NVFP4 dot_scaled for sm_90 (measured); with our
     NVFP4 lowering disabled we must surface that as a short CompileError naming the failing pass."""
