@@ -34,11 +34,19 @@ def unpack_e2m1(packed):
 
 
 @triton.jit
+def _blocks(x, SIZE: tl.constexpr):
+    """fp32 [BM, BK // SIZE, SIZE] of a tile [BM, BK]: its scale blocks along K."""
+    tl.static_assert(x.shape[1] % SIZE == 0, "the tile's K (x.shape[1]) must be a multiple of the format's block "
+                                              "(16 for NVFP4, 32 for MX): make BLOCK_K one")
+    return tl.reshape(x.to(tl.float32), [x.shape[0], x.shape[1] // SIZE, SIZE])
+
+
+@triton.jit
 def _nvfp4_block_scales(blocks, global_encode_scale):
     """fp32 blocks [BM, BK//16, 16] -> (E4M3 scale codes int32, their values, the fp32 encode factors), each
     [BM, BK//16], the recipe of `formats.nvfp4`."""
     amax = tl.max(tl.abs(blocks), axis=2)
-    s_enc = global_encode_scale.to(tl.float32)
+    s_enc = tl.cast(global_encode_scale, tl.float32)  # a tensor or a plain number
     # IEEE division (div_rn), not Triton's default approximate fp32 `/`, so the scalars match torch bit for bit.
     s_dec = tl.math.div_rn(1.0, s_enc)
     scale_code = e4m3_encode(tl.minimum(amax * tl.math.div_rn(s_enc, 6.0), 448.0))
@@ -56,7 +64,7 @@ def quantize_nvfp4_tile(x, global_encode_scale):
     The global decode scale to apply after a GEMM is 1 / S_enc (`tl.math.div_rn(1.0, s_enc)`)."""
     BM: tl.constexpr = x.shape[0]
     BK: tl.constexpr = x.shape[1]
-    blocks = tl.reshape(x.to(tl.float32), [BM, BK // 16, 16])
+    blocks = _blocks(x, 16)
     scale_code, scale, encode = _nvfp4_block_scales(blocks, global_encode_scale)
     # No clamp to +-6 needed before encoding: e2m1_encode saturates and the clamp never changes the sign.
     codes = e2m1_encode(blocks * encode[:, :, None])
@@ -71,7 +79,7 @@ def quant_dequant_nvfp4_tile(x, global_encode_scale):
     (`e2m1_round`), so a quantize-dequantize pass spends about half the instructions."""
     BM: tl.constexpr = x.shape[0]
     BK: tl.constexpr = x.shape[1]
-    blocks = tl.reshape(x.to(tl.float32), [BM, BK // 16, 16])
+    blocks = _blocks(x, 16)
     _, scale, encode = _nvfp4_block_scales(blocks, global_encode_scale)
     return tl.reshape(e2m1_round(blocks * encode[:, :, None]) * scale[:, :, None], [BM, BK])
 
@@ -84,7 +92,7 @@ def dequantize_nvfp4_tile(packed, scales, global_decode_scale):
     BK: tl.constexpr = packed.shape[1] * 2
     vals = tl.reshape(e2m1_decode(unpack_e2m1(packed)), [BM, BK // 16, 16])
     scale = e4m3_decode(scales.to(tl.uint8, bitcast=True))
-    out = vals * scale[:, :, None] * global_decode_scale.to(tl.float32)
+    out = vals * scale[:, :, None] * tl.cast(global_decode_scale, tl.float32)
     return tl.reshape(out, [BM, BK])
 
 
@@ -92,9 +100,7 @@ def dequantize_nvfp4_tile(packed, scales, global_decode_scale):
 def _mx_blocks(x, EMAX_ELEM: tl.constexpr):
     """(e8m0 codes int32 [BM, BK//32], scaled blocks x * 2^-shared_exp fp32 [BM, BK//32, 32]); blocks holding
     NaN/Inf get code 255 and zeros."""
-    BM: tl.constexpr = x.shape[0]
-    BK: tl.constexpr = x.shape[1]
-    blocks = tl.reshape(x.to(tl.float32), [BM, BK // 32, 32])
+    blocks = _blocks(x, 32)
     ab = tl.abs(blocks)
     # tl.max may drop NaN on GPU, so non-finite elements are flagged explicitly (NaN != NaN; |inf| > FLT_MAX).
     bad = tl.max(((ab != ab) | (ab > FP32_MAX)).to(tl.int32), axis=2) != 0
