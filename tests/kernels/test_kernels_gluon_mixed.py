@@ -235,6 +235,38 @@ def test_gpu_one_hot_rows_pick_weights_exactly(m, split, stages, x_tma):
     assert torch.equal(out.double().cpu(), w_q.dequantize(torch.float64)[:, cols.cuda()].T.cpu())
 
 
+def _k_slice(w_q: QuantizedTensor, lo: int, hi: int) -> QuantizedTensor:
+    """Columns lo .. hi of a plain-layout NVFP4 weight, global scale 1 (so the kernel's alpha is 1)."""
+    return QuantizedTensor(data=w_q.data[:, lo // 2:hi // 2].contiguous(),
+                           scales=w_q.scales[:, lo // 16:hi // 16].contiguous(), scale_layout="plain",
+                           global_scale=torch.tensor(1.0, device="cuda"), format="nvfp4",
+                           shape=(w_q.shape[0], hi - lo))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
+@pytest.mark.parametrize("split,block_m", [(2, 64), (3, 64), (4, 64), (5, 16), (4, 128)])
+def test_gpu_split_k_sums_the_slices_in_slice_order(split, block_m):
+    """A split launch's fp32 output is bit-equal to ((p0 + p1) + p2) + .. of each K slice run alone: the last
+    slice to arrive sums the partials in slice order, whichever it is (odd splits and 128-column tiles too)."""
+    torch.manual_seed(3)
+    n, block_k = 128, 64
+    k = 2 * block_k * split * 2
+    x = torch.randn(block_m, k, device="cuda").to(torch.bfloat16)
+    w_q = _k_slice(quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=False), 0, k)
+    cfg = {"path": "gluon_mixed", "BLOCK_N": 64, "BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT_K": split,
+           "num_warps": 4, "STAGES": 4, "X_TMA": False}
+    out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=cfg)
+    span = k // split
+    total = torch.zeros_like(out)
+    for j in range(split):
+        lo, hi = j * span, (j + 1) * span
+        part = decode.nvfp4_decode_matmul(x[:, lo:hi].contiguous(), _k_slice(w_q, lo, hi),
+                                          out_dtype=torch.float32, config=dict(cfg, SPLIT_K=1))
+        total = total + part
+    assert torch.equal(out, total)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
 @pytest.mark.parametrize("m", [16, 64, 100, 256])
