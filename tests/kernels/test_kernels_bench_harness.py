@@ -92,7 +92,7 @@ def test_streaming_read_kernel_reads_every_word_under_the_interpreter():
     assert res.stdout.strip().endswith("ok"), res.stdout + res.stderr
 
 
-def test_byte_floor_table_and_no_gpu_message(monkeypatch, capsys):
+def test_byte_floor_table_and_no_gpu_message(monkeypatch, capsys, tmp_path):
     monkeypatch.syspath_prepend(str(BENCH))
     sys.modules.pop("byte_floor", None)
     import byte_floor
@@ -101,6 +101,7 @@ def test_byte_floor_table_and_no_gpu_message(monkeypatch, capsys):
     table = byte_floor.markdown([row], 0.86)
     assert "| 4096x4096 | 9.4 | 3.96 | 2383 | 13.50 | 3.41x |" in table and "0.86 us" in table
     import torch
-    if not torch.cuda.is_available():
-        assert byte_floor.main(["--out", "unused"]) == 2
-        assert "no CUDA GPU" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the no-GPU path, on any machine
+    assert byte_floor.main(["--out", str(tmp_path / "out")]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing written before the error

@@ -13,6 +13,7 @@ from test_language_quant import (MX_CASES, NVFP4_CASES, check_e2m1_round, check_
 
 pytestmark = [pytest.mark.emulated, pytest.mark.usefixtures("emulated_b200_module")]
 
+
 @pytest.mark.parametrize("case", NVFP4_CASES)
 def test_nvfp4_bit_exact_emulated(case):
     assert check_nvfp4(case, "cpu") is None
