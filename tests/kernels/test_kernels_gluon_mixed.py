@@ -32,8 +32,9 @@ _SIG = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*bf16", "
 
 
 def _compile(block_n: int, block_m: int, block_k: int, warps: int, split: bool = False, stages: int = 0,
-             x_tma: bool = False):
-    const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split, STAGES=stages)
+             x_tma: bool = False, sum_in_kernel: bool = True):
+    const = dict(BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, SPLIT=split, STAGES=stages,
+                 SUM_IN_KERNEL=sum_in_kernel)
     sig = dict(_SIG)
     if x_tma:
         layout = gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * block_k), element_bitwidth=16, rank=2)
@@ -124,6 +125,16 @@ def test_x_by_tma_leaves_no_proxy_fence_in_the_staged_loop(warps):
     assert "MEMBAR.ALL.CTA" in _loop(_compile(64, 64, 64, 4, True, 4).asm["sass"])  # the cp.async form has it
 
 
+def test_split_partials_for_a_second_kernel_end_without_an_arrival_or_a_gpu_fence():
+    """A split launch whose slices are summed by `_slice_sum` stores its fp32 partial and exits: no atomic arrival
+    and no GPU-scope fence (MEMBAR.ALL.GPU), which the in-launch sum has and every CTA waits out."""
+    in_launch = _compile(64, 64, 64, 4, True, 4).asm["sass"]
+    assert "ATOMG.E.ADD" in in_launch and "MEMBAR.ALL.GPU" in in_launch
+    second = _compile(64, 64, 64, 4, True, 4, sum_in_kernel=False).asm["sass"]
+    assert not re.search(r"\b(ATOMG|RED|MEMBAR\.ALL\.GPU|MEMBAR\.SC)\b", second)
+    assert re.search(r"STG\.E\.64", second)  # the partial: fp32 pairs of the wgmma accumulator
+
+
 def test_hazard_check_sees_a_decode_into_the_registers_of_a_wgmma_in_flight():
     """The check the kernel's two-step loop is held to: with one K step per iteration the decode of step k + 1
     wrote the A registers of step k's wgmma before the wait that retires it (wrong output rows on the H200)."""
@@ -186,6 +197,8 @@ def test_config_validation_names_the_problem():
         gm.check_config("op", cfg, 64, 4096 + 32, 4096)
     with pytest.raises(InputError, match="STAGES must be one of"):
         gm.check_config("op", dict(cfg, STAGES=3), 64, 4096, 4096)
+    with pytest.raises(InputError, match=r"SLICE_SUM must be one of \('last_slice', 'second_kernel'\) \(got 'atomic'\)"):
+        gm.check_config("op", dict(cfg, SLICE_SUM="atomic"), 64, 4096, 4096)
     # 8 slots of 256 x 64 x 128: 16 KB of words, 8 KB of scale pairs and 16 KB of x^T each
     with pytest.raises(InputError, match=r"STAGES \* 40960 bytes of ring <= 204800 \(got 8\)"):
         gm.check_config("op", dict(cfg, BLOCK_N=256, BLOCK_K=128, num_warps=8, STAGES=8), 64, 4096, 4096)
@@ -246,16 +259,18 @@ def _k_slice(w_q: QuantizedTensor, lo: int, hi: int) -> QuantizedTensor:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
 @pytest.mark.parametrize("split,block_m", [(2, 64), (3, 64), (4, 64), (5, 16), (4, 128)])
-def test_gpu_split_k_sums_the_slices_in_slice_order(split, block_m):
+@pytest.mark.parametrize("slice_sum", ["last_slice", "second_kernel"])
+def test_gpu_split_k_sums_the_slices_in_slice_order(split, block_m, slice_sum):
     """A split launch's fp32 output is bit-equal to ((p0 + p1) + p2) + .. of each K slice run alone: the last
-    slice to arrive sums the partials in slice order, whichever it is (odd splits and 128-column tiles too)."""
+    slice to arrive (whichever it is) or the second kernel sums the partials in slice order (odd splits and
+    128-column tiles too)."""
     torch.manual_seed(3)
     n, block_k = 128, 64
     k = 2 * block_k * split * 2
     x = torch.randn(block_m, k, device="cuda").to(torch.bfloat16)
     w_q = _k_slice(quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05, blocked=False), 0, k)
     cfg = {"path": "gluon_mixed", "BLOCK_N": 64, "BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT_K": split,
-           "num_warps": 4, "STAGES": 4, "X_TMA": False}
+           "num_warps": 4, "STAGES": 4, "X_TMA": False, "SLICE_SUM": slice_sum}
     out = decode.nvfp4_decode_matmul(x, w_q, out_dtype=torch.float32, config=cfg)
     span = k // split
     total = torch.zeros_like(out)
@@ -287,13 +302,38 @@ def test_gpu_every_candidate_is_close_and_deterministic(m):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
-def test_gpu_bias_and_replay():
+@pytest.mark.parametrize("slice_sum", ["last_slice", "second_kernel"])
+def test_gpu_bias_and_replay(slice_sum):
     torch.manual_seed(5)
     m, n, k = 48, 1024, 2048
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05)
     bias = torch.randn(n, device="cuda").to(torch.bfloat16)
-    check_bias_and_replay(gm.launch_gluon, dict(gm.gluon_candidates(m, n, k)[0], SPLIT_K=4), x, w_q, bias)
+    cfg = dict(gm.gluon_candidates(m, n, k)[0], SPLIT_K=4, SLICE_SUM=slice_sum)
+    check_bias_and_replay(gm.launch_gluon, cfg, x, w_q, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="wgmma: sm_90a")
+def test_gpu_both_slice_sums_give_equal_bits_with_bias_and_scale():
+    """The second kernel applies alpha and the bias as the in-launch sum does: equal bf16 outputs, bit for bit,
+    also from the replayable launch on new activations."""
+    from bwtriton.kernels._common import decode_scale_arg  # noqa: PLC0415 - a CUDA-only helper of the GPU tests
+    torch.manual_seed(6)
+    m, n, k = 100, 512, 4096
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    x2 = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w_q = quantize_nvfp4(torch.randn(n, k, device="cuda") * 0.05 + 0.01)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    alpha = decode_scale_arg(w_q, x.device)
+    cfg = dict(gm.gluon_config(m, n, k, 64, 64, 4, stages=4), SPLIT_K=4)
+    first, replayed = [], []
+    for slice_sum in gm.SLICE_SUMS:
+        out, launch = gm.launch_gluon(x, w_q, alpha, bias, dict(cfg, SLICE_SUM=slice_sum))
+        first.append(out)
+        replayed.append(launch.run(x2, w_q.data, w_q.scales, alpha, bias))
+    assert torch.equal(first[0], first[1]) and torch.equal(replayed[0], replayed[1])
+    assert_close_to_reference(first[1], x.double(), w_q.dequantize(torch.float64), bias)
 
 
 def check_bias_and_replay(launch_fn, cfg: dict, x: torch.Tensor, w_q, bias: torch.Tensor) -> None:

@@ -28,7 +28,8 @@ BLOCK_N weight rows (wgmma's M side, 64 per warpgroup) and BLOCK_M activation ro
   for the weight's cp.asyncs in flight; by TMA the step waits on its mbarrier only (5% faster at M = 128 on the
   H200, level at M = 16 - 64).
 * Split K (the grid's third axis) where N / BLOCK_N x M / BLOCK_M is too few CTAs: every slice stores its fp32
-  partial, the last slice of a tile to arrive (acq_rel counter) sums them in slice order: a fixed order, one launch.
+  partial, and they are summed in slice order from 0.0 (a fixed order, equal bits either way) by the last slice
+  of a tile to arrive (acq_rel counter; one launch) or by a second kernel (`_slice_sum`; config "SLICE_SUM").
 
 Exact up to the fp32 summation order (e2m1 * e4m3 is exact in bf16, bf16 x bf16 products are exact in fp32);
 NaN scales (0x7F, never produced by quantization) are not propagated.
@@ -54,6 +55,7 @@ from ..targets import H100_SM_COUNT
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
 from ._launcher import CachedLauncher, StreamScratch, run_entry
+from ._slice_sum import SliceSum
 from .dq_wgmma import x_descriptor
 from ._tiles import SWAP_AB_MAX_M as MAX_M, k_split, swap_ab_block_m
 
@@ -68,6 +70,11 @@ STAGE_CHOICES = (0, 4, 5, 6, 8)
 X_TMA_MIN_BLOCK_M = 128
 #: Shared memory a config's ring may use (of the H200's 227 KB per CTA; the rest is the epilogue's scratch).
 MAX_RING_BYTES = 200 * 1024
+#: How a split config sums its K slices: the last slice to arrive, in the launch, or a second kernel
+#: (`_slice_sum`, faster from 64-row activation tiles on the H200); configs without "SLICE_SUM" take the first.
+SLICE_SUMS = ("last_slice", "second_kernel")
+#: Smallest activation tile whose split configs the tuner builds with the second kernel (`gluon_config`).
+SECOND_KERNEL_MIN_BLOCK_M = 64
 
 
 def _decode_ptx() -> tuple[str, str]:
@@ -166,14 +173,15 @@ def _store_out(acc, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_
 def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_ptr, work_ptr, count_ptr,
                        M, N, K, stride_xm, stride_om, x_desc, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_K: gl.constexpr, SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr = False,
-                       STAGES: gl.constexpr = 0):
+                       STAGES: gl.constexpr = 0, SUM_IN_KERNEL: gl.constexpr = True):
     """out[m, n] = alpha[0] * sum_k x[m, k] * (e2m1 * s)[n, k] (+ bias[n]), fp32 accumulation in wgmma.
 
     w_ptr: the natural-k repacked words (int32 [N/16, K/64, 32, 4]), s_ptr: their scale pairs (int16
     [N/16, K/64, 8, 4]), table_ptr: `_decode_frag_wide.lane_tables` (int32 [32, 2]). Grid (N / BLOCK_N,
     cdiv(M, BLOCK_M), S) with K % (BLOCK_K * S) == 0, N % BLOCK_N == 0, BLOCK_N = 64 * warpgroups * reps.
-    SPLIT (S > 1): work_ptr fp32 [S, tiles, BLOCK_N * BLOCK_M] partials, count_ptr int32 [tiles] arrival counters
-    (zero between launches; the last slice resets its tile's). STAGES 0: the register loop (the next step's
+    SPLIT (S > 1): work_ptr fp32 [S, tiles, BLOCK_N * BLOCK_M] partials (`_slice_sum`'s layout); with
+    SUM_IN_KERNEL the last slice of a tile sums them (count_ptr int32 [tiles] arrival counters, zero between
+    launches, the last slice resets its tile's), without it a second kernel does (`_slice_sum`). STAGES 0: the register loop (the next step's
     operands loaded into registers); STAGES >= 4: the staged loop (`_staged_loop`: a STAGES-slot cp.async
     ring); x_desc None, or a TMA descriptor of x bf16 [M, K] (block [BLOCK_M, BLOCK_K]) for the staged loop to
     bring x^T by TMA."""
@@ -258,9 +266,11 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
     alpha = gl.load(alpha_ptr)
     if not SPLIT:
         _store_out(acc, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_N, BLOCK_M, HAS_BIAS, MMA)
-    else:
+    elif SUM_IN_KERNEL:
         _reduce_slices(acc, out_ptr, bias_ptr, alpha, work_ptr, count_ptr, pid_n, pid_m, pid_k, M, stride_om,
                        BLOCK_N, BLOCK_M, HAS_BIAS, MMA)
+    else:
+        gl.store(work_ptr + _partial_offsets(pid_k, BLOCK_N, BLOCK_M, MMA), acc)
 
 
 @gluon.jit
@@ -363,24 +373,29 @@ def _staged_loop(xp, wp, sp, half, th, tl, steps, BLOCK_M: gl.constexpr, BLOCK_N
 
 
 @gluon.jit
+def _partial_offsets(slice, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
+    """Offsets of this program's tile in K slice `slice`'s partials (fp32 [S, tiles, BLOCK_N * BLOCK_M])."""
+    tiles = gl.num_programs(0) * gl.num_programs(1)
+    tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+    rn = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LAYOUT))
+    rm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LAYOUT))
+    local = gl.expand_dims(rn * BLOCK_M, 1) + gl.expand_dims(rm, 0)
+    return (slice * tiles + tile).to(gl.int64) * (BLOCK_N * BLOCK_M) + local
+
+
+@gluon.jit
 def _reduce_slices(acc, out_ptr, bias_ptr, alpha, work_ptr, count_ptr, pid_n, pid_m, pid_k, M, stride_om,
                    BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HAS_BIAS: gl.constexpr, LAYOUT: gl.constexpr):
     """Store this K slice's partial tile; the last slice of the tile to arrive sums all of them in slice order
     (the result does not depend on which came last), stores the output and resets the counter."""
-    tiles = gl.num_programs(0) * gl.num_programs(1)
-    tile = pid_m * gl.num_programs(0) + pid_n
-    rn = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LAYOUT))
-    rm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LAYOUT))
-    local = gl.expand_dims(rn * BLOCK_M, 1) + gl.expand_dims(rm, 0)
-    gl.store(work_ptr + (pid_k * tiles + tile).to(gl.int64) * (BLOCK_N * BLOCK_M) + local, acc,
-             cache_modifier=".cg")
+    gl.store(work_ptr + _partial_offsets(pid_k, BLOCK_N, BLOCK_M, LAYOUT), acc, cache_modifier=".cg")
     gl.thread_barrier()  # every thread's partial is written before the (release) arrival below
+    tile = pid_m * gl.num_programs(0) + pid_n
     arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
     if arrived == gl.num_programs(2) - 1:
         total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, LAYOUT)
         for j in range(gl.num_programs(2)):  # .cg: earlier launches may have left these lines in this SM's L1
-            total += gl.load(work_ptr + (j * tiles + tile).to(gl.int64) * (BLOCK_N * BLOCK_M) + local,
-                             cache_modifier=".cg")
+            total += gl.load(work_ptr + _partial_offsets(j, BLOCK_N, BLOCK_M, LAYOUT), cache_modifier=".cg")
         gl.store(count_ptr + tile, 0)
         _store_out(total, out_ptr, bias_ptr, alpha, pid_n, pid_m, M, stride_om, BLOCK_N, BLOCK_M, HAS_BIAS,
                    LAYOUT)
@@ -422,7 +437,8 @@ def gluon_config(m: int, n: int, k: int, block_n: int, block_k: int, warps: int,
     ctas = (n // block_n) * triton.cdiv(m, bm)
     split = k_split(ctas, k, block_k, 4, num_sms, split_div)
     return {"path": "gluon_mixed", "BLOCK_N": block_n, "BLOCK_M": bm, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_warps": warps, "STAGES": stages, "X_TMA": False}
+            "num_warps": warps, "STAGES": stages, "X_TMA": False,
+            "SLICE_SUM": "second_kernel" if split > 1 and bm >= SECOND_KERNEL_MIN_BLOCK_M else "last_slice"}
 
 
 def gluon_candidates(m: int, n: int, k: int, num_sms: int = H100_SM_COUNT) -> list[dict]:
@@ -445,7 +461,11 @@ def gluon_label(cfg: dict) -> str:
     """Short name of a config, e.g. 'gluon_mixed 128x64x64 w4 split4'."""
     return (f"gluon_mixed {cfg['BLOCK_N']}x{cfg['BLOCK_M']}x{cfg['BLOCK_K']} w{cfg['num_warps']} "
             f"split{cfg['SPLIT_K']}{' s%d' % cfg['STAGES'] if cfg.get('STAGES') else ''}"
-            f"{' tma' if cfg.get('X_TMA') else ''}")
+            f"{' tma' if cfg.get('X_TMA') else ''}{' sum2' if _sums_in_second_kernel(cfg) else ''}")
+
+
+def _sums_in_second_kernel(cfg: dict) -> bool:
+    return cfg["SPLIT_K"] > 1 and cfg.get("SLICE_SUM", SLICE_SUMS[0]) == "second_kernel"
 
 
 def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
@@ -465,6 +485,8 @@ def check_config(op: str, cfg: dict, m: int, n: int, k: int) -> None:
     if stages not in STAGE_CHOICES or stages * stage_bytes(bn, bm, bk) > MAX_RING_BYTES:
         problems.append(f"STAGES must be one of {STAGE_CHOICES} with STAGES * {stage_bytes(bn, bm, bk)} bytes of ring "
                         f"<= {MAX_RING_BYTES} (got {stages})")
+    if cfg.get("SLICE_SUM", SLICE_SUMS[0]) not in SLICE_SUMS:
+        problems.append(f"SLICE_SUM must be one of {SLICE_SUMS} (got {cfg['SLICE_SUM']!r})")
     if cfg.get("X_TMA") and not stages:
         problems.append("X_TMA (x^T by TMA) needs the staged loop (STAGES >= 4)")
     if bn * bm > 128 * 32 * w:
@@ -508,9 +530,10 @@ class GluonLaunch:
     bias)` allocates the output and launches once (the weight's repacked copy is a dictionary lookup)."""
 
     def __init__(self, cfg: dict, m: int, n: int, k: int, out_dtype: torch.dtype, device: torch.device,
-                 entry: tuple, scratch: "StreamScratch | None", layout: str):
+                 entry: tuple, scratch: "StreamScratch | None", layout: str, slice_sum: "SliceSum | None"):
         self.cfg, self.m, self.n, self.k, self.layout = cfg, m, n, k, layout
         self.out_dtype, self.device, self.entry, self.scratch = out_dtype, device, entry, scratch
+        self.slice_sum = slice_sum
         self.grid = gluon_grid(cfg, m, n)
         self.tables = _wide.lane_tables(device)
 
@@ -524,6 +547,8 @@ class GluonLaunch:
         run_entry(self.entry, self.grid, self.device,
                   (x32, fw.words, fw.scales32, out, alpha, out if bias is None else bias, self.tables, work, count,
                    self.m, self.n, self.k, x32.stride(0), out.stride(0), _x_desc(x, self.cfg)))
+        if self.slice_sum is not None:
+            self.slice_sum.run(work, out, alpha, bias)
         return out
 
 
@@ -557,8 +582,11 @@ def launch_gluon(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor 
             _x_desc(x, cfg))
     kwargs = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_M": cfg["BLOCK_M"], "BLOCK_K": cfg["BLOCK_K"],
               "SPLIT": cfg["SPLIT_K"] > 1, "HAS_BIAS": bias is not None, "num_warps": cfg["num_warps"],
-              "STAGES": int(cfg.get("STAGES", 0))}
+              "STAGES": int(cfg.get("STAGES", 0)), "SUM_IN_KERNEL": not _sums_in_second_kernel(cfg)}
     key = ("gluon_mixed", m, n, k, x32.stride(0), out.dtype, b.dtype, tuple(sorted(kwargs.items())),
            args[-1] is not None)
-    entry = _LAUNCHER.launch(key, gluon_grid(cfg, m, n), device, args, kwargs)
-    return out, GluonLaunch(cfg, m, n, k, out_dtype, device, entry, scratch, w_q.scale_layout)
+    grid = gluon_grid(cfg, m, n)
+    entry = _LAUNCHER.launch(key, grid, device, args, kwargs)
+    slice_sum = (SliceSum(work, out, alpha, bias, grid, cfg["BLOCK_N"], cfg["BLOCK_M"])
+                 if _sums_in_second_kernel(cfg) else None)
+    return out, GluonLaunch(cfg, m, n, k, out_dtype, device, entry, scratch, w_q.scale_layout, slice_sum)
