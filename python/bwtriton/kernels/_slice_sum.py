@@ -12,6 +12,8 @@ tiles_n + pid_n, element n * BLOCK_M + m of a tile holding output (pid_m * BLOCK
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -42,7 +44,7 @@ def slice_sum_kernel(work_ptr, out_ptr, alpha_ptr, bias_ptr, M, stride_om, tiles
     tl.store(out_ptr + (m.to(tl.int64) * stride_om + n), res.to(out_ptr.dtype.element_ty), mask=m < M)
 
 
-_LAUNCHER = CachedLauncher(slice_sum_kernel)
+_LAUNCHER = CachedLauncher(slice_sum_kernel, pipeline=False)
 
 
 class SliceSum:
@@ -51,7 +53,7 @@ class SliceSum:
     def __init__(self, work: torch.Tensor, out: torch.Tensor, alpha: torch.Tensor, bias: "torch.Tensor | None",
                  grid: tuple[int, int, int], block_n: int, block_m: int):
         tiles_n, tiles_m, slices = grid
-        rows = max(1, min(block_n, _ELEMENTS_PER_PROGRAM // block_m))
+        rows = math.gcd(block_n, _ELEMENTS_PER_PROGRAM // block_m)  # a power of two that divides BLOCK_N
         self.tiles_n, self.device = tiles_n, out.device
         self.grid = (tiles_n * tiles_m, block_n // rows, 1)
         args = self._args(work, out, alpha, bias)
@@ -61,7 +63,8 @@ class SliceSum:
                tuple(sorted(kwargs.items())))
         self.entry = _LAUNCHER.launch(key, self.grid, self.device, args, kwargs)
 
-    def _args(self, work, out, alpha, bias) -> tuple:
+    def _args(self, work: torch.Tensor, out: torch.Tensor, alpha: torch.Tensor,
+              bias: "torch.Tensor | None") -> tuple:
         return (work, out, alpha, out if bias is None else bias, out.shape[0], out.stride(0), self.tiles_n)
 
     def run(self, work: torch.Tensor, out: torch.Tensor, alpha: torch.Tensor, bias: "torch.Tensor | None") -> None:
