@@ -6,7 +6,7 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluon mixed GEMM's configs
 (`kernels.gluon_mixed`, its candidates and GLUON_EXTRA, in the register and the staged K loop
-(the staged ones also with half the split, and with x^T by TMA)), d = the shared-memory decode GEMM's configs (`kernels.dq_wgmma`, its
+(the staged ones also with half the split, and with x^T by TMA), split ones with both slice sums), d = the shared-memory decode GEMM's configs (`kernels.dq_wgmma`, its
 candidates and DQ_EXTRA) beside dequant_gemm, t = the auto path (the tuner's configs, its
 log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
 against F.linear; for 't' jobs the tuner's own times (`decode.tuning_copies`: weight copies rotated past L2)
@@ -79,7 +79,8 @@ GLUON_STAGES = (0, 4, 6)
 
 def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
     """The Gluon mixed GEMM's tuner candidates and GLUON_EXTRA shapes, each in every K loop of GLUON_STAGES (the
-    staged ones also with half the split); configs the kernel refuses are left out."""
+    staged ones also with half the split), split ones with either slice sum; configs the kernel refuses are left
+    out."""
     gm = __import__("bwtriton.kernels.gluon_mixed", fromlist=["x"])
     errors = __import__("bwtriton.errors", fromlist=["x"])
     base = list(gm.gluon_candidates(m, n, k, num_sms))
@@ -94,8 +95,8 @@ def _gluon_configs(m: int, n: int, k: int, num_sms: int) -> list[dict]:
                         gm.check_config("sweep", c, m, n, k)
                     except errors.InputError:
                         continue
-                    if c not in cands:
-                        cands.append(c)
+                    sums = gm.SLICE_SUMS if c["SPLIT_K"] > 1 else (c["SLICE_SUM"],)
+                    cands += [d for d in (dict(c, SLICE_SUM=x) for x in sums) if d not in cands]
     return cands
 
 

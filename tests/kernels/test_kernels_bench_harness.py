@@ -105,3 +105,54 @@ def test_byte_floor_table_and_no_gpu_message(monkeypatch, capsys, tmp_path):
     assert byte_floor.main(["--out", str(tmp_path / "out")]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing written before the error
+
+
+_ABLATION_SASS = """
+import json, re, sys
+sys.path[:0] = [{bench!r}, {tests!r}, {kernels!r}]
+import gluon_ablation
+gluon_ablation.apply({variant!r})
+import test_kernels_gluon_mixed as t
+sass = t._compile(64, 128, 64, 4, True, 4).asm["sass"]
+print(json.dumps({{op: len(re.findall(r"\\b" + op + r"\\b", sass)) for op in ("HGMMA", "PRMT", "LDGSTS", "ATOMG")}}))
+"""
+
+
+def _ablation_counts(variant: str) -> dict:
+    """sm_90a instruction counts of the 64x128x64 split s4 kernel under an ablation variant (a fresh process:
+    the variant replaces module functions before the first compile)."""
+    import subprocess
+    tests = Path(__file__).resolve().parents[1]
+    code = _ABLATION_SASS.format(bench=str(BENCH), tests=str(tests), kernels=str(tests / "kernels"), variant=variant)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_gluon_ablation_variants_take_out_what_they_name():
+    """Each part removes its instructions from the compiled kernel and leaves the others: the decode's PRMTs, the
+    wgmmas (HGMMA), the x^T cp.asyncs (LDGSTS: 16 per step, the weight's 8 - 10), the split-K arrival (ATOMG)."""
+    full = _ablation_counts("full")
+    assert full["HGMMA"] and full["PRMT"] > 60 and full["ATOMG"] == 1
+    no_decode = _ablation_counts("nodecode")
+    assert no_decode["PRMT"] < full["PRMT"] / 2 and no_decode["HGMMA"] == full["HGMMA"]
+    memory = _ablation_counts("nodecode+nomma")
+    assert memory["HGMMA"] == 0 and memory["LDGSTS"] == full["LDGSTS"] and memory["ATOMG"] == 1
+    bare = _ablation_counts("nodecode+nomma+nosum+nox")
+    assert bare["ATOMG"] == 0 and 0 < bare["LDGSTS"] < full["LDGSTS"] / 2
+
+
+def test_gluon_ablation_refuses_unknown_parts_and_runs_only_on_a_gpu(monkeypatch, capsys, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCH))
+    sys.modules.pop("gluon_ablation", None)
+    import gluon_ablation
+    assert gluon_ablation.main(["--out", str(tmp_path / "a"), "--variants", "full,nodecode+fast"]) == 2
+    assert "unknown ablation parts ['fast'] in 'nodecode+fast'" in capsys.readouterr().err
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gluon_ablation.main(["--out", str(tmp_path / "b")]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    rows = [{"variant": v, "m": 64, "n": 4096, "k": 4096, "config": "c", "us": t, "cublas_us": 11.8}
+            for v, t in (("full", 13.46), ("nosum", 10.67))]
+    assert "| 64, 4096 | c | 11.80 | 13.46 | 10.67 | - |" in gluon_ablation.markdown(rows, ["full", "nosum", "nox"])
