@@ -5,12 +5,12 @@ replay with the weight rotated past L2 (`_timing.graph_ms`), one table (markdown
 
 A job is NxK:M,M.. with a prefix: g = a grid of the scaled-weight frag kernel ('fragw': tiles per thread x chunks
 per step x warps x split), w = a grid of mixed-input wgmma configs, q = the Gluon mixed GEMM's configs
-(`kernels.gluon_mixed`, its candidates and GLUON_EXTRA, in the register and the staged K loop
-(the staged ones also with half the split, and with x^T by TMA), split ones with both slice sums), d = the shared-memory decode GEMM's configs (`kernels.dq_wgmma`, its
-candidates and DQ_EXTRA) beside dequant_gemm, t = the auto path (the tuner's configs, its
-log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time and its ratio
-against F.linear; for 't' jobs the tuner's own times (`decode.tuning_copies`: weight copies rotated past L2)
-beside the sweep's.
+(`kernels.gluon_mixed`, its candidates and GLUON_EXTRA, in the register and the staged K loop (the staged ones
+also with half the split, and with x^T by TMA), split ones with both slice sums), d = the shared-memory decode
+GEMM's configs (`kernels.dq_wgmma`, its candidates and DQ_EXTRA) beside dequant_gemm, t = the auto path (the
+tuner's configs, its log beside), l = the W4A4 `nvfp4_linear` (auto form) against F.linear. Each config's time
+and its ratio against F.linear; for 't' jobs the tuner's own times (`decode.tuning_copies`: weight copies rotated
+past L2) beside the sweep's.
 """
 from __future__ import annotations
 

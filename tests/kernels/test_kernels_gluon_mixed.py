@@ -197,7 +197,8 @@ def test_config_validation_names_the_problem():
         gm.check_config("op", cfg, 64, 4096 + 32, 4096)
     with pytest.raises(InputError, match="STAGES must be one of"):
         gm.check_config("op", dict(cfg, STAGES=3), 64, 4096, 4096)
-    with pytest.raises(InputError, match=r"SLICE_SUM must be one of \('last_slice', 'second_kernel'\) \(got 'atomic'\)"):
+    with pytest.raises(InputError, match=r"SLICE_SUM must be one of \('last_slice', 'second_kernel'\) "
+                                         r"\(got 'atomic'\)"):
         gm.check_config("op", dict(cfg, SLICE_SUM="atomic"), 64, 4096, 4096)
     # 8 slots of 256 x 64 x 128: 16 KB of words, 8 KB of scale pairs and 16 KB of x^T each
     with pytest.raises(InputError, match=r"STAGES \* 40960 bytes of ring <= 204800 \(got 8\)"):

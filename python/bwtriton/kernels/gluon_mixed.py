@@ -181,10 +181,10 @@ def gluon_mixed_kernel(x_ptr, w_ptr, s_ptr, out_ptr, alpha_ptr, bias_ptr, table_
     cdiv(M, BLOCK_M), S) with K % (BLOCK_K * S) == 0, N % BLOCK_N == 0, BLOCK_N = 64 * warpgroups * reps.
     SPLIT (S > 1): work_ptr fp32 [S, tiles, BLOCK_N * BLOCK_M] partials (`_slice_sum`'s layout); with
     SUM_IN_KERNEL the last slice of a tile sums them (count_ptr int32 [tiles] arrival counters, zero between
-    launches, the last slice resets its tile's), without it a second kernel does (`_slice_sum`). STAGES 0: the register loop (the next step's
-    operands loaded into registers); STAGES >= 4: the staged loop (`_staged_loop`: a STAGES-slot cp.async
-    ring); x_desc None, or a TMA descriptor of x bf16 [M, K] (block [BLOCK_M, BLOCK_K]) for the staged loop to
-    bring x^T by TMA."""
+    launches, the last slice resets its tile's), without it a second kernel does (`_slice_sum`). STAGES 0: the
+    register loop (the next step's operands loaded into registers); STAGES >= 4: the staged loop (`_staged_loop`:
+    a STAGES-slot cp.async ring); x_desc None, or a TMA descriptor of x bf16 [M, K] (block [BLOCK_M, BLOCK_K])
+    for the staged loop to bring x^T by TMA."""
     W: gl.constexpr = gl.num_warps()
     BN2: gl.constexpr = BLOCK_N // 2
     BK4: gl.constexpr = BLOCK_K // 4
@@ -465,6 +465,7 @@ def gluon_label(cfg: dict) -> str:
 
 
 def _sums_in_second_kernel(cfg: dict) -> bool:
+    """Whether a launch of `cfg` has the second kernel sum its K slices (`_slice_sum`)."""
     return cfg["SPLIT_K"] > 1 and cfg.get("SLICE_SUM", SLICE_SUMS[0]) == "second_kernel"
 
 
