@@ -486,12 +486,13 @@ def nvfp4_decode_matmul(x: torch.Tensor, w_q, *, out_dtype: torch.dtype = torch.
     `config`, the first call for a shape times every `decode_candidates` config under CUDA-graph replay (over
     `tuning_copies` of the weight, rotated past L2) and keeps the fastest (`tuned_decode_config`); later calls
     reuse it. `config` overrides that: 'path' ('gemv' for the CUDA-core kernel, 'mma' / 'frag' for the mma.sync
-    kernels (M <= 64 / 16), 'wgmma' for the mixed-input GEMM, 'gluon_mixed' for its Gluon form (sm_90a, M = 1 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM;
-    default as `default_config`) plus any keys of that path's defaults (`gemv_config` / `decode_config` /
-    `mixed_gemm.mixed_candidates` / `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
+    kernels (M <= 64 / 16), 'wgmma' for the mixed-input GEMM, 'gluon_mixed' for its Gluon form (sm_90a,
+    M = 1 .. 256), 'dequant_gemm' for dequantize + bf16 GEMM; default as `default_config`) plus any keys of that
+    path's defaults (`gemv_config` / `decode_config` / `mixed_gemm.mixed_candidates` /
+    `gluon_mixed.gluon_candidates`, GROUPS_PER_THREAD for the GEMV).
 
     Host cost: a call whose (weight object, x shape/strides/dtype/device/alignment, out_dtype) matches an
-    earlier auto-path call replays that call's plan: no re-validation, one allocation, one launch."""
+    earlier auto-path call replays that call's plan: no re-validation, one allocation, the config's launches."""
     if config is None and isinstance(x, torch.Tensor):
         plan = cached_plan(x, w_q, out_dtype)
         if plan is not None:
@@ -589,7 +590,8 @@ def _remember_plan(x: torch.Tensor, w_q, cfg: dict, entry: tuple, out_dtype: tor
 def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
                 device: torch.device) -> Callable:
     """replay(x, alpha, bias) -> out: launch `entry` (made by `decode_launch` for `cfg`, an x of M rows and the
-    same bias-or-not) again for new activations, epilogue scale and bias (one allocation, one launch)."""
+    same bias-or-not) again for new activations, epilogue scale and bias (one allocation, the config's
+    launches)."""
     n, k = w_q.shape
     split, path = cfg["SPLIT_K"], cfg["path"]
     layout, shape = w_q.scale_layout, tuple(w_q.shape)
@@ -598,7 +600,7 @@ def make_replay(w_q, cfg: dict, entry: tuple, m: int, out_dtype: torch.dtype,
     data_ref, scales_ref, w_stride = weakref.ref(w_q.data), weakref.ref(w_q.scales), w_q.data.stride(0)
     if path == "wgmma":  # entry is a MixedLaunch: one launch, split-K reduced inside the kernel
         return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, alpha, bias)
-    if path in ("gluon_mixed", "dq_wgmma"):  # a GluonLaunch / DqLaunch, likewise
+    if path in ("gluon_mixed", "dq_wgmma"):  # a GluonLaunch / DqLaunch: its run() makes the config's launches
         return lambda x, alpha, bias: entry.run(x, data_ref(), scales_ref(), alpha, bias)
     if path == "dequant_gemm":  # no entry: the dequantize kernel and kernels.matmul keep their own caches
         return lambda x, alpha, bias: _dequant_gemm(x, data_ref(), scales_ref(), layout, shape, alpha, bias,
