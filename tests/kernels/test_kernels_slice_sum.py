@@ -71,6 +71,16 @@ def run_interpreted() -> dict:
     return results
 
 
+def test_split_scratch_holds_every_slice_of_every_tile_and_zero_counters():
+    ss = importlib.import_module("bwtriton.kernels._slice_sum")
+    assert ss.split_scratch((3, 2, 1), 64, 16, torch.device("cpu")) is None  # no split, no scratch
+    scratch = ss.split_scratch((3, 2, 4), 64, 16, torch.device("cpu"))
+    work, count = scratch.get()
+    assert work.dtype == torch.float32 and work.numel() == 4 * 6 * 64 * 16
+    assert count.dtype == torch.int32 and torch.equal(count, torch.zeros(6, dtype=torch.int32))
+    assert scratch.get()[0] is work  # kept for the stream, not made per call
+
+
 def test_slice_sum_adds_the_slices_in_order_and_masks_rows_past_m():
     results = interpret_module(__file__)
     assert len(results) == len(CASES)

@@ -1,4 +1,5 @@
-"""Split K's fp32 partial tiles summed in slice order by a second kernel.
+"""Split K's fp32 partial tiles (the swap-AB GEMMs `gluon_mixed` and `mixed_gemm`): their per-stream scratch,
+and a second kernel that sums them in slice order.
 
 The alternative is the slice that arrives last summing them inside the launch (`gluon_mixed._reduce_slices`):
 one launch, but every CTA ends with a GPU-scope release and an atomic arrival that it waits out, and the last one
@@ -7,7 +8,7 @@ second launch is faster from 64-row activation tiles: M = 128, N = K = 4096, spl
 M = 64, split 4: 11.3 against 12.6 us; and a little slower with 16 rows (M = 16, N = K = 4096: 8.9 against
 8.7 us). Both sum from 0.0 in slice order, so their outputs are equal bit for bit.
 
-Partials layout (shared with the producing kernel): fp32 [SLICES, tiles, BLOCK_N * BLOCK_M], tile = pid_m *
+Partials layout (shared with the producing kernels): fp32 [SLICES, tiles, BLOCK_N * BLOCK_M], tile = pid_m *
 tiles_n + pid_n, element n * BLOCK_M + m of a tile holding output (pid_m * BLOCK_M + m, pid_n * BLOCK_N + n).
 """
 from __future__ import annotations
@@ -18,8 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launcher import CachedLauncher, run_entry
+from ._launcher import CachedLauncher, StreamScratch, run_entry
 
+#: Split-K scratch kept per stream up to this size (larger sets are allocated per call).
+MAX_KEPT_SCRATCH_BYTES = 64 << 20
 #: Elements of a tile one program sums (its weight rows times BLOCK_M).
 _ELEMENTS_PER_PROGRAM = 2048
 
@@ -45,6 +48,21 @@ def slice_sum_kernel(work_ptr, out_ptr, alpha_ptr, bias_ptr, M, stride_om, tiles
 
 
 _LAUNCHER = CachedLauncher(slice_sum_kernel, pipeline=False)
+
+
+def split_scratch(grid: tuple[int, int, int], block_n: int, block_m: int,
+                  device: torch.device) -> "StreamScratch | None":
+    """Per-stream (partials fp32 [slices, tiles, BLOCK_N * BLOCK_M], arrival counters int32 [tiles]) of a launch on
+    `grid` = (tiles_n, tiles_m, slices); None without a split. The counters start at zero, and a launch whose last
+    slice sums in the launch leaves them at zero (it resets its tile's)."""
+    tiles_n, tiles_m, slices = grid
+    if slices == 1:
+        return None
+    tiles = tiles_n * tiles_m
+    elems = slices * tiles * block_n * block_m
+    return StreamScratch(lambda: (torch.empty(elems, dtype=torch.float32, device=device),
+                                  torch.zeros(tiles, dtype=torch.int32, device=device)),
+                         device, 4 * elems + 4 * tiles, max_bytes=MAX_KEPT_SCRATCH_BYTES)
 
 
 class SliceSum:

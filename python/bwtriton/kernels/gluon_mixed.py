@@ -55,7 +55,7 @@ from ..targets import H100_SM_COUNT
 from . import _decode_frag as _frag
 from . import _decode_frag_wide as _wide
 from ._launcher import CachedLauncher, StreamScratch, run_entry
-from ._slice_sum import SliceSum
+from ._slice_sum import SliceSum, split_scratch
 from .dq_wgmma import x_descriptor
 from ._tiles import SWAP_AB_MAX_M as MAX_M, k_split, swap_ab_block_m
 
@@ -514,18 +514,6 @@ def gluon_grid(cfg: dict, m: int, n: int) -> tuple[int, int, int]:
 _LAUNCHER = CachedLauncher(gluon_mixed_kernel, pipeline=False)
 
 
-def _split_scratch(cfg: dict, m: int, n: int, device: torch.device) -> "StreamScratch | None":
-    """Per-stream (partials, arrival counters) of a split config (the counters start and end at zero)."""
-    if cfg["SPLIT_K"] == 1:
-        return None
-    grid = gluon_grid(cfg, m, n)
-    tiles = grid[0] * grid[1]
-    elems = cfg["SPLIT_K"] * tiles * cfg["BLOCK_N"] * cfg["BLOCK_M"]
-    return StreamScratch(lambda: (torch.empty(elems, dtype=torch.float32, device=device),
-                                  torch.zeros(tiles, dtype=torch.int32, device=device)),
-                         device, 4 * elems + 4 * tiles, max_bytes=64 << 20)
-
-
 class GluonLaunch:
     """One compiled config for one (M, N, K, dtype, bias) signature, replayable: `run(x, data, scales, alpha,
     bias)` allocates the output and launches once (the weight's repacked copy is a dictionary lookup)."""
@@ -574,7 +562,7 @@ def launch_gluon(x: torch.Tensor, w_q, alpha: torch.Tensor, bias: "torch.Tensor 
     device = x.device
     fw = _frag.frag_weight_of(w_q.data, w_q.scales, w_q.scale_layout, (n, k), natural_k=True)
     out = torch.empty((m, n), dtype=out_dtype, device=device)
-    scratch = _split_scratch(cfg, m, n, device)
+    scratch = split_scratch(gluon_grid(cfg, m, n), cfg["BLOCK_N"], cfg["BLOCK_M"], device)
     work, count = scratch.get() if scratch is not None else (out, out)
     b = out if bias is None else bias
     x32 = _x_words(x)

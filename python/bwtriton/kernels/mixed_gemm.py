@@ -42,6 +42,7 @@ from ..language.quant import quant_dequant_nvfp4_tile
 from ..targets import H100_SM_COUNT
 from ._common import dequant_nvfp4_bf16, scale_offsets
 from ._launcher import CachedLauncher, StreamScratch, run_entry
+from ._slice_sum import split_scratch
 from ._tiles import k_split, swap_ab_block_m
 from .nvfp4_dequant import encode_scale_from_amax
 
@@ -214,24 +215,6 @@ def mixed_tiles(cfg: dict, m: int, n: int, k: int) -> bool:
 _LAUNCHER = CachedLauncher(nvfp4_mixed_gemm_kernel, pipeline=False)
 
 
-def _split_scratch(cfg: dict, m: int, n: int, device: torch.device) -> "StreamScratch | None":
-    """Per-stream (partials, arrival counters) of a split-K config; None without a split. The counters start at
-    zero and every launch leaves them at zero (the last slice of a tile resets its counter)."""
-    split = cfg["SPLIT_K"]
-    if split == 1:
-        return None
-    grid = mixed_grid(cfg, m, n)
-    tiles = grid[0] * grid[1]
-    elems = split * tiles * cfg["BLOCK_N"] * cfg["BLOCK_M"]
-    return StreamScratch(lambda: (torch.empty(elems, dtype=torch.float32, device=device),
-                                  torch.zeros(tiles, dtype=torch.int32, device=device)),
-                         device, 4 * elems + 4 * tiles, max_bytes=MAX_KEPT_SCRATCH_BYTES)
-
-
-#: Split-K scratch kept per stream up to this size (larger sets are allocated per call).
-MAX_KEPT_SCRATCH_BYTES = 64 << 20
-
-
 class MixedLaunch:
     """One compiled config of the mixed GEMM for one (M, N, K, dtype, bias, x-mode) signature, replayable:
     `run(x, data, scales, scale, w_dec, bias)` allocates the output and launches (one launch)."""
@@ -262,7 +245,7 @@ def launch_mixed(x: torch.Tensor, w_q, scale: torch.Tensor, w_dec: torch.Tensor,
     n = w_q.shape[0]
     device = x.device
     out = torch.empty((m, n), dtype=out_dtype, device=device)
-    scratch = _split_scratch(cfg, m, n, device)
+    scratch = split_scratch(mixed_grid(cfg, m, n), cfg["BLOCK_N"], cfg["BLOCK_M"], device)
     work, count = scratch.get() if scratch is not None else (out, out)
     b = out if bias is None else bias
     args = (x, w_q.data, w_q.scales, out, scale, w_dec, b, work, count, m, n, k, x.stride(0), out.stride(0))
