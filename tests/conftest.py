@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "emulated" in item.keywords:  # a JUnit <property>: run_tests.py reports the emulated share by marker
             item.user_properties.append(("marker", "emulated"))
-    if HAS_CUDA:
+    if _has_cuda():  # asked now: under `--emulate sm_90a` (plugin configured) the emulated GPU answers
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
@@ -42,4 +42,13 @@ def emulated_b200_module():
     in its pytestmark (the plugin's `emulated_b200` is the per-test one)."""
     from bwtriton.emu.driver import emulated_gpu
     with emulated_gpu("sm_100a") as drv:
+        yield drv
+
+
+@pytest.fixture(scope="module")
+def emulated_h200_module():
+    """The emulated H200 (sm_90a) for every test of a module: GPU test bodies run there on CPU tensors (their
+    `device="cuda"` allocations are remapped)."""
+    from bwtriton.emu.driver import emulated_gpu
+    with emulated_gpu("sm_90a") as drv:
         yield drv

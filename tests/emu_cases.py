@@ -44,9 +44,9 @@ def out_tolerance(ref: torch.Tensor, out_ty: str, k: int, in_eps: float = 0.0) -
 
 
 def case_matmul(in_ty="bf16", out_ty=None, M=128, N=128, K=128, bm=128, bn=128, bk=64, prec="ieee", num_warps=4,
-                num_stages=3, seed=0) -> EmuCase:
+                num_stages=3, seed=0, target=pc.SM100) -> EmuCase:
     out_ty = out_ty or in_ty
-    kern = compile_matmul(in_ty, out_ty, bm, bn, bk, prec, num_warps, num_stages)
+    kern = compile_matmul(in_ty, out_ty, bm, bn, bk, prec, num_warps, num_stages, target)
 
     def make():
         g = torch.Generator().manual_seed(seed)

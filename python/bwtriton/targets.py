@@ -20,7 +20,7 @@ TMEM_COLUMNS = 512
 TMEM_ALLOC_COLUMNS = (32, 64, 128, 256, 512)
 #: Streaming multiprocessors of a B200 (sm_100a; the emulated B300, sm_103a, reports the same)
 B200_SM_COUNT = 148
-#: Streaming multiprocessors of an H100 SXM (sm_90a): what the Hopper kernels' configs assume without a device
+#: Streaming multiprocessors of an H100 / H200 SXM (sm_90a): what the Hopper kernels' configs assume without a device
 H100_SM_COUNT = 132
 
 
@@ -52,6 +52,12 @@ B200 = Device("NVIDIA B200", sm_count=B200_SM_COUNT, shared_bytes_per_block=48 *
               mem_bus_width_bits=8192, memory_bytes=192 * 2 ** 30, l2_bytes=126 * 2 ** 20)
 #: The emulated B300 (sm_103a) reports a B200's figures under its own name.
 B300 = replace(B200, name="NVIDIA B300")
+#: H200 SXM (NVIDIA H200 datasheet; CUDA Programming Guide, compute capability 9.0): 132 SMs at 1980 MHz, 228 KiB
+#: shared memory per SM, 64 K registers per SM, 141 GB HBM3e at 4.8 TB/s (6144-bit bus, 3201 MHz), 50 MiB L2.
+H200 = Device("NVIDIA H200", sm_count=H100_SM_COUNT, shared_bytes_per_block=48 * 1024,
+              shared_bytes_per_block_optin=MAX_SHARED_BYTES["sm_90"], shared_bytes_per_sm=228 * 1024,
+              registers_per_sm=65536, max_threads_per_sm=2048, sm_clock_khz=1980000, mem_clock_khz=3201000,
+              mem_bus_width_bits=6144, memory_bytes=141 * 10 ** 9, l2_bytes=50 * 2 ** 20)
 
 
 def max_shared_bytes(arch: str) -> "int | None":
@@ -100,9 +106,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     # sm_120a (consumer Blackwell) has no tcgen05/TMEM; Triton 3.6 lowers dots to mma.sync there, including
     # block-scaled ones (mma.sync ... kind::mxf4nvf4.block_scale.scale_vec::4X, measured).
     Target("sm_120a", 120, native_block_scaled=True, max_shared_bytes=MAX_SHARED_BYTES["sm_120"]),
-    Target("sm_90a", 90, has_wgmma=True, max_shared_bytes=MAX_SHARED_BYTES["sm_90"]),
+    Target("sm_90a", 90, has_wgmma=True, max_shared_bytes=MAX_SHARED_BYTES["sm_90"], device=H200),
     Target("sm_80", 80, max_shared_bytes=MAX_SHARED_BYTES["sm_80"]),
 )}
+
+
+#: The targets the emulator models (those with a device): sm_100a, sm_103a, sm_90a.
+EMULATED_TARGETS = tuple(name for name, t in TARGETS.items() if t.device is not None)
 
 
 def get_target(name: "str | Target") -> Target:

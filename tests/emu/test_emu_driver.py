@@ -81,12 +81,13 @@ def test_driver_reports_a_blackwell_gpu_and_restores_everything(target, arch):
     assert (torch.cuda.is_available, torch.cuda.get_device_capability, triton.runtime.driver._active) == before
 
 
-def test_non_blackwell_targets_are_refused_with_the_valid_ones():
-    with pytest.raises(ValueError, match="sm_100a, sm_103a"):
-        with emulated_gpu("sm_90a"):
+def test_targets_without_an_emulated_gpu_are_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match="sm_100a, sm_103a, sm_90a, not sm_80"):
+        with emulated_gpu("sm_80"):
             pass
-    with pytest.raises(ValueError, match="BWTRITON_EMULATE=sm_90a"):
-        emu_driver.target_from_env("sm_90a")
+    with pytest.raises(ValueError, match="BWTRITON_EMULATE=sm_120a"):
+        emu_driver.target_from_env("sm_120a")
+    assert emu_driver.target_from_env("sm_90a") == "sm_90a"
 
 
 # --- launches ----------------------------------------------------------------------------------------------

@@ -21,11 +21,20 @@ def test_the_b200_reports_its_datasheet_figures():
 def test_the_b300_reports_the_b200_figures_under_its_name():
     b200, b300 = torch_device_properties(TARGETS["sm_100a"]), torch_device_properties(TARGETS["sm_103a"])
     assert b300.name == "NVIDIA B300 (bwtriton emulated)" and (b300.major, b300.minor) == (10, 3)
-    assert {k: v for k, v in vars(b300).items() if k not in ("name", "minor")} == \
-           {k: v for k, v in vars(b200).items() if k not in ("name", "minor")}
+    assert {k: v for k, v in vars(b300).items() if k not in ("name", "minor", "uuid")} == \
+           {k: v for k, v in vars(b200).items() if k not in ("name", "minor", "uuid")}
+    assert b300.uuid != b200.uuid
     assert triton_device_properties(TARGETS["sm_103a"]) == B200_PROPERTIES
 
 
+def test_the_emulated_h200_reports_hopper_figures():
+    h200 = torch_device_properties(TARGETS["sm_90a"])
+    assert h200.name == "NVIDIA H200 (bwtriton emulated)" and (h200.major, h200.minor) == (9, 0)
+    assert h200.multi_processor_count == 132 and h200.shared_memory_per_block_optin == 227 * 1024
+    props = triton_device_properties(TARGETS["sm_90a"])
+    assert props["tmem_columns"] == 0 and props["multiprocessor_count"] == 132
+
+
 def test_a_target_without_an_emulated_device_is_a_clear_error():
-    with pytest.raises(InputError, match="sm_90a has no emulated device"):
-        torch_device_properties(TARGETS["sm_90a"])
+    with pytest.raises(InputError, match="sm_80 has no emulated device"):
+        torch_device_properties(TARGETS["sm_80"])

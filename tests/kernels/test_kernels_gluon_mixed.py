@@ -1,5 +1,6 @@
 """The Gluon mixed-input NVFP4 GEMM (`kernels.gluon_mixed`): sm_90a code generation on the CPU, the natural-k
-weight repack, config validation, and numerics on a GPU.
+weight repack, config validation, and numerics on a GPU and (the same test bodies, fewer cases) on the emulated
+H200.
 
 What is pinned: the decoded weight is wgmma's *register* A operand and the loop keeps one wgmma group in flight
 (`wgmma.wait_group 1` before the loop's back edge); a thread's weight words come in 16-byte loads; no tuner
@@ -347,6 +348,44 @@ def check_bias_and_replay(launch_fn, cfg: dict, x: torch.Tensor, w_q, bias: torc
     assert_close_to_reference(out, x.double(), ref_w, bias)
     x2 = torch.randn(x.shape, device="cuda").to(torch.bfloat16)
     assert_close_to_reference(launch.run(x2, w_q.data, w_q.scales, alpha, bias), x2.double(), ref_w, bias)
+
+
+# ------------------------------------------------------------------- the GPU tests on the emulated H200 (CPU)
+_ON_THE_EMULATED_H200 = (
+    pytest.mark.emulated,
+    pytest.mark.skipif(torch.cuda.is_available(), reason="the emulated H200 takes CPU tensors only on a CPU machine"),
+    pytest.mark.usefixtures("emulated_h200_module"),
+)
+
+
+def _emulated_h200(test):
+    for mark in _ON_THE_EMULATED_H200:
+        test = mark(test)
+    return test
+
+
+@_emulated_h200
+@pytest.mark.parametrize("m,split,stages,x_tma", [(16, 2, 4, False), (40, 4, 0, False), (128, 8, 6, True)])
+def test_emulated_h200_one_hot_rows_pick_weights_exactly(m, split, stages, x_tma):
+    test_gpu_one_hot_rows_pick_weights_exactly(m, split, stages, x_tma)
+
+
+@_emulated_h200
+@pytest.mark.parametrize("split,block_m", [(3, 64), (5, 16), (4, 128)])
+@pytest.mark.parametrize("slice_sum", ["last_slice", "second_kernel"])
+def test_emulated_h200_split_k_sums_the_slices_in_slice_order(split, block_m, slice_sum):
+    test_gpu_split_k_sums_the_slices_in_slice_order(split, block_m, slice_sum)
+
+
+@_emulated_h200
+def test_emulated_h200_both_slice_sums_give_equal_bits_with_bias_and_scale():
+    test_gpu_both_slice_sums_give_equal_bits_with_bias_and_scale()
+
+
+@_emulated_h200
+@pytest.mark.parametrize("slice_sum", ["last_slice", "second_kernel"])
+def test_emulated_h200_bias_and_replay(slice_sum):
+    test_gpu_bias_and_replay(slice_sum)
 
 
 @pytest.mark.emulated

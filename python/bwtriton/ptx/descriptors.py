@@ -2,7 +2,8 @@
 #tcgen05-shared-memory-descriptor, #tcgen05-kind-shapes; CUTLASS cute/arch/mma_sm100_desc.hpp).
 
 * 32-bit instruction descriptor (idesc) for every `.kind`: `decode_idesc(value, kind)` / `encode_idesc(...)`.
-* 64-bit shared-memory matrix descriptor: `decode_smem_desc(value)` / `encode_smem_desc(...)`.
+* 64-bit shared-memory matrix descriptor: `decode_smem_desc(value)` / `encode_smem_desc(...)`; Hopper's wgmma form
+  of it re-encoded as one (`wgmma_desc_as_tcgen05`).
 * Legality of a decoded idesc against the instruction (cta_group, scale_vec, .sp, .ws, target):
   `idesc_problems(...)`, and the legal MMA shapes of §4 (`legal_m`, `legal_n`, `mma_k`, `d_tile_columns`).
 
@@ -267,6 +268,21 @@ def encode_smem_desc(start_address: int, lbo: int, sbo: int, swizzle: str = "128
     return (matrix_descriptor_encode(start_address) | matrix_descriptor_encode(lbo) << 16
             | matrix_descriptor_encode(sbo) << 32 | 1 << 46 | (base_offset & 7) << 49 | (lbo_mode & 1) << 52
             | SWIZZLE_CODES[swizzle] << 61)
+
+
+#: Hopper's wgmma matrix descriptor (CUTLASS cute/arch/mma_sm90_desc.hpp, GmmaDescriptor): start address,
+#: leading and stride byte offsets (each >> 4) in bits 0-13 / 16-29 / 32-45, base offset in 49-51, layout type in
+#: 62-63 (0 interleave = no swizzle, 1 = 128B, 2 = 64B, 3 = 32B); no version bits.
+WGMMA_SWIZZLES = {0: "none", 1: "128B", 2: "64B", 3: "32B"}
+
+
+def wgmma_desc_as_tcgen05(value: int) -> int:
+    """The tcgen05 descriptor naming the same shared-memory layout as wgmma descriptor `value`: the canonical
+    layouts (start, LBO, SBO, swizzle atom) are the same on sm_90 and sm_100, only the bits that carry them
+    differ, so one address calculation serves both."""
+    value &= ALL64
+    return encode_smem_desc(((value & 0x3FFF) << 4), ((value >> 16) & 0x3FFF) << 4, ((value >> 32) & 0x3FFF) << 4,
+                            WGMMA_SWIZZLES[value >> 62], base_offset=(value >> 49) & 7)
 
 
 def smem_desc_problems(d: SmemDesc, target_name: str = "sm_100a") -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ...emulation import ENV_VAR, requested_emulation
 from ...errors import InputError
-from ...targets import Target, get_target
+from ...targets import EMULATED_TARGETS, Target, get_target
 from . import device_remap
 from .launcher import EmulatedLauncher
 from .properties import B200_PROPERTIES, DEVICE_NAMES, torch_device_properties
@@ -109,9 +109,8 @@ class EmulatedDriver(_driver_base()):
     def __init__(self, target: "str | Target" = "sm_100a"):
         super().__init__()
         self.target = get_target(target)
-        if not self.target.has_tcgen05:
-            raise InputError(f"the emulator models Blackwell datacenter GPUs (sm_100a, sm_103a), not "
-                             f"{self.target.name}")
+        if self.target.device is None:
+            raise InputError(f"the emulator models {', '.join(EMULATED_TARGETS)}, not {self.target.name}")
         self.utils = EmulatedUtils(self.target)
         self.launcher_cls = EmulatedLauncher
 
@@ -303,8 +302,8 @@ def target_from_env(value: Optional[str] = None, source: str = ENV_VAR) -> Optio
     if value.lower() in ("1", "true", "yes"):
         return "sm_100a"
     tgt = get_target(value)
-    if not tgt.has_tcgen05:
-        raise InputError(f"{source}={value}: the emulator models sm_100a and sm_103a only")
+    if tgt.device is None:
+        raise InputError(f"{source}={value}: the emulator models {', '.join(EMULATED_TARGETS)} only")
     return tgt.name
 
 

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from ...errors import InputError
-from ...targets import TARGETS, Device
+from ...targets import EMULATED_TARGETS, TARGETS, Device
 
 
 def _device(target: Any) -> Device:
     if target.device is None:
-        raise InputError(f"{target.name} has no emulated device; the emulator models sm_100a and sm_103a")
+        raise InputError(f"{target.name} has no emulated device; the emulator models {', '.join(EMULATED_TARGETS)}")
     return target.device
 
 
@@ -39,7 +39,7 @@ DEVICE_NAMES = {name: f"{t.device.name} (bwtriton emulated)" for name, t in TARG
 
 
 def torch_device_properties(target: Any) -> SimpleNamespace:
-    """What `torch.cuda.get_device_properties` answers for the emulated device of `target` (sm_100a or sm_103a)."""
+    """What `torch.cuda.get_device_properties` answers for the emulated device of `target`."""
     d = _device(target)
     major, minor = divmod(target.capability, 10)
     return SimpleNamespace(
@@ -49,4 +49,4 @@ def torch_device_properties(target: Any) -> SimpleNamespace:
         shared_memory_per_multiprocessor=d.shared_bytes_per_sm, warp_size=d.warp_size,
         regs_per_multiprocessor=d.registers_per_sm, max_threads_per_multi_processor=d.max_threads_per_sm,
         L2_cache_size=d.l2_bytes, clock_rate=d.sm_clock_khz, is_integrated=False,
-        gcnArchName="", uuid="bwtriton-emulated-b200")
+        gcnArchName="", uuid=f"bwtriton-emulated-{target.name}")

@@ -1,10 +1,10 @@
-"""pytest plugin: run GPU-style Triton tests on the emulated B200.
+"""pytest plugin: run GPU-style Triton tests on an emulated GPU (the B200 by default, or the H200).
 
 Registered through the `pytest11` entry point (installed package) and loadable as
-``-p bwtriton.emu.pytest_plugin`` (source tree). It does nothing unless ``--emulate sm_100a`` (or sm_103a) is given
-or BWTRITON_EMULATE names a target; then, from `pytest_configure` on -- before test modules are imported, so
-module-level ``skipif(torch.cuda.get_device_capability()[0] != 10)`` sees a B200 -- Triton's active driver is
-`bwtriton.emu.driver.EmulatedDriver` and `torch.cuda` queries answer as a B200. Tests keep creating tensors on
+``-p bwtriton.emu.pytest_plugin`` (source tree). It does nothing unless ``--emulate sm_100a`` (or sm_103a, sm_90a) is
+given or BWTRITON_EMULATE names a target; then, from `pytest_configure` on -- before test modules are imported, so
+module-level ``skipif(torch.cuda.get_device_capability()[0] != 10)`` sees a B200 (or 9: an H200) -- Triton's active
+driver is `bwtriton.emu.driver.EmulatedDriver` and `torch.cuda` queries answer as that GPU. Tests keep creating tensors on
 their `device` (pass ``--device cpu`` to upstream's conftest); launches run in the emulator.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from . import driver as _driver
+from .properties import triton_device_properties
 
 _ACTIVE_KEY = pytest.StashKey[str]()
 
@@ -19,7 +20,7 @@ _ACTIVE_KEY = pytest.StashKey[str]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("bwtriton-emu", "bwtriton emulated Blackwell GPU")
     group.addoption("--emulate", action="store", default=None, metavar="TARGET",
-                    help="run Triton launches on bwtriton's CPU emulator of TARGET (sm_100a or sm_103a); "
+                    help="run Triton launches on bwtriton's CPU emulator of TARGET (sm_100a, sm_103a or sm_90a); "
                          f"default: ${_driver.ENV_VAR}")
 
 
@@ -55,7 +56,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     target = config.stash.get(_ACTIVE_KEY, None)
     if target is None:
         return None
-    p = _driver.B200_PROPERTIES
+    p = triton_device_properties(_driver.active_driver().target)
     return (f"bwtriton emulated GPU: {target} (Triton driver cuda:{_driver.active_driver().target.capability}, "
             f"{p['multiprocessor_count']} SMs, {p['max_shared_mem']} B shared/block); launches take CPU tensors")
 

@@ -16,7 +16,7 @@ _LANE = np.arange(32)
 _G, _T = _LANE >> 2, _LANE % 4
 
 
-def _elements(regs: list[np.ndarray], bits: int, kind: str) -> np.ndarray:
+def fragment_elements(regs: list[np.ndarray], bits: int, kind: str) -> np.ndarray:
     """Registers [lanes] x R -> per-lane element values [lanes, R * 32/bits] (low bits first)."""
     per = 32 // bits
     w = np.stack([np.asarray(r, np.uint32) for r in regs], 1)  # [32, R]
@@ -26,6 +26,8 @@ def _elements(regs: list[np.ndarray], bits: int, kind: str) -> np.ndarray:
         return parts.astype(np.uint16).view(np.float16).astype(np.float64)
     if kind == "bf16":
         return nx.bf16_bits_to_f32(parts.astype(np.uint16)).astype(np.float64)
+    if kind in ("e4m3", "e5m2"):
+        return nx.decode(parts.astype(np.uint8), kind).astype(np.float64)
     if kind == "s8":
         return parts.astype(np.uint8).view(np.int8).astype(np.int64)
     if kind == "tf32":  # the tensor core reads the top 19 bits of each f32
@@ -33,7 +35,7 @@ def _elements(regs: list[np.ndarray], bits: int, kind: str) -> np.ndarray:
     return parts.astype(np.int64)
 
 
-def _a_coords(k: int, per: int) -> tuple[np.ndarray, np.ndarray]:
+def a_fragment_coords(k: int, per: int) -> tuple[np.ndarray, np.ndarray]:
     """(row, col) [32, elements] of the A fragment (16 x k, row-major) for 16-bit (per=2) / 8-bit (per=4)."""
     regs = k // (2 * per)  # 16 x k elements over 32 lanes: f16 k16 / s8 k32 / tf32 k8 -> 4 regs, f16 k8 -> 2
     rows, cols = [], []
@@ -79,7 +81,7 @@ def _mma(ins: Instruction, prog: Program) -> Callable:
     a_r = [prog.src(o, np.dtype(np.uint32), ins) for o in ops[1].items]
     b_r = [prog.src(o, np.dtype(np.uint32), ins) for o in ops[2].items]
     c_r = [prog.src(o, np.dtype(np.uint32), ins) for o in ops[3].items]
-    ar, ac = _a_coords(k, per)
+    ar, ac = a_fragment_coords(k, per)
     bk, bn = _b_coords(k, per)
     cr, cc = _c_coords()
     sat = "satfinite" in mods
@@ -88,9 +90,9 @@ def _mma(ins: Instruction, prog: Program) -> Callable:
     def mma(w):
         # one MMA per warp; in a gang (bwtriton.emu.gang) one per CTA row of 32 lanes, batched
         regs = lambda rs: [as_lanes(np.asarray(r(w), np.uint32), w.lanes) for r in rs]  # noqa: E731
-        a_el = _elements(regs(a_r), 32 // per, a_t)
+        a_el = fragment_elements(regs(a_r), 32 // per, a_t)
         nw = len(a_el) // 32
-        b_el = _elements(regs(b_r), 32 // per, b_t)
+        b_el = fragment_elements(regs(b_r), 32 // per, b_t)
         A = np.zeros((nw, 16, k), dtype=a_el.dtype)
         B = np.zeros((nw, k, 8), dtype=b_el.dtype)
         A[:, ar, ac] = a_el.reshape(nw, 32, -1)

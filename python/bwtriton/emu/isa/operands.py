@@ -10,12 +10,15 @@ with swz the CuTe Swizzle<log2(S/16), 4, 3> on absolute shared addresses (S = 32
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import numpy as np
 
 from ...ptx.descriptors import SmemDesc, decode_smem_desc
+from ...ptx.ir import Instruction
 from . import numerics as nx
 from ..errors import DescriptorError
+from ..machine.async_engine import engine_of
 
 SWIZZLE_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
 
@@ -87,6 +90,49 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def gather(smem, addrs: np.ndarray) -> np.ndarray:
     """Bytes of shared memory at absolute shared::cta addresses."""
     return smem.data[smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)]
+
+
+_MEMO: dict = {}
+
+
+def memo(obj, key, make: Callable):
+    """make(), remembered for the live object `obj` (a cached array or layout tuple) and `key`."""
+    hit = _MEMO.get((id(obj), key))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = make()
+    if len(_MEMO) > 4096:
+        _MEMO.clear()
+    _MEMO[(id(obj), key)] = (obj, value)
+    return value
+
+
+class AsyncReads:
+    """Shared-memory reads of one async-proxy operation: checked (no pending writer, no unfenced generic write)
+    and remembered as (smem, lo, hi) ranges the operation reserves until it completes."""
+
+    def __init__(self, w, ins: Instruction):
+        self.engine = engine_of(w)
+        self.w = w
+        self.reader = ins.opcode  # the error's "PTX line N:" prefix and text name the instruction itself
+        self.ranges: list = []
+
+    def gather(self, smem, addrs: np.ndarray) -> np.ndarray:
+        # MMAs of one descriptor read the same (cached, read-only) addresses in every CTA and K step: they are
+        # bounds-checked once
+        def offsets():
+            off = smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)
+            return off, int(off.min()), int(off.max()) + 1
+        off, lo, hi = memo(addrs, smem.size, offsets) if not addrs.flags.writeable else offsets()
+        # the span's slices are cheaper than the per-byte checks, which run only when a span holds something
+        if (smem.n_poison and smem.poison[lo:hi].any()) or (smem.any_unfenced and smem.unfenced[lo:hi].any()):
+            self.engine.check_async_read(smem, off, self.reader)
+        if smem.any_async_written:  # the issuing thread must have observed the loads that filled the operands
+            self.engine.check_observed_writes(self.w, smem, off, self.reader, (lo, hi))
+        if self.engine.peer_stores and smem is not self.w.cta.smem:  # cta_group::2: the peer CTA's operands
+            self.engine.check_peer_read(self.w, smem, lo, hi, self.reader)
+        self.ranges.append((smem, lo, hi))
+        return smem.data[off]
 
 
 # --- element decoding ---------------------------------------------------------------------------------

@@ -17,11 +17,11 @@ from ...ptx.ir import Instruction
 from ..errors import UnsupportedInstructionError
 from ..machine.program import Program
 from ..machine.state import MachineClasses, machine_classes
-from . import alu, clc, memops, mma_sync, sync, tcgen05, tensormap, tma
+from . import alu, clc, memops, mma_sync, sync, tcgen05, tensormap, tma, wgmma
 
 #: handler(ins, prog) -> the instruction's closure, or None for a form that is not emulated
 Handler = Callable[[Instruction, Program], Optional[Callable]]
-FAMILIES = (alu, sync, memops, mma_sync, tma, tensormap, tcgen05, clc)
+FAMILIES = (alu, sync, memops, mma_sync, wgmma, tma, tensormap, tcgen05, clc)
 
 
 def _table() -> dict[str, Handler]:

@@ -415,34 +415,6 @@ def _d_footprint(m: int, n: int, cta_group: int, lane_base: int) -> tuple:
                  for _, lanes, cols in opnd.d_tmem_layout(m, n, cta_group, lane_base))
 
 
-class _AsyncReads:
-    """Shared-memory reads of one async-proxy operation: checked (no pending writer, no unfenced generic write)
-    and remembered as (smem, lo, hi) ranges the operation reserves until it completes."""
-
-    def __init__(self, w, ins: Instruction):
-        self.engine = engine_of(w)
-        self.w = w
-        self.reader = ins.opcode  # the error's "PTX line N:" prefix and text name the instruction itself
-        self.ranges: list = []
-
-    def gather(self, smem, addrs: np.ndarray) -> np.ndarray:
-        # MMAs of one descriptor read the same (cached, read-only) addresses in every CTA and K step: they are
-        # bounds-checked once
-        def offsets():
-            off = smem.offsets(addrs.ravel(), 1).reshape(addrs.shape)
-            return off, int(off.min()), int(off.max()) + 1
-        off, lo, hi = _memo(addrs, smem.size, offsets) if not addrs.flags.writeable else offsets()
-        # the span's slices are cheaper than the per-byte checks, which run only when a span holds something
-        if (smem.n_poison and smem.poison[lo:hi].any()) or (smem.any_unfenced and smem.unfenced[lo:hi].any()):
-            self.engine.check_async_read(smem, off, self.reader)
-        if smem.any_async_written:  # the issuing thread must have observed the loads that filled the operands
-            self.engine.check_observed_writes(self.w, smem, off, self.reader, (lo, hi))
-        if self.engine.peer_stores and smem is not self.w.cta.smem:  # cta_group::2: the peer CTA's operands
-            self.engine.check_peer_read(self.w, smem, lo, hi, self.reader)
-        self.ranges.append((smem, lo, hi))
-        return smem.data[off]
-
-
 def _allocated(tmem, cols: np.ndarray) -> bool:
     """Whether TMEM columns `cols` (sorted) are allocated: one allocation holding them all, or each in one."""
     lo, hi = int(cols[0]), int(cols[-1])
@@ -454,25 +426,10 @@ def _allocated(tmem, cols: np.ndarray) -> bool:
     return bool(owned[cols].all())
 
 
-_MEMO: dict = {}
-
-
-def _memo(obj, key, make: Callable):
-    """make(), remembered for the live object `obj` (a cached array or layout tuple) and `key`."""
-    hit = _MEMO.get((id(obj), key))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    value = make()
-    if len(_MEMO) > 4096:
-        _MEMO.clear()
-    _MEMO[(id(obj), key)] = (obj, value)
-    return value
-
-
 def _d_cells(layout: tuple, col_d: int) -> tuple:
     """Per CTA of the MMA: flat indices (lane * TMEM_COLS + column) of its part of D, [rows, n], for a D layout
     (`operands.d_tmem_layout`'s cached tuple) at column col_d."""
-    return _memo(layout, col_d, lambda: tuple(lanes * TMEM_COLS + cols + col_d for _, lanes, cols in layout))
+    return opnd.memo(layout, col_d, lambda: tuple(lanes * TMEM_COLS + cols + col_d for _, lanes, cols in layout))
 
 
 def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: InstrDesc, enable, sa, sb, sd):
@@ -495,14 +452,14 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
                                  f"{cta.rank} that are not allocated", line=line)
         check_pending_ld(w, cta, quarters, used, "tcgen05.mma")
         writes.append((cta.tmem, used))
-    reads = _AsyncReads(w, ins)
+    reads = opnd.AsyncReads(w, ins)
     _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
                  reads)
     _issue(w, line, ins.text, "tcgen05.mma", writes, reads.ranges)
 
 
 def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, fmt: str, major: str,
-                    packed_fp4: bool, reads: _AsyncReads, cta_group_ctas: tuple = (None,)) -> np.ndarray:
+                    packed_fp4: bool, reads: opnd.AsyncReads, cta_group_ctas: tuple = (None,)) -> np.ndarray:
     bits = opnd.ELEM_BITS[fmt]
     row_bytes = k * bits // 8 if (packed_fp4 or bits >= 8) else k  # 4/6-bit in f8f6f4: padded to 1 byte each
     if in_tmem:  # A from TMEM: K packed into consecutive 32-bit columns, rows laid out like D's rows
@@ -525,7 +482,7 @@ def _operand_values(cta, desc_or_taddr: int, in_tmem: bool, rows: int, k: int, f
     return opnd.decode_rows(np.ascontiguousarray(raw), fmt, packed_fp4=packed_fp4)
 
 
-def _mn_major_padded_fp4(cta, desc: int, mn: int, k: int, reads: _AsyncReads) -> np.ndarray:
+def _mn_major_padded_fp4(cta, desc: int, mn: int, k: int, reads: opnd.AsyncReads) -> np.ndarray:
     """Values [mn, k] of an MN-major e2m1 operand of kind::f8f6f4 / mxf8f6f4 (fp4 packed along M/N, what Triton
     emits for `rhs_k_pack=False` and B200 runs): the padded layout puts 16 MN-consecutive values in the first 8
     bytes of each 16-byte cell, so the cells sit where an 8-bit MN-major operand's would (T = 16 per cell) and
@@ -548,7 +505,7 @@ def _scales(cta, taddr: int, rows: int, nsf: int, sf_id: int, scale_type: str) -
 
 
 def _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
-                 reads: _AsyncReads):
+                 reads: opnd.AsyncReads):
     m, n, k = idesc.m, idesc.n, idesc.k
     a_fmt, b_fmt = idesc.a_type, idesc.b_type
     if a_fmt is None or b_fmt is None or a_fmt.startswith("invalid") or b_fmt.startswith("invalid"):
@@ -663,7 +620,7 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
             if lanes.max() >= TMEM_LANES or cols.max() >= TMEM_COLS:
                 raise EmulationError("tcgen05.cp destination outside TMEM", where=w.where())
 
-            reads = _AsyncReads(w, ins)
+            reads = opnd.AsyncReads(w, ins)
             quarters = set((np.unique(lanes) // 32).tolist())
             # computed at issue, pending (columns unreadable) until its commit completes; ordered after earlier
             # MMAs/cps of the same thread (one in-order tensor-core pipe), so no in-flight check against them

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...targets import B200_SM_COUNT
+from ...targets import B200_SM_COUNT, TARGETS
 from ..errors import UnsupportedInstructionError
 from .program import Program
 
@@ -56,7 +56,7 @@ class Warp:
             "%lanemask_le": ((np.uint64(2) << _ALL.astype(np.uint64)) - np.uint64(1)).astype(u32),
             "%lanemask_gt": (~((np.uint64(2) << _ALL.astype(np.uint64)) - np.uint64(1))).astype(u32),
             "%lanemask_ge": (~((np.uint64(1) << _ALL.astype(np.uint64)) - np.uint64(1))).astype(u32),
-            "%smid": u32(cta.rank), "%nsmid": u32(B200_SM_COUNT), "%gridid": np.uint64(0),
+            "%smid": u32(cta.rank), "%nsmid": u32(_sm_count(prog.env.target)), "%gridid": np.uint64(0),
             "%clock": u32(0), "%clock64": np.uint64(0), "%globaltimer": np.uint64(0),
             "%dynamic_smem_size": u32(cta.smem.size), "%total_smem_size": u32(cta.smem.size),
             "%is_explicit_cluster": u32(1 if cta.cluster.nctas > 1 else 0),
@@ -90,6 +90,12 @@ class Warp:
 
     def where(self) -> str:
         return f"CTA {self.cta.ctaid} (cluster rank {self.cta.rank}), warp {self.wid}"
+
+
+def _sm_count(target: "str | None") -> int:
+    """SMs of the emulated device of the module's `.target` (a B200's when it names none the emulator models)."""
+    t = TARGETS.get((target or "").split(",")[0].strip())
+    return t.sm_count if t is not None and t.device is not None else B200_SM_COUNT
 
 
 def register_file(dtypes: list, lanes: int = 32) -> list:
