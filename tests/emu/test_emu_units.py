@@ -147,8 +147,8 @@ def test_memory_fault_names_the_line():
 
 
 def test_unsupported_instruction_is_reported():
-    text = HEADER + "  wgmma.fence.sync.aligned;\n  ret;\n}\n"
-    with pytest.raises(emu.UnsupportedInstructionError, match="wgmma.fence"):
+    text = HEADER + "  brkpt;\n  ret;\n}\n"
+    with pytest.raises(emu.UnsupportedInstructionError, match="brkpt"):
         emu.run(text, (1,), torch.zeros(32, 2, dtype=torch.int32), torch.zeros(32, 2, dtype=torch.int32))
 
 

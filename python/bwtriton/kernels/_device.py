@@ -6,17 +6,25 @@ import functools
 import torch
 
 
-@functools.lru_cache(maxsize=None)
-def _device_info(device_index: int) -> tuple[int, int]:
-    props = torch.cuda.get_device_properties(device_index)
+@functools.lru_cache(maxsize=64)
+def _device_info(key: tuple) -> tuple[int, int]:
+    index, properties = key
+    props = properties(index)
     return props.major * 10 + props.minor, props.multi_processor_count
+
+
+def device_key(device: torch.device) -> tuple:
+    """What names a CUDA `device` in caches: its index and the function that answers its properties. The emulated
+    GPU installs its own answer while active, so an emulated B200, an emulated H200 and a real GPU used in one
+    process never share an entry."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return index, torch.cuda.get_device_properties
 
 
 def device_info(device: torch.device) -> tuple[int, int]:
     """(compute capability as major*10+minor, SM count) of a CUDA `device`, cached: querying the driver on
     every call costs launch latency, which shows on small GEMMs."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _device_info(index)
+    return _device_info(device_key(device))
 
 
 def device_capability(device: torch.device) -> int:

@@ -23,7 +23,7 @@ from triton import knobs as _knobs  # at import: a function-level import costs ~
 
 from ..pipeline import resolve_passes, scoped
 from ..targets import target_for_capability
-from ._device import device_capability
+from ._device import device_capability, device_key
 
 #: Launch options Triton takes as keywords that are not kernel parameters.
 _LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "launch_pdl", "maxnreg", "num_buffers_warp_spec",
@@ -111,7 +111,7 @@ class CachedLauncher:
         """Launch `kernel[grid](*args, **kwargs)` on `device`'s current stream; `key` as the module says.
         Returns the entry (compiled kernel, constexpr tail) that `run_entry` launches again with new arguments
         of the same key, which callers keep in their own per-call-signature plans."""
-        full_key = (key, device.index) + tuple(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
+        full_key = (key, device_key(device)) + tuple(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
         entry = self._entries.get(full_key)
         if entry is None:
             entry = self._entries[full_key] = self._jit_launch(grid, device, args, kwargs)
