@@ -16,6 +16,7 @@ are read at the rendezvous.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -106,90 +107,114 @@ def _shared_operand(reads, cta, desc: int, rows: int, k: int, fmt: str, mn_major
     return opnd.decode_rows(np.ascontiguousarray(reads.gather(cta.smem, addrs)), fmt, packed_fp4=False)
 
 
-def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901 - one instruction's operand forms
+@dataclass(frozen=True)
+class _Compiled:
+    """One wgmma.mma_async, decoded once: its form, its operand readers and D writers, its immediates."""
+
+    ins: Instruction
+    form: _Form
+    d_w: list
+    d_r: list
+    a_r: object   # the A registers' readers, or the A descriptor's reader
+    b_r: Callable
+    scale_d: Callable
+    sign: int     # imm-scale-a * imm-scale-b
+    a_mn_major: bool
+    b_mn_major: bool
+
+
+def _compile(ins: Instruction, prog: Program) -> _Compiled:
     f = _form(ins)
     ops = ins.operands
     d_w = [prog.dst(o, ins) for o in ops[0].items]
     if len(d_w) != f.n // 2:
         raise UnsupportedInstructionError(f"`{ins.full_opcode}` needs {f.n // 2} accumulator registers, has "
                                           f"{len(d_w)}", line=ins.line, text=ins.text)
-    d_r = [prog.src(o, U32, ins) for o in ops[0].items]
-    a_r = [prog.src(o, U32, ins) for o in ops[1].items] if f.a_in_regs else prog.src(ops[1], U64, ins)
-    b_r = prog.src(ops[2], U64, ins)
-    rd_scale_d = prog.src(ops[3], np.dtype(bool), ins)
     # imm-scale-a, imm-scale-b (+1 / -1), then the transposes 16-bit types take: imm-trans-a (A in shared
     # memory only) and imm-trans-b
     imms = [int(o.value) for o in ops[4:]]  # type: ignore[arg-type]
     scale_a, scale_b, trans = (imms + [1, 1])[0], (imms[1:] + [1])[0], imms[2:]
-    neg = scale_a * scale_b
     if f.a_in_regs:
-        tnsp_a, tnsp_b = False, bool(trans and trans[0])
+        trans = [0] + trans
+    return _Compiled(ins, f, d_w, [prog.src(o, U32, ins) for o in ops[0].items],
+                     [prog.src(o, U32, ins) for o in ops[1].items] if f.a_in_regs else prog.src(ops[1], U64, ins),
+                     prog.src(ops[2], U64, ins), prog.src(ops[3], np.dtype(bool), ins), scale_a * scale_b,
+                     bool(trans and trans[0]), bool(len(trans) > 1 and trans[1]))
+
+
+def _mma(ins: Instruction, prog: Program) -> Callable:
+    c = _compile(ins, prog)
+    return lambda w: _arrive(w, c)
+
+
+def _first(value) -> int:
+    return int(np.asarray(value).flat[0])
+
+
+def _arrive(w, c: _Compiled) -> Optional[int]:
+    """A warp reaches the instruction: record its fragments; the last of the four executes it."""
+    cta, ins = w.cta, c.ins
+    group, q = divmod(w.wid, WARPGROUP_WARPS)
+    meet = cta.wgmma_meetings.get(group)
+    if meet is None:
+        meet = cta.wgmma_meetings[group] = Rendezvous()
+    if w.wgmma_wait is not None:
+        return _leave(w, meet, c.d_w)
+    if w.mask is not None:
+        raise EmulationError(f"{ins.opcode} with inactive lanes: `.aligned` needs all 128 threads of the warpgroup",
+                             line=ins.line, text=ins.text, where=w.where())
+    if len(cta.warps) < WARPGROUP_WARPS * (group + 1):
+        raise EmulationError(f"{ins.opcode} needs a whole warpgroup (4 warps); warp {w.wid} belongs to an "
+                             f"incomplete one ({len(cta.warps)} warps in the CTA)", line=ins.line, text=ins.text,
+                             where=w.where())
+    if meet.arrivals and meet.line != ins.line:
+        raise EmulationError(f"warps of warpgroup {group} issued different wgmma.mma_async instructions (PTX lines "
+                             f"{meet.line} and {ins.line}); `.aligned` needs the same one", line=ins.line,
+                             text=ins.text, where=w.where())
+    regs = lambda rs: [as_lanes(np.asarray(r(w), np.uint32), 32) for r in rs]  # noqa: E731
+    a = regs(c.a_r) if c.form.a_in_regs else _first(c.a_r(w))
+    meet.line = ins.line
+    meet.arrivals[q] = (a, regs(c.d_r), bool(_first(c.scale_d(w))), _first(c.b_r(w)))
+    w.wgmma_wait = meet.gen
+    if len(meet.arrivals) < WARPGROUP_WARPS:
+        w.blocked_on = f"wgmma.mma_async (PTX line {ins.line}): waiting for the other warps of warpgroup {group}"
+        return YIELD
+    _execute(w, c, meet, group)
+    return _leave(w, meet, c.d_w)
+
+
+def _execute(w, c: _Compiled, meet: Rendezvous, group: int) -> None:
+    """The warpgroup's 64 x N product from the four warps' arrivals; queued as pending until wait_group."""
+    f = c.form
+    reads = opnd.AsyncReads(w, c.ins)
+    arrivals = [meet.arrivals[q] for q in range(WARPGROUP_WARPS)]
+    b = _shared_operand(reads, w.cta, arrivals[0][3], f.n, f.k, f.b_type, c.b_mn_major)  # [N, K]
+    if f.a_in_regs:
+        a_rows, a_cols = a_fragment_coords(f.k, 32 // opnd.ELEM_BITS[f.a_type])
+        A = np.zeros((WARPGROUP_WARPS, 16, f.k))
+        for q, (a, *_rest) in enumerate(arrivals):
+            A[q][a_rows, a_cols] = _values(a, f.a_type)
     else:
-        tnsp_a, tnsp_b = bool(trans and trans[0]), bool(len(trans) > 1 and trans[1])
-    a_rows, a_cols = a_fragment_coords(f.k, 32 // opnd.ELEM_BITS[f.a_type])
-    c_rows, c_cols = _d_coords(f.n)
-    line, text = ins.line, ins.text
-
-    def arrive(w):
-        cta = w.cta
-        group, q = divmod(w.wid, WARPGROUP_WARPS)
-        meet = cta.wgmma_meetings.get(group)
-        if meet is None:
-            meet = cta.wgmma_meetings[group] = Rendezvous()
-        if w.wgmma_wait is not None:
-            return _leave(w, meet, d_w)
-        if w.mask is not None:
-            raise EmulationError(f"{ins.opcode} with inactive lanes: `.aligned` needs all 128 threads of the "
-                                 "warpgroup", line=line, text=text, where=w.where())
-        if len(cta.warps) < WARPGROUP_WARPS * (group + 1):
-            raise EmulationError(f"{ins.opcode} needs a whole warpgroup (4 warps); warp {w.wid} belongs to an "
-                                 f"incomplete one ({len(cta.warps)} warps in the CTA)", line=line, text=text,
-                                 where=w.where())
-        if meet.arrivals and meet.line != line:
-            raise EmulationError(f"warps of warpgroup {group} issued different wgmma.mma_async instructions (PTX "
-                                 f"lines {meet.line} and {line}); `.aligned` needs the same one", line=line,
-                                 text=text, where=w.where())
-        regs = lambda rs: [as_lanes(np.asarray(r(w), np.uint32), 32) for r in rs]  # noqa: E731
-        a = regs(a_r) if f.a_in_regs else int(np.asarray(a_r(w)).flat[0])
-        meet.line = line
-        meet.arrivals[q] = (a, regs(d_r), bool(np.asarray(rd_scale_d(w)).flat[0]),
-                            int(np.asarray(b_r(w)).flat[0]))
-        w.wgmma_wait = meet.gen
-        if len(meet.arrivals) < WARPGROUP_WARPS:
-            w.blocked_on = f"wgmma.mma_async (PTX line {line}): waiting for the other warps of warpgroup {group}"
-            return YIELD
-        _execute(w, meet, group)
-        return _leave(w, meet, d_w)
-
-    def _execute(w, meet: Rendezvous, group: int) -> None:
-        reads = opnd.AsyncReads(w, ins)
-        arrivals = [meet.arrivals[q] for q in range(WARPGROUP_WARPS)]
-        b = _shared_operand(reads, w.cta, arrivals[0][3], f.n, f.k, f.b_type, tnsp_b)  # [N, K]
-        if f.a_in_regs:
-            A = np.zeros((WARPGROUP_WARPS, 16, f.k))
-            for q, (a, *_rest) in enumerate(arrivals):
-                A[q][a_rows, a_cols] = _values(a, f.a_type)
-        else:
-            A = _shared_operand(reads, w.cta, arrivals[0][0], 64, f.k, f.a_type, tnsp_a).reshape(4, 16, f.k)
-        outs = []
-        for q, (_a, c, scale_d, _b) in enumerate(arrivals):
-            D = neg * (A[q] @ b.T)
-            if scale_d:
-                C = np.zeros((16, f.n))
-                raw = np.stack(c, 1)
-                C[c_rows, c_cols] = raw.view(np.int32) if f.acc == "s32" else raw.view(np.float32)
-                D = D + C
-            vals = D[c_rows, c_cols]
-            outs.append((vals.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32) if f.acc == "s32" else
-                        vals.astype(np.float32).view(np.uint32))
-        op = AsyncOp(kind="wgmma.mma_async", line=line, text=text, issuer=("wg", w.cta.ctaid, w.cta.rank, group),
-                     reads=reads.ranges, observe="Retire it with wgmma.wait_group")
-        engine_of(w).issue(w, op)
-        meet.done[meet.gen] = [op, outs, WARPGROUP_WARPS]
-        meet.arrivals = {}
-        meet.gen += 1
-
-    return arrive
+        A = _shared_operand(reads, w.cta, arrivals[0][0], 64, f.k, f.a_type, c.a_mn_major).reshape(4, 16, f.k)
+    rows, cols = _d_coords(f.n)
+    outs = []
+    for q, (_a, acc, scale_d, _b) in enumerate(arrivals):
+        D = c.sign * (A[q] @ b.T)
+        if scale_d:
+            raw = np.stack(acc, 1)
+            C = np.zeros((16, f.n))
+            C[rows, cols] = raw.view(np.int32) if f.acc == "s32" else raw.view(np.float32)
+            D = D + C
+        vals = D[rows, cols]
+        outs.append((vals.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32) if f.acc == "s32" else
+                    vals.astype(np.float32).view(np.uint32))
+    op = AsyncOp(kind="wgmma.mma_async", line=c.ins.line, text=c.ins.text,
+                 issuer=("wg", w.cta.ctaid, w.cta.rank, group), reads=reads.ranges,
+                 observe="Retire it with wgmma.wait_group")
+    engine_of(w).issue(w, op)
+    meet.done[meet.gen] = [op, outs, WARPGROUP_WARPS]
+    meet.arrivals = {}
+    meet.gen += 1
 
 
 def _leave(w, meet: Rendezvous, d_w: list) -> Optional[int]:
@@ -212,6 +237,7 @@ def _leave(w, meet: Rendezvous, d_w: list) -> Optional[int]:
     return None
 
 
+@functools.lru_cache(maxsize=64)
 def _d_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
     """(row, col) [32, n/2] of a warp's accumulator registers: the m16n8 C fragment repeated over N / 8."""
     lane = np.arange(32)
