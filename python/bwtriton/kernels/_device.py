@@ -16,10 +16,9 @@ def _device_info(key: tuple) -> tuple[int, int]:
 def device_key(device: torch.device) -> tuple:
     """What names a CUDA `device` in caches: its index and the function that answers its properties. The emulated
     GPU installs its own answer while active, so an emulated B200, an emulated H200 and a real GPU used in one
-    process never share an entry. A non-CUDA device (tests that record launches on the CPU) is named by its type."""
-    if device.type != "cuda":
-        return device.type, device.index
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    process never share an entry. A CPU device (the emulated GPU's tensors, or tests that record launches) is index
+    0 without asking torch.cuda for its current device."""
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
     return index, torch.cuda.get_device_properties
 
 
