@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from . import passes
+from .compat.stage_hook import StagesHook
 from .errors import BwTritonError, CompileError, UnknownPassError, suggest
 from .passes import PassContext, all_passes, get_pass
 from .targets import Target, get_target, target_for_capability
@@ -310,7 +311,7 @@ def make_stages_hook(selection: PassSelection, target: "Target | None" = None):
 
     `target=None` derives the target from the compile's capability (used by `enable()` for live launches).
     """
-    def hook(backend, stages: dict, options, language, capability):
+    def edit(backend, stages: dict, options, language, capability):
         tgt = target or target_for_capability(capability)
         run = _CompileRun(selection, tgt)
         active = [name for name in stages if name in STAGES and selection.for_stage(name, tgt)]
@@ -322,7 +323,7 @@ def make_stages_hook(selection: PassSelection, target: "Target | None" = None):
             previous = name
         for name in active:
             stages[triton_stage_name(name)] = _saved_triton_text(name, run)
-    return hook
+    return StagesHook(edit, f"{selection.key()}-{target.name if target else 'device'}")
 
 
 @contextlib.contextmanager
