@@ -252,17 +252,16 @@ def compile_gluon(which: str):
                              constexprs={"M": 128, "N": 128, "K": 128, "VEC": vec, "num_warps": 4})
         return triton.compile(src, target=pc.SM100, options={"num_warps": 4})
     m = n = 256 if which == "two_ctas" else 128
-    from triton.experimental.gluon.language.nvidia.blackwell import (
-        TensorMemoryLayout,
-        mbarrier,
-    )
+    from triton.experimental.gluon.language.nvidia.blackwell import mbarrier
+
+    from bwtriton.compat.gluon import tensor_memory_layout
     cga_a, cga_b, cga_c = [[1, 0]], [[0, 1]], [[1, 0]]
 
     def blocked(cga, order):
         return gl.BlockedLayout([1, 8], [1, 32], warps_per_cta=[4, 1], order=order, cga_layout=cga)
     ce = dict(M=m, N=n, K=64, block_layout_a=blocked(cga_a, [0, 1]), block_layout_b=blocked(cga_b, [1, 0]),
               block_layout_c=blocked(cga_c, [1, 0]),
-              acc_layout=TensorMemoryLayout((m // 2, n), col_stride=1, cta_split_num=(2, 1), two_ctas=True),
+              acc_layout=tensor_memory_layout((m // 2, n), col_stride=1, cta_split=(2, 1), two_ctas=True),
               shared_layout_a=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2,
                                                    cga_layout=cga_a),
               shared_layout_b=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2,

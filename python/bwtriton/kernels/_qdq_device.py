@@ -18,7 +18,10 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from ..compat.gluon import backfill
 from ..language.codecs import e2m1_decode, e2m1_encode, e4m3_decode, e4m3_encode
+
+backfill()  # gl.barrier() below is Triton 3.8+'s spelling; older releases get it here
 
 #: Most activation elements (M x K slice) a CTA's prologue quantize-dequantizes: a bound on the redundant work
 #: and on the prologue's registers (64 values per thread at 4 warps).
@@ -94,4 +97,4 @@ def qdq_slice(x_ptr, xd_ptr, s_enc, M, stride_xm, stride_dm, k_lo, k_len, ROWS: 
             x = gl.load(x_ptr + (rows * stride_xm + (k3 + k)), mask=mask, other=0.0)
             xd = nvfp4_qdq_blocks(x.to(gl.float32), s_enc)
             gl.store(xd_ptr + (rows * stride_dm + (k3 + k)), xd.to(gl.bfloat16), mask=mask)
-    gl.thread_barrier()
+    gl.barrier()

@@ -11,6 +11,10 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from ..compat.gluon import backfill
+
+backfill()  # gl.barrier() below is Triton 3.8+'s spelling; older releases get it here
+
 
 @gluon.jit
 def arrive_last(count_ptr, slices):
@@ -18,11 +22,11 @@ def arrive_last(count_ptr, slices):
     to zero for the next launch. The arrival releases at GPU scope after a CTA barrier (every thread's atomics
     come first); only the last slice acquires (in the exchange that resets the count), so the others do not
     invalidate their SM's L1."""
-    gl.thread_barrier()
+    gl.barrier()
     last = gl.atomic_add(count_ptr, 1, sem="release", scope="gpu") == slices - 1
     if last:
         gl.atomic_xchg(count_ptr, 0, sem="acquire", scope="gpu")
-        gl.thread_barrier()  # the other threads' reads come after the acquire
+        gl.barrier()  # the other threads' reads come after the acquire
     return last
 
 

@@ -34,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ..compat.gluon import backfill
 from ..errors import InputError
 from ..formats import from_blocked_scales
 from . import _decode_frag as _frag
@@ -41,6 +42,8 @@ from . import _decode_frag_wide as _wide
 from ._dq_device import decode_slot, decode_tables, grouped, pair_layout, store_out, word_layout
 from ._launcher import CachedLauncher, run_entry
 from . import dq_wgmma_ws as _ws
+
+backfill()  # buf.reinterpret(...) and gl.barrier() below are Triton 3.9 spellings; older releases get them here
 
 _X_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 _PLAIN32 = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
@@ -112,15 +115,15 @@ def dq_wgmma_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_
     mbarrier.wait(bars.index(0), 0)
     b_smem.index(0).store(decode_slot(w_smem, s_smem, 0, sel, th, tl, WL, BL))
     fence_async_shared()
-    gl.thread_barrier()
+    gl.barrier()
 
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, MMA)
     for i in range(steps):
         b = b_smem.index(i % 2)
-        bt = b._reinterpret(gl.bfloat16, [BLOCK_N, BLOCK_K], BS).permute((1, 0))
+        bt = b.reinterpret(gl.bfloat16, [BLOCK_N, BLOCK_K], BS).permute((1, 0))
         acc = warpgroup_mma(x_smem.index(i % STAGES), bt, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
-        gl.thread_barrier()  # both warpgroups retired step i - 1: its slot and bf16 buffer are free
+        gl.barrier()  # both warpgroups retired step i - 1: its slot and bf16 buffer are free
         _issue_step(x_desc, w_desc, s_desc, x_smem, w_smem, s_smem, bars, off_m, off_n, i + STAGES - 1, steps,
                     BLOCK_K, STAGES)
         nxt = i + 1
@@ -128,7 +131,7 @@ def dq_wgmma_kernel(x_desc, w_desc, s_desc, out_ptr, alpha_ptr, bias_ptr, table_
         mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1, pred=nxt < steps)
         b_smem.index(nxt % 2).store(decode_slot(w_smem, s_smem, nxt % STAGES, sel, th, tl, WL, BL))
         fence_async_shared()
-        gl.thread_barrier()  # every thread's part of step i + 1's tile is in shared memory
+        gl.barrier()  # every thread's part of step i + 1's tile is in shared memory
     acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
     for j in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(j))

@@ -28,7 +28,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from ..compat.gluon import backfill
 from ._dq_device import decode_slot, decode_tables, grouped, pair_layout, store_out, word_layout
+
+backfill()  # buf.reinterpret(...) and gl.barrier() below are Triton 3.9 spellings; older releases get them here
 
 __all__ = ["dq_ws_kernel", "MAXNREG", "DECODE_WARPS", "DECODE_REGS", "LOAD_REGS"]
 
@@ -101,7 +104,7 @@ def _mma_partition(x_smem, b_smem, bars, steps, out_ptr, alpha_ptr, bias_ptr, M,
     for i in range(steps):
         d = i % DEC
         mbarrier.wait(decoded.index(d), (i // DEC) & 1)
-        bt = b_smem.index(d)._reinterpret(gl.bfloat16, [BLOCK_N, _BLOCK_K], BS).permute((1, 0))
+        bt = b_smem.index(d).reinterpret(gl.bfloat16, [BLOCK_N, _BLOCK_K], BS).permute((1, 0))
         acc = warpgroup_mma(x_smem.index(i % STAGES), bt, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
         mbarrier.arrive(retired.index((i - 1) % STAGES), count=1, pred=i > 0)  # step i - 1 retired

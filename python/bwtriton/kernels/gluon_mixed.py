@@ -50,6 +50,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from ..compat.gluon import backfill
 from ..errors import InputError
 from ..targets import H100_SM_COUNT
 from . import _decode_frag as _frag
@@ -61,6 +62,8 @@ from ._tiles import SWAP_AB_MAX_M as MAX_M, k_split, swap_ab_block_m
 
 __all__ = ["gluon_mixed_kernel", "gluon_candidates", "gluon_config", "launch_gluon", "gluon_label", "MIN_M",
            "MAX_M"]
+
+backfill()  # buf.reinterpret(...) and gl.barrier() below are Triton 3.9 spellings; older releases get them here
 
 #: The M range this kernel takes: the wgmma N side is BLOCK_M = 16 .. 256 (rows past M read row M - 1).
 MIN_M = 1
@@ -148,8 +151,8 @@ def _step(acc, a_prev, w, s, xv, th, tl, buf, A_LAYOUT: gl.constexpr, XS: gl.con
     a = _decode_operand(w, s, th, tl, A_LAYOUT)
     buf.store(xv)
     fence_async_shared()
-    gl.thread_barrier()  # every warp's part of x^T is in shared memory before either warpgroup's wgmma
-    xt = buf._reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
+    gl.barrier()  # every warp's part of x^T is in shared memory before either warpgroup's wgmma
+    xt = buf.reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
     acc = warpgroup_mma(a, xt, acc, is_async=True)
     acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
     return acc, a
@@ -315,17 +318,17 @@ def _staged_step(acc, a_prev, k, steps, w_smem, s_smem, x_smem, wp, sp, xp, half
     slot = k % STAGES
     if x_desc is None:
         fence_async_shared()
-        gl.thread_barrier()  # every thread's copies of step k landed before either warpgroup's wgmma reads them
+        gl.barrier()  # every thread's copies of step k landed before either warpgroup's wgmma reads them
     else:
         if gl.num_warps() > 4:
-            gl.thread_barrier()  # both warpgroups are past step k - 1 (the slot refilled above is free)
+            gl.barrier()  # both warpgroups are past step k - 1 (the slot refilled above is free)
         mbarrier.wait(bars.index(slot), (k // STAGES) & 1)
     w = w_smem.index(slot).load(WL)
     s = _select_scales(s_smem.index(slot).load(SL), half, WL)
     a = _decode_operand(w, s, th, tl, A_LAYOUT)
     buf = x_smem.index(slot)
     if x_desc is None:
-        xt = buf._reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
+        xt = buf.reinterpret(gl.bfloat16, [buf.shape[0], 2 * buf.shape[1]], XS).permute((1, 0))
     else:
         xt = buf.permute((1, 0))
     acc = warpgroup_mma(a, xt, acc, is_async=True)
@@ -389,7 +392,7 @@ def _reduce_slices(acc, out_ptr, bias_ptr, alpha, work_ptr, count_ptr, pid_n, pi
     """Store this K slice's partial tile; the last slice of the tile to arrive sums all of them in slice order
     (the result does not depend on which came last), stores the output and resets the counter."""
     gl.store(work_ptr + _partial_offsets(pid_k, BLOCK_N, BLOCK_M, LAYOUT), acc, cache_modifier=".cg")
-    gl.thread_barrier()  # every thread's partial is written before the (release) arrival below
+    gl.barrier()  # every thread's partial is written before the (release) arrival below
     tile = pid_m * gl.num_programs(0) + pid_n
     arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
     if arrived == gl.num_programs(2) - 1:
