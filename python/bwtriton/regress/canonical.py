@@ -87,9 +87,9 @@ def _ptx_line(line: str) -> tuple[list[str], str, bool]:
     opcode, operands = m[2], m[3]
     if opcode.startswith(_PTX_NO_DEST):
         return [], text, False
-    first = operands.split("}", 1)[0] if operands.startswith("{") else operands.split(",", 1)[0]
+    first = operands[:operands.find("}") + 1] if operands.startswith("{") else operands.split(",", 1)[0]
     dests = _PTX_REG.findall(first)
-    rest = (m[1] or "") + opcode + " " + operands[len(first):]
+    rest = (m[1] or "") + opcode + " " + operands[len(first):].lstrip(", \t")
     return dests, rest, opcode.split(".", 1)[0] in _PTX_PURE_OPS
 
 

@@ -13,6 +13,7 @@ Triton version has the same stage hashes.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -21,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..driver import compile as bw_compile
 from ..errors import BwTritonError, InputError, suggest
@@ -304,9 +305,46 @@ def read_cache_entry(path: Path) -> tuple["dict | None", str]:
     return None, f"damaged cache entry {path.name} discarded and recomputed ({why[:120]})"
 
 
-def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
+@contextlib.contextmanager
+def _always_compile() -> Iterator[None]:
+    """Triton compiles afresh instead of answering from its cache (its TRITON_ALWAYS_COMPILE switch)."""
+    before = os.environ.get("TRITON_ALWAYS_COMPILE")
+    os.environ["TRITON_ALWAYS_COMPILE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRITON_ALWAYS_COMPILE"]
+        else:
+            os.environ["TRITON_ALWAYS_COMPILE"] = before
+
+
+def unstable_stages(job: Job, hashes: dict[str, str]) -> list[str]:
+    """The stages whose canonical hash differs when `job` is compiled once more, afresh: what stays
+    nondeterministic after canonicalisation (a diff reports it as such, not as a change)."""
+    if job.kind != "jit":
+        return []
+    with captured_stderr(), _always_compile():
+        again, _ = compile_job(job)
+    stages = {k: v for k, v in again.items() if not k.startswith("_") and k != "cubin"}
+    again_hashes = census.stage_hashes({**stages, "sass": _sass(again.get("cubin") or b"")})
+    return sorted(k for k, h in hashes.items() if k in again_hashes and again_hashes[k] != h)
+
+
+def run_job(job: Job, cache_dir: str | None, check_determinism: bool = False) -> dict[str, Any]:
     """Compile and record one job (the worker function); errors become a record with 'error'. A damaged cache
-    entry is recomputed and leaves a `cache_note` in the record."""
+    entry is recomputed and leaves a `cache_note` in the record. `check_determinism` compiles once more and
+    lists the stages that came out differently under 'nondeterministic'."""
+    record = _run_job(job, cache_dir)
+    if check_determinism and "error" not in record:
+        try:
+            record["nondeterministic"] = unstable_stages(job, record["hashes"])
+        except (BwTritonError, RuntimeError) as exc:  # compiled once, failed the second time: say so
+            record["nondeterministic"] = [f"recompile failed: {type(exc).__name__}: {exc}"[:200]]
+    return record
+
+
+def _run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     native: list[str] = []
     try:
         with captured_stderr() as native:  # Triton's C++ diagnostics and reproducers: quoted on failure only
@@ -353,8 +391,10 @@ def _progress(done: int, total: int, label: str, stream=sys.stderr) -> None:
 
 
 def take_snapshot(jobs: list[Job], *, jobs_n: int = 1, cache_dir: str | None = None,
-                  progress: Callable[[int, int, str], None] | None = _progress) -> dict[str, Any]:
-    """Run every job (in `jobs_n` worker processes) and return the snapshot document."""
+                  progress: Callable[[int, int, str], None] | None = _progress,
+                  check_determinism: bool = False) -> dict[str, Any]:
+    """Run every job (kernels x configs x targets, in `jobs_n` worker processes, under this process's Triton) and
+    return the snapshot document: the one function a driver over Triton versions or machines calls per batch."""
     records: dict[str, dict] = {}
     started = time.perf_counter()
 
@@ -365,12 +405,12 @@ def take_snapshot(jobs: list[Job], *, jobs_n: int = 1, cache_dir: str | None = N
 
     if jobs_n <= 1:
         for n, job in enumerate(jobs, 1):
-            collect(job, run_job(job, cache_dir), n)
+            collect(job, run_job(job, cache_dir, check_determinism), n)
     else:
         # fork: workers inherit the imported modules; Triton holds no GPU state offline.
         ctx = multiprocessing.get_context("fork")
         with cf.ProcessPoolExecutor(max_workers=jobs_n, mp_context=ctx) as pool:
-            futures = {pool.submit(run_job, job, cache_dir): job for job in jobs}
+            futures = {pool.submit(run_job, job, cache_dir, check_determinism): job for job in jobs}
             for n, fut in enumerate(cf.as_completed(futures), 1):
                 collect(futures[fut], fut.result(), n)
     return {"format": FORMAT_VERSION, **_versions(), "passes": jobs[0].passes if jobs else None,

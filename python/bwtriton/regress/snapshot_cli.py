@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from ..pipeline import resolve_passes
+from ..pipeline import PASS_SPEC_GRAMMAR, PASSES_EXAMPLES, resolve_passes
 from ..targets import get_target
 from ..userfiles import check_output_dir, check_output_file
 from .diff import diff_snapshots, parse_fail_on, render
@@ -20,9 +20,7 @@ def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
                    "modules with corpus_kernels()")
     s.add_argument("--targets", default="sm_100a", help="comma-separated targets (default sm_100a)")
     s.add_argument("--passes", default="default", help="'default' (bwtriton's passes), 'none' (Triton alone, "
-                   "no bwtriton hook), or a pass spec: '-verify-tcgen05' (the defaults without it), "
-                   "'plan-tmem{max_columns=256}' (the defaults with that option), '+NAME{opt=v}' (add a pass); "
-                   "see `bwtriton compile --help`")
+                   f"no bwtriton hook), or a pass spec, e.g. {PASSES_EXAMPLES}; {PASS_SPEC_GRAMMAR}")
     s.add_argument("--out", "-o", required=True, help="snapshot file to write (.json)")
     s.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
     s.add_argument("--cache", help="incremental cache folder (default $BWTRITON_SNAPSHOT_CACHE or "
@@ -30,6 +28,9 @@ def add_snapshot_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--no-cache", action="store_true", help="analyse every kernel again")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     s.add_argument("--no-timing", action="store_true", help="leave compile times out (for checked-in snapshots)")
+    s.add_argument("--check-determinism", action="store_true", help="compile each kernel once more, afresh, and "
+                   "record the stages whose canonical text differs ('nondeterministic'): a diff reports those as "
+                   "nondeterminism, not as changes (doubles the compile time)")
     s.add_argument("--allow-failures", action="store_true", help="exit 0 even when kernels fail to compile (their "
                    "errors are recorded either way; without this flag any failure exits 1)")
     s.set_defaults(func=cmd_snapshot)
@@ -61,7 +62,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     jobs = discover_jobs(args.kernels, targets, args.passes, skipped)
     doc = take_snapshot(jobs, jobs_n=args.jobs, cache_dir=None if args.no_cache else (args.cache or
                                                                                        default_cache_dir()),
-                        progress=None if args.quiet else _progress)
+                        progress=None if args.quiet else _progress, check_determinism=args.check_determinism)
     write_snapshot(without_timing(doc) if args.no_timing else doc, args.out)
     _print_summary(args.out, doc, skipped)
     errors = [k for k, r in doc["records"].items() if "error" in r]
