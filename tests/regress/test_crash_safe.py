@@ -90,3 +90,29 @@ def test_a_cache_entry_of_the_wrong_shape_is_discarded(tmp_path):
     entry.write_text(json.dumps({"record": "not a dict"}))
     got, note = snapshot_mod.read_cache_entry(entry)
     assert got is None and "not a snapshot cache entry" in note and not entry.exists()
+
+
+def _writer(path: str, text: str, times: int) -> None:
+    from bwtriton.regress.atomic import write_atomic
+    for _ in range(times):
+        write_atomic(path, text)
+
+
+def test_parallel_writers_of_one_entry_never_show_a_reader_part_of_it(tmp_path):
+    """Two jobs finishing the same kernel write the same cache entry at once while a third reads it."""
+    import multiprocessing
+    path = str(tmp_path / "entry.json")
+    texts = [json.dumps({"record": {"x": c * 100000}}) for c in "ab"]
+    _writer(path, texts[0], 1)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(path, t, 25)) for t in texts]
+    for p in procs:
+        p.start()
+    seen = set()
+    while any(p.is_alive() for p in procs):
+        with open(path) as f:
+            seen.add(f.read())
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    assert seen <= set(texts) and seen

@@ -277,6 +277,12 @@ def _validity_hashes(asm: dict[str, Any]) -> dict[str, str]:
             for k, v in sorted(asm.items()) if not k.startswith("_") and k not in ("json", "source")}
 
 
+#: What a failing compile or analysis of one kernel raises (Triton's and ptxas's errors included): recorded as that
+#: kernel's failure. Anything else is a bug of ours and propagates.
+_COMPILE_FAILURES = (BwTritonError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, ImportError,
+                     FileNotFoundError)
+
+
 def _error_record(job: Job, exc: BaseException, native: list[str]) -> dict[str, Any]:
     """The record of a job that failed to compile: the exception's first line and Triton's C++ error, if any."""
     first = (str(exc).strip().splitlines() or [""])[0]
@@ -351,8 +357,7 @@ def _run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
             asm, seconds = compile_job(job)
         spec_text = repr(kernel_configs(import_kernel_file(job.file), job.kernel)[job.config_index]) \
             if job.kind == "jit" else job.kernel
-    except (BwTritonError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, ImportError,
-            FileNotFoundError) as exc:
+    except _COMPILE_FAILURES as exc:
         return _error_record(job, exc, native)
     valid = _validity_hashes(asm)
     cache = _cache_file(cache_dir, job, spec_text) if cache_dir else None
@@ -364,8 +369,7 @@ def _run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     try:
         record = {"file": job.file, "kernel": job.kernel, "config": job.config, "target": job.target,
                   "passes": job.passes, **analyse(job, asm)}
-    except (BwTritonError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, ImportError,
-            FileNotFoundError) as exc:  # ptxas rejecting the PTX is this kernel's failure too
+    except _COMPILE_FAILURES as exc:  # ptxas rejecting the PTX is this kernel's failure too
         return _error_record(job, exc, native)
     if cache:
         cache.parent.mkdir(parents=True, exist_ok=True)

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..errors import InputError
 from ..pipeline import PASS_SPEC_GRAMMAR, PASSES_EXAMPLES, resolve_passes
 from ..targets import get_target
 from ..userfiles import check_output_dir, check_output_file
+from .atomic import write_atomic
 from .diff import diff_snapshots, parse_fail_on, render
 from .snapshot import (_progress, default_cache_dir, discover_jobs, load_snapshot, take_snapshot, without_timing,
                        write_snapshot)
@@ -109,7 +109,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     result = diff_snapshots(load_snapshot(args.old), load_snapshot(args.new), rules)
     text = render(result, args.format)
     if args.out:
-        Path(args.out).write_text(text)
+        write_atomic(args.out, text)
     else:
         sys.stdout.write(text)
     return 1 if result["failing"] else 0
