@@ -91,23 +91,27 @@ def test_llvm_ir_value_and_label_numbers_do_not_count():
     assert normalise_stage("llir", a) != normalise_stage("llir", a.replace("add i32 %6, 1", "add i32 %6, 2"))
 
 
-def _fresh_hashes(compile_once) -> list[dict[str, str]]:
-    """Stage hashes of 4 compiles of one input (the caller bypasses Triton's cache)."""
+def _fresh_hashes(compile_once, times: int) -> list[dict[str, str]]:
+    """Stage hashes of `times` compiles of one input (the caller bypasses Triton's cache)."""
     out = []
-    for _ in range(4):
+    for _ in range(times):
         asm = compile_once()
         out.append(stage_hashes({k: v for k, v in asm.items() if isinstance(v, str) and k != "json"}))
     return out
 
 
-def test_repeated_fresh_compiles_of_two_cta_kernels_hash_equal(monkeypatch):
-    """Triton 3.6 alone, num_ctas=2: the TTGIR text differs between compiles of one process (measured: 3 texts
-    in 4 compiles, LLIR/PTX 2); bwtriton's 2-CTA path (pair-ctas) likewise. Their canonical hashes must not."""
+def _assert_equal_hashes(compile_once, times: int) -> None:
+    hashes = _fresh_hashes(compile_once, times)
+    assert {"ttgir", "llir", "ptx"} <= set(hashes[0])
+    assert all(h == hashes[0] for h in hashes), [{k for k in h if h[k] != hashes[0].get(k)} for h in hashes]
+
+
+def test_repeated_fresh_compiles_of_a_plain_two_cta_kernel_hash_equal(monkeypatch):
+    """Triton alone, num_ctas=2: the TTGIR text differs between compiles of one process (measured on 3.6: 3 texts
+    in 4 compiles, LLIR/PTX 2). Its canonical hashes must not."""
     import triton
 
-    import bwtriton
     from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
-    from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
     from bwtriton.specialize import build_source
     from bwtriton.targets import get_target
 
@@ -116,17 +120,22 @@ def test_repeated_fresh_compiles_of_two_cta_kernels_hash_equal(monkeypatch):
         return triton.compile(src, target=get_target("sm_100a").gpu_target(),
                               options={"num_ctas": 2, "num_warps": 4}).asm
 
+    monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")  # each compile afresh, as in a new process
+    _assert_equal_hashes(plain, 4)
+
+
+def test_repeated_fresh_compiles_of_a_paired_two_cta_kernel_hash_equal(monkeypatch):
+    """bwtriton's 2-CTA path (pair-ctas, cta_group::2): every stage, Triton's own texts included, hashes equal."""
+    import bwtriton
+    from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
+
     def paired():
         spec = tma_bt_spec()
         return bwtriton.compile(matmul_tma_bt_kernel, signature=spec["signature"], constexprs=spec["constexprs"],
                                 two_cta=True).asm
 
-    monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")  # each compile afresh, as in a new process
-    for compile_once in (plain, paired):
-        hashes = _fresh_hashes(compile_once)
-        assert {"ttgir", "llir", "ptx"} <= set(hashes[0])
-        assert all(h == hashes[0] for h in hashes), [
-            {k for k in h if h[k] != hashes[0].get(k)} for h in hashes]
+    monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")
+    _assert_equal_hashes(paired, 3)
 
 
 @pytest.mark.parametrize("rules", ["stages", "any", "stages,spills,registers>+8,findings,tcgen05"])
@@ -144,3 +153,19 @@ def test_a_nondeterministic_stage_is_reported_as_such_not_as_a_change(rules):
     changed = {**new, "hashes": {"ttgir": "bb", "ptx": "22"}}  # a stable stage that changed still counts
     result = diff_snapshots(doc(old), doc(changed), parse_fail_on(rules))
     assert result["kernels"][0]["status"] == "changed" and result["failing"]
+
+
+def test_check_determinism_records_no_unstable_stage_for_a_two_cta_kernel(tmp_path, monkeypatch, capsys):
+    """`snapshot --check-determinism` compiles once more afresh: after canonicalisation nothing differs."""
+    import json
+
+    from bwtriton.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.py").write_text(
+        "from bwtriton.examples.matmul import matmul_kernel, matmul_signature, matmul_constexprs\n"
+        "BWTRITON_SPECS = {'matmul_kernel': {'signature': matmul_signature('fp16'), 'num_ctas': 2,\n"
+        "                                    'constexprs': matmul_constexprs(256, 128, 64)}}\n")
+    assert main(["snapshot", "k.py", "--passes", "none", "--check-determinism", "-o", "s.json", "-q",
+                 "--no-cache"]) == 0, capsys.readouterr().err
+    (record,) = json.loads((tmp_path / "s.json").read_text())["records"].values()
+    assert record["resources"]["num_ctas"] == 2 and record["nondeterministic"] == []
