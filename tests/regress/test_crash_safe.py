@@ -116,3 +116,14 @@ def test_parallel_writers_of_one_entry_never_show_a_reader_part_of_it(tmp_path):
         p.join()
         assert p.exitcode == 0
     assert seen <= set(texts) and seen
+
+
+def test_a_cache_entry_of_another_kernel_is_discarded(tmp_path):
+    job = snapshot_mod.Job("k.py", "copy", "default", 0, "sm_100a", "default")
+    entry = tmp_path / "e.json"
+    other = {"file": "k.py", "kernel": "other", "config": "default", "target": "sm_100a", "passes": "default"}
+    entry.write_text(json.dumps({"validity": {}, "record": other}))
+    got, note = snapshot_mod.read_cache_entry(entry, job)
+    assert got is None and "holds k.py:other, not this kernel" in note and not entry.exists()
+    entry.write_text(json.dumps({"validity": {}, "record": {**other, "kernel": "copy"}}))
+    assert snapshot_mod.read_cache_entry(entry, job)[0] is not None

@@ -293,15 +293,19 @@ def _error_record(job: Job, exc: BaseException, native: list[str]) -> dict[str, 
             "passes": job.passes, "error": f"{type(exc).__name__}: {first[:300]}{cause}"}
 
 
-def read_cache_entry(path: Path) -> tuple["dict | None", str]:
-    """(the entry, '') for a readable cache entry; (None, why) for a damaged one, which is deleted: a cache entry
-    is a copy of work that can be redone, so its damage is a note, never a kernel's failure."""
+def read_cache_entry(path: Path, job: "Job | None" = None) -> tuple["dict | None", str]:
+    """(the entry, '') for a readable cache entry (of `job`, when given); (None, why) for a damaged or mismatched
+    one, which is deleted: a cache entry is a copy of work that can be redone, so its damage is a note, never a
+    kernel's failure."""
     try:
         entry = json.loads(path.read_text())
-        if isinstance(entry, dict) and isinstance(entry.get("validity"), dict) and isinstance(
-                entry.get("record"), dict):
+        if not (isinstance(entry, dict) and isinstance(entry.get("validity"), dict)
+                and isinstance(entry.get("record"), dict)):
+            why = "not a snapshot cache entry"
+        elif job is not None and any(entry["record"].get(k) != getattr(job, k) for k in _IDENTITY):
+            why = f"it holds {entry['record'].get('file')}:{entry['record'].get('kernel')}, not this kernel"
+        else:
             return entry, ""
-        why = "not a snapshot cache entry"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         why = f"{type(exc).__name__}: {exc}"
     try:
@@ -309,6 +313,10 @@ def read_cache_entry(path: Path) -> tuple["dict | None", str]:
     except OSError:
         pass
     return None, f"damaged cache entry {path.name} discarded and recomputed ({why[:120]})"
+
+
+#: Record fields that name the job a record belongs to.
+_IDENTITY = ("file", "kernel", "config", "target", "passes")
 
 
 @contextlib.contextmanager
@@ -363,7 +371,7 @@ def _run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     cache = _cache_file(cache_dir, job, spec_text) if cache_dir else None
     note = ""
     if cache and cache.exists():
-        cached, note = read_cache_entry(cache)
+        cached, note = read_cache_entry(cache, job)
         if cached is not None and cached["validity"] == valid:
             return {**cached["record"], "compile_seconds": round(seconds, 3), "cached": True}
     try:
