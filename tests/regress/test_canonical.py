@@ -169,3 +169,14 @@ def test_check_determinism_records_no_unstable_stage_for_a_two_cta_kernel(tmp_pa
                  "--no-cache"]) == 0, capsys.readouterr().err
     (record,) = json.loads((tmp_path / "s.json").read_text())["records"].values()
     assert record["resources"]["num_ctas"] == 2 and record["nondeterministic"] == []
+
+
+def test_hashes_of_snapshots_of_different_formats_are_not_compared():
+    """Format 1 hashed raw text, format 2 canonical text: their hashes differ for the same code."""
+    from bwtriton.regress.diff import render_markdown
+    rec = {"census": {}, "resources": {}, "findings": {"by_check": {}}, "ptx_version": "8.8"}
+    old = {"format": 1, "records": {"k": {**rec, "hashes": {"ptx": "aa"}}}}
+    new = {"format": 2, "records": {"k": {**rec, "hashes": {"ptx": "bb"}, "specialisation": None}}}
+    result = diff_snapshots(old, new, parse_fail_on("stages"))
+    assert result["kernels"][0]["status"] == "unchanged" and not result["failing"]
+    assert "Stage hashes not compared: the snapshots have formats 1 and 2" in render_markdown(result)

@@ -100,7 +100,7 @@ def _stage_changes(old: dict, new: dict) -> tuple[list[dict], list[dict]]:
     return changed, noisy
 
 
-def record_changes(old: dict, new: dict) -> dict[str, list[dict]]:
+def record_changes(old: dict, new: dict, compare_hashes: bool = True) -> dict[str, list[dict]]:
     """Changes between two records of one kernel, by group; 'specialisation' first, since it explains the rest,
     and 'nondeterministic' last (not changes: what one input compiles to differently from run to run)."""
     spec = specialisation_change(old, new)
@@ -122,7 +122,8 @@ def record_changes(old: dict, new: dict) -> dict[str, list[dict]]:
     groups["resources"] = _dict_changes(old.get("resources", {}), new.get("resources", {}), "", None)
     groups["findings"] = _dict_changes(old.get("findings", {}).get("by_check", {}),
                                        new.get("findings", {}).get("by_check", {}), "")
-    groups["stages"], groups["nondeterministic"] = _stage_changes(old, new)
+    if compare_hashes:
+        groups["stages"], groups["nondeterministic"] = _stage_changes(old, new)
     if old.get("ptx_version") != new.get("ptx_version"):
         groups["stages"].append({"what": "PTX .version", "old": old.get("ptx_version"),
                                  "new": new.get("ptx_version")})
@@ -185,6 +186,7 @@ def diff_snapshots(old: dict, new: dict, rules: list[Rule]) -> dict[str, Any]:
     specialisations, which a report names before anything else."""
     rules = with_always_rules(rules)
     a, b = old["records"], new["records"]
+    same_hashing = old.get("format") == new.get("format")  # each format version hashes stages its own way
     kernels, failing, spec_differs = [], [], []
     for key in sorted(set(a) | set(b)):
         if key not in b or key not in a:
@@ -193,12 +195,12 @@ def diff_snapshots(old: dict, new: dict, rules: list[Rule]) -> dict[str, Any]:
             if any(r.name in (status, "any") for r in rules):
                 failing.append(f"{key}: {status}")
             continue
-        groups = record_changes(a[key], b[key])
+        groups = record_changes(a[key], b[key], compare_hashes=same_hashing)
         if any(not c.get("note") for c in groups.get("specialisation", [])):
             spec_differs.append(key)
         kernels.append({"kernel": key, "status": "changed" if is_change(groups) else "unchanged", "groups": groups})
         failing += [f"{key}: {r}" for r in failing_reasons(groups, rules)]
-    meta = lambda d: {k: d.get(k) for k in ("triton", "bwtriton", "passes", "targets")}  # noqa: E731
+    meta = lambda d: {k: d.get(k) for k in ("format", "triton", "bwtriton", "passes", "targets")}  # noqa: E731
     return {"old": meta(old), "new": meta(new), "rules": [str(r) for r in rules], "kernels": kernels,
             "specialisation_differs": spec_differs, "failing": failing}
 
@@ -233,14 +235,24 @@ def render_markdown(result: dict) -> str:
                                      f"snapshots compiled them with different 16-byte divisibility, so their other "
                                      f"changes may come from that, not from the compiler: {', '.join(spec)}"),
                              ""] + lines[2:]
+    if o.get("format") != n.get("format"):
+        lines += [_bullet(f"Stage hashes not compared: the snapshots have formats {o.get('format')} and "
+                          f"{n.get('format')}, which hash stages differently (re-snapshot the old side)"), ""]
     noisy = [k["kernel"] for k in result["kernels"] if "nondeterministic" in k["groups"]]
     if noisy:
         lines += [_bullet(f"Nondeterministic stages (not counted as changes): {', '.join(noisy)}"), ""]
     if result["rules"]:
         lines += [f"**--fail-on {','.join(result['rules'])}: {len(result['failing'])} match(es)**", ""]
         lines += [_bullet(f"- {f}") for f in result["failing"]] + ([""] if result["failing"] else [])
+    unrecorded = [k["kernel"] for k in result["kernels"]
+                  if any(c.get("note") for c in k["groups"].get("specialisation", []))]
+    if unrecorded:
+        lines += [_bullet(f"Specialisation not recorded on one side for {len(unrecorded)} kernel config(s) "
+                          f"(a snapshot by an older bwtriton): re-snapshot it to compare like with like"), ""]
     for k in result["kernels"]:
-        if k["status"] == "unchanged" and not k["groups"]:
+        notes_only = all(c.get("note") for c in k["groups"].get("specialisation", [])) and \
+            set(k["groups"]) <= {"specialisation"}
+        if k["status"] == "unchanged" and notes_only:
             continue
         lines += [f"## `{k['kernel']}` ({k['status']})", ""]
         for group, changes in k["groups"].items():
