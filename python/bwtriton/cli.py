@@ -14,7 +14,7 @@ from .demo import run_demo
 from .driver import compile as bw_compile
 from .errors import BwTritonError, InputError, UsageError
 from .loading import add_kernel_arguments, compile_keywords, load_kernel
-from .pipeline import all_passes
+from .pipeline import PASS_SPEC_GRAMMAR, PASSES_EXAMPLES, all_passes
 from .regress import cli as regress_cli
 from .report import MAX_WIDTH, check_report_names, format_table, render_reports, summary_table, wrap
 from .targets import TARGETS, target_name
@@ -22,6 +22,22 @@ from .tmem import write_tmem_map
 from .triton_passes import triton_pass_table
 from .userfiles import check_output_dir, check_output_file
 from .version import __version__
+
+
+def glue_option_values(argv: Sequence[str], options: Sequence[str] = ("--passes",)) -> list[str]:
+    """`--passes -NAME` -> `--passes=-NAME`: argparse takes a value that starts with '-' for an option and
+    fails with "expected one argument", yet dropping a pass is spelt exactly that way."""
+    out, it = [], iter(argv)
+    for arg in it:
+        if arg in options:
+            value = next(it, None)
+            if value is not None and value.startswith("-") and not value.startswith("--"):
+                out.append(f"{arg}={value}")
+                continue
+            out += [arg] + ([value] if value is not None else [])
+        else:
+            out.append(arg)
+    return out
 
 
 def _stage_list(text: str) -> list[str]:
@@ -164,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--target", default="sm_100a", type=target_name, help=f"one of {', '.join(TARGETS)}")
     add_kernel_arguments(c)
     c.add_argument("--two-cta", action="store_true", help="2-CTA (cta_group::2) MMAs via the pair-ctas pass")
-    c.add_argument("--passes", help="pass selection, e.g. '-verify-tcgen05' or 'plan-tmem{max_columns=256}'")
+    c.add_argument("--passes", help=f"pass selection, e.g. {PASSES_EXAMPLES}; {PASS_SPEC_GRAMMAR}")
     c.add_argument("--out", "-o", help="folder for the stage files (default: write none)")
     c.add_argument("--stages", help="comma-separated stages to write (default: all + sass); ptx is the PTX the "
                    "cubin is built from, ptx_triton Triton's before bwtriton's passes (written as KERNEL.triton.ptx)")
@@ -216,7 +232,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """parse_args, with unknown flags reported by the subcommand's parser (its name and --help in the line)."""
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(glue_option_values(sys.argv[1:] if argv is None else argv))
     if extra:
         sub = next((a.choices.get(getattr(args, "command", None)) for a in parser._actions
                     if isinstance(a, argparse._SubParsersAction)), None)

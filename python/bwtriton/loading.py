@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -60,17 +61,74 @@ def int_values(items: Sequence[str], what: str) -> dict[str, int]:
     return out
 
 
-def _import_file(file: Path):
-    mod_name = f"_bwtriton_user_{abs(hash(file.resolve()))}"
-    module_spec = importlib.util.spec_from_file_location(mod_name, file)
+def import_kernel_file(file: "str | Path") -> Any:
+    """Import a kernel file by path: the one loader of `bwtriton compile`, `emulate` and `snapshot`.
+
+    The module is registered in `sys.modules` (Triton's @jit inspects the defining module) under a name derived
+    from the path, size and mtime, so importing an unchanged file again returns the same module and an edited one
+    is imported afresh. Its folder is on `sys.path` while it runs (kernel files import their neighbours). A
+    failing import is an `InputError` quoting the file's own error, without our frames."""
+    path = Path(file).resolve()
+    stat = path.stat()
+    digest = hashlib.sha1(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    mod_name = f"_bwtriton_user_{digest}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise InputError(f"{file}: cannot import it (not a Python file; name a .py file)")
     module = importlib.util.module_from_spec(module_spec)
-    sys.modules[mod_name] = module  # triton's @jit inspects the defining module
+    sys.modules[mod_name] = module
+    sys.path.insert(0, str(path.parent))
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file failed to import: say where, without our frames
+    except Exception as exc:  # the user's file failed to import: say where and why, without our frames
         del sys.modules[mod_name]
-        raise InputError(f"{file}: importing it failed: {type(exc).__name__}: {exc}") from None
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise InputError(f"{file}: importing it failed: {type(exc).__name__}: {first} (fix the file, or leave "
+                         f"it out)") from None
+    finally:
+        sys.path.remove(str(path.parent))
     return module
+
+
+#: Decorators that make a function a Triton kernel (`from triton import jit` gives the bare name).
+_JIT_DECORATORS = {"jit", "triton.jit", "gluon.jit", "triton.experimental.gluon.jit"}
+
+
+def _decorator_name(node: ast.expr) -> str:
+    """'triton.jit' for `@triton.jit` and `@triton.jit(...)`; '' for anything that is no dotted name."""
+    node = node.func if isinstance(node, ast.Call) else node
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ""
+    return ".".join([node.id, *reversed(parts)])
+
+
+def kernel_file_contents(source: str) -> set[str]:
+    """What makes Python source a kernel file, read by parsing it, never by running it: a subset of
+    {'specs' (a top-level BWTRITON_SPECS), 'jit' (a @triton.jit / @gluon.jit function), 'corpus' (a top-level
+    corpus_kernels())}. Source that does not parse has none of them."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    found = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        if any(isinstance(t, ast.Name) and t.id == "BWTRITON_SPECS" for t in targets):
+            found.add("specs")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "corpus_kernels":
+            found.add("corpus")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                _decorator_name(d) in _JIT_DECORATORS for d in node.decorator_list):
+            found.add("jit")
+    return found
 
 
 def _what(spec: str) -> str:
@@ -94,7 +152,7 @@ def load_kernel(spec: str) -> tuple[Any, dict[str, Any]]:
     if not file.is_file():
         raise InputError(f"{file}: no such file (check the path of FILE.py:KERNEL)")
     read_text(file, "Python")  # binary, empty or unreadable files fail here with their own message
-    module = _import_file(file)
+    module = import_kernel_file(file)
     kernels = [n for n, v in vars(module).items() if type(v).__name__.endswith("JITFunction")]
     fn = getattr(module, name, None)
     if fn is None or name not in kernels:

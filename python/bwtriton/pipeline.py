@@ -133,6 +133,14 @@ class PassEntry:
 
 _ENTRY_RE = re.compile(r"^(?P<sign>[+-]?)(?P<name>[A-Za-z0-9_.\-]+)(?:\{(?P<opts>[^{}]*)\})?$")
 _SPEC_GRAMMAR = "name, name{opt=value,...}, +name, -name, none or default, separated by commas"
+#: The pass-spec grammar in a few lines, for --help texts and docs (tested as written).
+PASS_SPEC_GRAMMAR = (
+    "comma-separated entries: '-NAME' drops a default pass; '+NAME' adds one; 'NAME{opt=value,...}' or "
+    "'+NAME{opt=value,...}' sets options (adding the pass if it is not a default; the other passes stay); a "
+    "bare 'NAME' makes the spec the exact list of passes to run; 'none' runs no bwtriton pass, 'default' the "
+    "target's defaults")
+#: The --passes examples the --help texts show; tests run each of them as written.
+PASSES_EXAMPLES = "'-verify-tcgen05', 'plan-tmem{max_columns=256}' or '+pair-ctas{mode=auto}'"
 
 
 def parse_pass_spec(spec: "str | Iterable[str]") -> list[PassEntry]:
@@ -179,11 +187,13 @@ def resolve_passes(spec: "str | Iterable[str] | None", target: "str | Target",
                    *, use_env: bool = True) -> PassSelection:
     """Turn a user pass spec into a `PassSelection`.
 
-    Grammar (comma-separated, MLIR-like options): ``name``, ``name{opt=value,opt2=value}``, ``+name`` (add to the
-    defaults), ``-name`` (remove), ``none``, ``default``. A spec with any bare name is an exact list; a spec of
-    only ``+``/``-`` entries edits the target's defaults. With ``spec=None`` the ``BWTRITON_PASSES`` environment
-    variable (same grammar; unset or blank: no edits) edits the defaults. Passes a selected pass `requires` are
-    selected with it. Unknown passes or options raise with the closest valid names.
+    Grammar (`PASS_SPEC_GRAMMAR`; comma-separated, MLIR-like options): ``name`` (a bare name: the spec is an
+    exact list), ``+name`` / ``+name{opt=value,...}`` (add to the defaults, or set options of a default pass),
+    ``name{opt=value,...}`` (the same: options never drop other passes), ``-name`` (remove), ``none``,
+    ``default``. A spec with a bare name or ``none`` lists the passes exactly; any other spec edits the target's
+    defaults. With ``spec=None`` the ``BWTRITON_PASSES`` environment variable (same grammar; unset or blank: no
+    edits) edits the defaults. Passes a selected pass `requires` are selected with it. Unknown passes or options
+    raise with the closest valid names.
     """
     target = get_target(target)
     if spec is None:
@@ -191,7 +201,7 @@ def resolve_passes(spec: "str | Iterable[str] | None", target: "str | Target",
         entries = parse_pass_spec(env) if env.strip() else []
     else:
         entries = parse_pass_spec(spec)
-    exact = any(not e.sign and e.name != "default" for e in entries)
+    exact = any(not e.sign and not e.options and e.name != "default" for e in entries)
     chosen: dict[str, dict[str, Any]] = {}
     if not exact or any(e.is_keyword and e.name == "default" for e in entries):
         chosen = {n: {} for n in default_pass_names(target)}

@@ -14,6 +14,8 @@ from typing import Any
 
 from bwtriton.ptx.descriptors import decode_smem_desc
 
+from . import canonical
+
 #: Instruction families the census groups by (first matching prefix wins).
 FAMILIES = (
     ("tcgen05", ("tcgen05.",)),
@@ -153,15 +155,20 @@ _PTX_DEBUG = re.compile(r"^\s*(\.loc|\.file|//).*$|^\s*@\[.*$", re.M)
 
 
 def normalise_stage(stage: str, text: str) -> str:
-    """Stage text without what depends on where the source lives (locations, .file/.loc, comments).
-    `stage` may carry a suffix naming whose text it is (`ptx_triton`: Triton's own, before bwtriton's passes)."""
+    """Stage text without what depends on where the source lives (locations, .file/.loc, comments), in the
+    canonical form of `canonical.py` (value names and the order of side-effect-free operations, which Triton
+    emits nondeterministically, removed). `stage` may carry a suffix naming whose text it is (`ptx_triton`:
+    Triton's own, before bwtriton's passes)."""
     stage = stage.split("_", 1)[0]
-    if stage.endswith(("ttir", "ttgir", "llir")):
+    if stage.endswith(("ttir", "ttgir")):
         text = "\n".join(l for l in text.splitlines() if not l.startswith("#loc") and not l.startswith("!"))
-        return _MLIR_LOC.sub("", text)
+        return canonical.canonical_mlir(_MLIR_LOC.sub("", text))
+    if stage.endswith("llir"):
+        text = "\n".join(l for l in text.splitlines() if not l.startswith("!"))
+        return canonical.canonical_llvm(_MLIR_LOC.sub("", text))
     if stage.endswith("ptx"):
         text = text.split(".section\t.debug", 1)[0].split(".section .debug", 1)[0]
-        return _PTX_DEBUG.sub("", text)
+        return canonical.canonical_ptx(_PTX_DEBUG.sub("", text))
     if stage == "sass":
         # Register numbers are left out: the bundled ptxas-blackwell is not deterministic (the same PTX compiled
         # twice gives one of two SASS files differing only in which uniform registers hold what; measured).

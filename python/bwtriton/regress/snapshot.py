@@ -13,8 +13,8 @@ Triton version has the same stage hashes.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
-import importlib.util
 import json
 import multiprocessing
 import os
@@ -22,10 +22,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..driver import compile as bw_compile
-from ..errors import BwTritonError, InputError
+from ..errors import BwTritonError, InputError, suggest
+from ..loading import SPEC_KEYS, import_kernel_file, kernel_file_contents
 from ..optcompat.diagnostics import captured_stderr
 from ..ptx import parse_ptx
 from ..specialize import build_source
@@ -33,8 +34,9 @@ from ..targets import get_target
 from ..userfiles import read_text
 from ..version import __version__
 from . import census
+from .atomic import write_atomic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: records carry their specialisation; stage hashes of canonical text
 
 
 @dataclass(frozen=True)
@@ -58,37 +60,24 @@ class Job:
 # Finding the kernels
 # --------------------------------------------------------------------------------------------------------------
 
-def import_file(path: str) -> Any:
-    """Import a Python file by path (once per process; @triton.jit needs the module in sys.modules). A file whose
-    import fails is an `InputError` quoting the failure, so the user sees why it has no kernels."""
-    resolved = str(Path(path).resolve())
-    name = "_bwtriton_snapshot_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, resolved)
-    if spec is None:
-        raise InputError(f"{path}: cannot import it (not a Python file; name a .py file)")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    sys.path.insert(0, str(Path(resolved).parent))  # corpus modules import their neighbours
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: say what its import raised, without our frames
-        del sys.modules[name]
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise InputError(f"{path}: importing it failed: {type(exc).__name__}: {first} (fix the file, or leave it "
-                         f"out of the snapshot)") from None
-    finally:
-        sys.path.remove(str(Path(resolved).parent))
-    return module
+#: Keys a snapshot config may hold: what `bwtriton compile` reads from BWTRITON_SPECS, plus a config's label and
+#: the 2-CTA request (`bwtriton.compile(two_cta=...)`).
+CONFIG_KEYS = (*SPEC_KEYS, "name", "two_cta")
 
 
 def kernel_configs(module: Any, kernel: str) -> list[dict]:
-    """The configs of `kernel` in the module's BWTRITON_SPECS (a dict is one config, a list several)."""
+    """The configs of `kernel` in the module's BWTRITON_SPECS (a dict is one config, a list several); a key no
+    compile reads is an error rather than a silently different compile."""
     entry = getattr(module, "BWTRITON_SPECS", {}).get(kernel)
     if entry is None:
         return []
-    return [dict(entry)] if isinstance(entry, dict) else [dict(e) for e in entry]
+    configs = [dict(entry)] if isinstance(entry, dict) else [dict(e) for e in entry]
+    for config in configs:
+        unknown = [k for k in config if k not in CONFIG_KEYS]
+        if unknown:
+            raise InputError(f"BWTRITON_SPECS[{kernel!r}] has unknown key(s) {', '.join(map(repr, unknown))}."
+                             f"{suggest(unknown[0], CONFIG_KEYS)} Valid keys: {', '.join(CONFIG_KEYS)}.")
+    return configs
 
 
 def _config_name(spec: dict, index: int, count: int) -> str:
@@ -102,10 +91,13 @@ def _display_path(path: Path) -> str:
         return str(path)
 
 
-def discover_jobs(inputs: Iterable[str], targets: list[str], passes: str) -> list[Job]:
+def discover_jobs(inputs: Iterable[str], targets: list[str], passes: str,
+                  skipped: "list[tuple[str, str]] | None" = None) -> list[Job]:
     """Jobs for every kernel config in `inputs` (files, FILE.py:KERNEL, folders) x `targets`. A folder's .py files
-    without BWTRITON_SPECS or corpus_kernels() are skipped; a file named outright must declare kernels."""
+    are read (parsed, not run) and only kernel files are imported; each file passed over is appended to `skipped`
+    as (path, why). A file named outright must declare kernels."""
     jobs: list[Job] = []
+    skipped = [] if skipped is None else skipped
     for item in inputs:
         path_text, _, only = item.rpartition(":") if ".py:" in item else (item, "", "")
         path = Path(path_text)
@@ -115,7 +107,11 @@ def discover_jobs(inputs: Iterable[str], targets: list[str], passes: str) -> lis
             if only:
                 raise InputError(f"{path} is a folder; FILE.py:KERNEL names a kernel in a .py file")
             for file in sorted(path.rglob("*.py")):
-                jobs.extend(_jobs_of_file(file, only, targets, passes, named=False))
+                why = _why_not_a_kernel_file(file)
+                if why:
+                    skipped.append((_display_path(file), why))
+                else:
+                    jobs.extend(_jobs_of_file(file, only, targets, passes, named=False))
         else:
             jobs.extend(_jobs_of_file(path, only, targets, passes, named=True))
     if not jobs:
@@ -125,14 +121,26 @@ def discover_jobs(inputs: Iterable[str], targets: list[str], passes: str) -> lis
     return jobs
 
 
+def _why_not_a_kernel_file(file: Path) -> str:
+    """'' for a file a folder snapshot imports (it declares BWTRITON_SPECS or corpus_kernels()), else why not:
+    decided by parsing, so a helper script beside the kernels never runs."""
+    try:
+        found = kernel_file_contents(read_text(file, "Python", allow_empty=True))
+    except InputError as exc:  # binary or unreadable: not a kernel file, and no reason to stop the others
+        return f"unreadable ({exc})"
+    if found & {"specs", "corpus"}:
+        return ""
+    if "jit" in found:
+        return "@triton.jit kernels but no BWTRITON_SPECS to compile them with"
+    return "no BWTRITON_SPECS, @triton.jit function or corpus_kernels()"
+
+
 def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str, named: bool) -> list[Job]:
     if file.suffix != ".py":
         raise InputError(f"{file}: not a Python file (snapshot reads .py kernel files with BWTRITON_SPECS or "
                          f"corpus_kernels(), and folders of them)")
-    text = read_text(file, "Python")
-    if not named and "BWTRITON_SPECS" not in text and "def corpus_kernels" not in text:
-        return []
-    module = import_file(str(file))
+    read_text(file, "Python")  # binary, empty or unreadable files fail here with their own message
+    module = import_kernel_file(file)
     specs = getattr(module, "BWTRITON_SPECS", None)
     if named and specs is None and not hasattr(module, "corpus_kernels"):
         raise InputError(f"{file} declares no kernels (add BWTRITON_SPECS = {{'kernel': {{'signature': ..., "
@@ -159,19 +167,27 @@ def _jobs_of_file(file: Path, only: str, targets: list[str], passes: str, named:
 # Compiling one job
 # --------------------------------------------------------------------------------------------------------------
 
-def _compile_plain(fn: Any, spec: dict, target: str) -> Any:
+def _specialisation_args(spec: dict) -> dict[str, Any]:
+    """The 16-byte divisibility a config asks for, given to every mode alike (a diff between modes must not
+    measure a different integer specialisation)."""
+    return {"divisible_by_16": spec.get("divisible_by_16"), "example": spec.get("example")}
+
+
+def _compile_plain(fn: Any, spec: dict, target: str) -> dict[str, Any]:
     """Triton alone, no bwtriton hook (works with Triton versions our pipeline hook was not written for)."""
     import triton
-    src, _ = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), spec.get("divisible_by_16"),
-                          spec.get("example"))
+    args = _specialisation_args(spec)
+    src, chosen = build_source(fn, spec.get("signature", {}), spec.get("constexprs", {}), args["divisible_by_16"],
+                               args["example"])
     opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas") if k in spec}
     kernel = triton.compile(src, target=get_target(target).gpu_target(), options=opts)
-    return {**kernel.asm, "_metadata": kernel.metadata._asdict()}
+    return {**kernel.asm, "_metadata": kernel.metadata._asdict(), "_specialisation": chosen}
 
 
 def compile_job(job: Job) -> tuple[dict[str, Any], float]:
-    """Stage name -> text/bytes for one job, and the compile wall time in seconds."""
-    module = import_file(job.file)
+    """Stage name -> text/bytes for one job (plus `_metadata` and the `_specialisation` chosen), and the compile
+    wall time in seconds."""
+    module = import_kernel_file(job.file)
     start = time.perf_counter()
     if job.kind == "ptx":
         asm = {"ptx": module.corpus_kernels()[job.kernel]()}
@@ -179,14 +195,22 @@ def compile_job(job: Job) -> tuple[dict[str, Any], float]:
     spec = kernel_configs(module, job.kernel)[job.config_index]
     fn = getattr(module, job.kernel)
     if job.passes == "none":
-        asm = dict(_compile_plain(fn, spec, job.target))
+        asm = _compile_plain(fn, spec, job.target)
     else:
         opts = {k: spec[k] for k in ("num_warps", "num_stages", "num_ctas", "two_cta") if k in spec}
         res = bw_compile(fn, signature=spec.get("signature", {}), constexprs=spec.get("constexprs", {}),
-                         target=job.target, passes=None if job.passes == "default" else job.passes, **opts)
-        asm = dict(res.asm)
-        asm["_metadata"] = res.metadata
+                         target=job.target, passes=None if job.passes == "default" else job.passes,
+                         **_specialisation_args(spec), **opts)
+        asm = {**res.asm, "_metadata": res.metadata, "_specialisation": res.specialisation}
     return asm, time.perf_counter() - start
+
+
+def specialisation_record(chosen: Any) -> "dict[str, Any] | None":
+    """What a record says about the integer specialisation: the arguments compiled as 16-byte divisible and
+    where that came from ('example', 'explicit', 'assumed'); None for PTX corpus entries (nothing compiled)."""
+    if chosen is None:
+        return None
+    return {"divisible_by_16": list(chosen.divisible), "source": chosen.source}
 
 
 def _metadata(asm: dict) -> dict:
@@ -207,7 +231,8 @@ def analyse(job: Job, asm: dict[str, Any]) -> dict[str, Any]:
                       "num_warps": md.get("num_warps"), "num_ctas": md.get("num_ctas")})
     sass_text = _sass(asm.get("cubin") or cubin)
     stages = {k: v for k, v in asm.items() if not k.startswith("_") and k != "cubin"}
-    return {"ptx_version": module.version, "census": census.ptx_census(module),
+    return {"specialisation": specialisation_record(asm.get("_specialisation")),
+            "ptx_version": module.version, "census": census.ptx_census(module),
             "descriptors": census.decoded_descriptors(module, job.target) if tgt.has_tcgen05 else {},
             "resources": resources, "sass": census.sass_histogram(sass_text),
             "findings": census.verifier_findings(module, job.target),
@@ -252,34 +277,112 @@ def _validity_hashes(asm: dict[str, Any]) -> dict[str, str]:
             for k, v in sorted(asm.items()) if not k.startswith("_") and k not in ("json", "source")}
 
 
-def run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
-    """Compile and record one job (the worker function); errors become a record with 'error'."""
+#: What a failing compile or analysis of one kernel raises (Triton's and ptxas's errors included): recorded as that
+#: kernel's failure. Anything else is a bug of ours and propagates.
+_COMPILE_FAILURES = (BwTritonError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, ImportError,
+                     FileNotFoundError)
+
+
+def _error_record(job: Job, exc: BaseException, native: list[str]) -> dict[str, Any]:
+    """The record of a job that failed to compile: the exception's first line and Triton's C++ error, if any."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    cause = next((l.strip() for l in "".join(native).splitlines() if ": error: " in l
+                  and "Failures have been detected" not in l), "")
+    cause = f" ({cause.split(': error: ', 1)[1][:200]})" if cause else ""
+    return {"file": job.file, "kernel": job.kernel, "config": job.config, "target": job.target,
+            "passes": job.passes, "error": f"{type(exc).__name__}: {first[:300]}{cause}"}
+
+
+def read_cache_entry(path: Path, job: "Job | None" = None) -> tuple["dict | None", str]:
+    """(the entry, '') for a readable cache entry (of `job`, when given); (None, why) for a damaged or mismatched
+    one, which is deleted: a cache entry is a copy of work that can be redone, so its damage is a note, never a
+    kernel's failure."""
+    try:
+        entry = json.loads(path.read_text())
+        if not (isinstance(entry, dict) and isinstance(entry.get("validity"), dict)
+                and isinstance(entry.get("record"), dict)):
+            why = "not a snapshot cache entry"
+        elif job is not None and any(entry["record"].get(k) != getattr(job, k) for k in _IDENTITY):
+            why = f"it holds {entry['record'].get('file')}:{entry['record'].get('kernel')}, not this kernel"
+        else:
+            return entry, ""
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return None, f"damaged cache entry {path.name} discarded and recomputed ({why[:120]})"
+
+
+#: Record fields that name the job a record belongs to.
+_IDENTITY = ("file", "kernel", "config", "target", "passes")
+
+
+@contextlib.contextmanager
+def _always_compile() -> Iterator[None]:
+    """Triton compiles afresh instead of answering from its cache (its TRITON_ALWAYS_COMPILE switch)."""
+    before = os.environ.get("TRITON_ALWAYS_COMPILE")
+    os.environ["TRITON_ALWAYS_COMPILE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRITON_ALWAYS_COMPILE"]
+        else:
+            os.environ["TRITON_ALWAYS_COMPILE"] = before
+
+
+def unstable_stages(job: Job, hashes: dict[str, str]) -> list[str]:
+    """The stages whose canonical hash differs when `job` is compiled once more, afresh: what stays
+    nondeterministic after canonicalisation (a diff reports it as such, not as a change)."""
+    if job.kind != "jit":
+        return []
+    with captured_stderr(), _always_compile():
+        again, _ = compile_job(job)
+    stages = {k: v for k, v in again.items() if not k.startswith("_") and k != "cubin"}
+    again_hashes = census.stage_hashes({**stages, "sass": _sass(again.get("cubin") or b"")})
+    return sorted(k for k, h in hashes.items() if k in again_hashes and again_hashes[k] != h)
+
+
+def run_job(job: Job, cache_dir: str | None, check_determinism: bool = False) -> dict[str, Any]:
+    """Compile and record one job (the worker function); errors become a record with 'error'. A damaged cache
+    entry is recomputed and leaves a `cache_note` in the record. `check_determinism` compiles once more and
+    lists the stages that came out differently under 'nondeterministic'."""
+    record = _run_job(job, cache_dir)
+    if check_determinism and "error" not in record:
+        try:
+            record["nondeterministic"] = unstable_stages(job, record["hashes"])
+        except (BwTritonError, RuntimeError) as exc:  # compiled once, failed the second time: say so
+            record["nondeterministic"] = [f"recompile failed: {type(exc).__name__}: {exc}"[:200]]
+    return record
+
+
+def _run_job(job: Job, cache_dir: str | None) -> dict[str, Any]:
     native: list[str] = []
     try:
         with captured_stderr() as native:  # Triton's C++ diagnostics and reproducers: quoted on failure only
             asm, seconds = compile_job(job)
-        spec_text = repr(kernel_configs(import_file(job.file), job.kernel)[job.config_index]) if job.kind == "jit" \
-            else job.kernel
-        valid = _validity_hashes(asm)
-        cache = _cache_file(cache_dir, job, spec_text) if cache_dir else None
-        if cache and cache.exists():
-            cached = json.loads(cache.read_text())
-            if cached.get("validity") == valid:
-                return {**cached["record"], "compile_seconds": round(seconds, 3), "cached": True}
+        spec_text = repr(kernel_configs(import_kernel_file(job.file), job.kernel)[job.config_index]) \
+            if job.kind == "jit" else job.kernel
+    except _COMPILE_FAILURES as exc:
+        return _error_record(job, exc, native)
+    valid = _validity_hashes(asm)
+    cache = _cache_file(cache_dir, job, spec_text) if cache_dir else None
+    note = ""
+    if cache and cache.exists():
+        cached, note = read_cache_entry(cache, job)
+        if cached is not None and cached["validity"] == valid:
+            return {**cached["record"], "compile_seconds": round(seconds, 3), "cached": True}
+    try:
         record = {"file": job.file, "kernel": job.kernel, "config": job.config, "target": job.target,
                   "passes": job.passes, **analyse(job, asm)}
-        if cache:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps({"validity": valid, "record": record}, default=str))
-        return {**record, "compile_seconds": round(seconds, 3), "cached": False}
-    except (BwTritonError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, ImportError,
-            FileNotFoundError) as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        cause = next((l.strip() for l in "".join(native).splitlines() if ": error: " in l
-                      and "Failures have been detected" not in l), "")
-        cause = f" ({cause.split(': error: ', 1)[1][:200]})" if cause else ""
-        return {"file": job.file, "kernel": job.kernel, "config": job.config, "target": job.target,
-                "passes": job.passes, "error": f"{type(exc).__name__}: {first[:300]}{cause}"}
+    except _COMPILE_FAILURES as exc:  # ptxas rejecting the PTX is this kernel's failure too
+        return _error_record(job, exc, native)
+    if cache:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cache, json.dumps({"validity": valid, "record": record}, default=str))
+    return {**record, "compile_seconds": round(seconds, 3), "cached": False, **({"cache_note": note} if note else {})}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -300,8 +403,10 @@ def _progress(done: int, total: int, label: str, stream=sys.stderr) -> None:
 
 
 def take_snapshot(jobs: list[Job], *, jobs_n: int = 1, cache_dir: str | None = None,
-                  progress: Callable[[int, int, str], None] | None = _progress) -> dict[str, Any]:
-    """Run every job (in `jobs_n` worker processes) and return the snapshot document."""
+                  progress: Callable[[int, int, str], None] | None = _progress,
+                  check_determinism: bool = False) -> dict[str, Any]:
+    """Run every job (kernels x configs x targets, in `jobs_n` worker processes, under this process's Triton) and
+    return the snapshot document: the one function a driver over Triton versions or machines calls per batch."""
     records: dict[str, dict] = {}
     started = time.perf_counter()
 
@@ -312,12 +417,12 @@ def take_snapshot(jobs: list[Job], *, jobs_n: int = 1, cache_dir: str | None = N
 
     if jobs_n <= 1:
         for n, job in enumerate(jobs, 1):
-            collect(job, run_job(job, cache_dir), n)
+            collect(job, run_job(job, cache_dir, check_determinism), n)
     else:
         # fork: workers inherit the imported modules; Triton holds no GPU state offline.
         ctx = multiprocessing.get_context("fork")
         with cf.ProcessPoolExecutor(max_workers=jobs_n, mp_context=ctx) as pool:
-            futures = {pool.submit(run_job, job, cache_dir): job for job in jobs}
+            futures = {pool.submit(run_job, job, cache_dir, check_determinism): job for job in jobs}
             for n, fut in enumerate(cf.as_completed(futures), 1):
                 collect(futures[fut], fut.result(), n)
     return {"format": FORMAT_VERSION, **_versions(), "passes": jobs[0].passes if jobs else None,
@@ -330,7 +435,7 @@ def default_cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "bwtriton", "snapshots")
 
 
-VOLATILE_FIELDS = ("compile_seconds", "cached")
+VOLATILE_FIELDS = ("compile_seconds", "cached", "cache_note")
 
 
 def without_timing(doc: dict) -> dict:
@@ -342,7 +447,7 @@ def without_timing(doc: dict) -> dict:
 def write_snapshot(doc: dict, path: str) -> None:
     """Write a snapshot as sorted, indented JSON (line-oriented, so `git diff` of it reads well); the folder must
     exist (`userfiles.check_output_file` says so before the work)."""
-    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
 
 
 def load_snapshot(path: str) -> dict:
