@@ -32,6 +32,7 @@ from ..ptx import parse_ptx
 from ..specialize import build_source
 from ..targets import get_target
 from ..userfiles import read_text
+from ..compat.versions import installed_text
 from ..version import __version__
 from . import census
 from .atomic import write_atomic
@@ -261,8 +262,7 @@ def analysis_digest() -> str:
 
 
 def _versions() -> dict[str, str]:
-    import triton
-    return {"triton": triton.__version__, "bwtriton": __version__, "analysis": analysis_digest()}
+    return {"triton": installed_text() or "none", "bwtriton": __version__, "analysis": analysis_digest()}
 
 
 def _cache_file(cache_dir: str, job: Job, spec_text: str) -> Path:
