@@ -52,10 +52,10 @@ def _import(path: Path):
     return module
 
 
-def _findings(ptx: str) -> dict[str, int]:
+def _findings(ptx: str, target: str) -> dict[str, int]:
     """'severity check/rule' -> count, from bwtriton's verifier (notes left out)."""
     from bwtriton.verify import verify_ptx  # noqa: PLC0415 - imported in the worker only
-    report = verify_ptx(ptx, target="sm_100a")
+    report = verify_ptx(ptx, target=target)
     return dict(sorted(Counter(f"{f.severity} {f.check}/{f.rule}" for f in report.findings
                                if f.severity != "note").items()))
 
@@ -86,29 +86,32 @@ def run_case(path: Path, emulate: bool = True) -> dict[str, Any]:
     module = _import(path)
     case = module.CASE
     fn, spec = load_kernel(f"{path}:{case['kernel']}")
+    target = case.get("target", "sm_100a")
     rec: dict[str, Any] = {"case": path.stem, "report": case["report"], "reach": case.get("reach", "ptx"),
-                           "triton": ".".join(map(str, installed())), "kernel": case["kernel"]}
+                           "triton": ".".join(map(str, installed())), "kernel": case["kernel"], "target": target}
     t0 = time.perf_counter()
     try:
-        plain = bwtriton.compile(fn, target="sm_100a", passes="none", **spec)
+        plain = bwtriton.compile(fn, target=target, passes="none", **spec)
     except Exception as exc:  # a compile failure of Triton itself is a result of the case
         rec["triton_compile"] = _first_line(exc)
         return rec
     rec["triton_compile"] = "ok"
     rec["facts"] = ptx_facts(plain.asm["ptx"]).to_dict()
-    rec["verify_triton"] = _findings(plain.asm["ptx"])
+    rec["verify_triton"] = _findings(plain.asm["ptx"], target)
     final = None
     try:
-        final = bwtriton.compile(fn, target="sm_100a", **spec)
+        final = bwtriton.compile(fn, target=target, **spec)
         rec["pipeline"] = "ok"
         rec["facts_final"] = ptx_facts(final.asm["ptx"]).to_dict()
         rec["ptx_changed"] = final.asm["ptx"] != plain.asm["ptx"]
         if "insert-proxy-fence" in final.reports:  # the repair pass, once it is in the pipeline
             rec["repair"] = final.reports["insert-proxy-fence"]
-        rec["verify_final"] = _findings(final.asm["ptx"])
+        rec["verify_final"] = _findings(final.asm["ptx"], target)
     except Exception as exc:  # the default pipeline refusing the kernel is a verdict
         rec["pipeline"] = _first_line(exc)
-    if emulate and hasattr(module, "emulate_launch"):
+    if not hasattr(module, "emulate_launch"):
+        rec["emulator"] = f"not run (no emulation of {target})" if target != "sm_100a" else "not run"
+    elif emulate:
         rec["emulated_ptx"] = "final" if final is not None else "triton"
         try:
             rec["emulator"] = _emulate(module, final if final is not None else plain)
@@ -167,6 +170,7 @@ def _cell_facts(facts: Optional[dict]) -> str:
         return "-"
     parts = [f"{facts['mma']} tcgen05.mma", f"{facts['fence_proxy_async']} fence.proxy.async",
              f"{facts['bar_sync']} bar.sync"]
+    parts += [f"{n} mma.sync {form}" for form, n in facts.get("mma_sync_forms", {}).items()]
     if facts["tma_store"]:
         parts.append(f"{facts['tma_store']} TMA stores")
     if facts["unfenced_mma_in_loop"]:
@@ -186,7 +190,10 @@ def markdown_row(rec: dict[str, Any]) -> str:
         pipeline = rec.get("pipeline", "-")
         if pipeline == "ok":
             added = rec["facts_final"]["fence_proxy_async"] - rec["facts"]["fence_proxy_async"]
-            pipeline = "ok" + (f", +{added} fence.proxy.async" if added else "") + (
+            forms = rec["facts_final"].get("mma_sync_forms", {})
+            pipeline = "ok" + (f", +{added} fence.proxy.async" if added else "") + "".join(
+                f", {n} mma.sync {form}" for form, n in forms.items()
+                if forms != rec["facts"].get("mma_sync_forms")) + (
                 ", PTX changed" if rec.get("ptx_changed") else ", PTX unchanged")
             if rec["facts_final"]["unfenced_mma_in_loop"] or rec["facts_final"]["unfenced_tma_store"]:
                 pipeline += ", still unfenced"

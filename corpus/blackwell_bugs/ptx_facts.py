@@ -20,6 +20,9 @@ class PtxFacts:
     """Counts of the instructions the corpus cases turn on, and the unfenced async-proxy readers."""
 
     mma: int = 0
+    mma_sync: int = 0
+    #: distinct `mma.sync` forms (shape, kind, types) -> count: which tensor-core path a consumer GPU takes
+    mma_sync_forms: dict[str, int] = field(default_factory=dict)
     fence_proxy_async: int = 0
     bar_sync: int = 0
     mbarrier_arrive: int = 0
@@ -71,6 +74,10 @@ def ptx_facts(ptx: str) -> PtxFacts:
         facts.fence_proxy_async += bool(_FENCE.search(code))
         facts.bar_sync += bool(re.search(r"\b(?:bar|barrier)\.sync\b", code))
         facts.mbarrier_arrive += bool(re.search(r"\bmbarrier\.arrive\b", code))
+        form = re.search(r"\bmma\.sync\.aligned\.([\w.:]+)", code)
+        if form:
+            facts.mma_sync += 1
+            facts.mma_sync_forms[form.group(1)] = facts.mma_sync_forms.get(form.group(1), 0) + 1
         if _TMA_STORE.search(code):
             facts.tma_store += 1
             if _unfenced(lines, i, 0, i, wrap=False):
