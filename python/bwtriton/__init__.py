@@ -1,10 +1,13 @@
-"""bwtriton: Blackwell (sm_100a) lowering passes, verifier and emulator on top of Triton 3.6."""
+"""bwtriton: Blackwell (sm_100a) lowering passes, verifier and emulator on top of Triton 3.6 - 3.9."""
 from __future__ import annotations
 
 from .version import __version__  # noqa: E402
 from .errors import BwTritonError, CompileError, InputError, UnknownPassError, UnknownTargetError  # noqa: E402
 from .targets import TARGETS, Target, get_target  # noqa: E402
 from .emulation import requested_emulation  # noqa: E402
+from .compat.versions import warn_if_unsupported  # noqa: E402
+
+warn_if_unsupported()
 
 
 def compile(*args, **kwargs):  # noqa: A001 - mirrors triton.compile

@@ -146,9 +146,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(target=args.target, run_on_gpu=not args.no_gpu)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor  # heavy: asks Triton's backend for its ptxas
+    info = doctor.report()
+    print(json.dumps(info, indent=2) if args.json else doctor.render(info))
+    return 0 if info["triton_supported"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="bwtriton", description="Blackwell (sm_100a) passes, verifier and emulator "
-                                "on top of Triton 3.6.")
+                                "on top of Triton 3.6 - 3.9.")
     p.add_argument("--version", action="version", version=f"bwtriton {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -185,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--target", default="sm_100a", type=target_name)
     d.add_argument("--no-gpu", action="store_true", help="do not launch on a local GPU even if one exists")
     d.set_defaults(func=cmd_demo)
+
+    for name in ("doctor", "version"):
+        dr = sub.add_parser(name, help="print bwtriton, Triton (and whether it is supported), torch, the CUDA tools "
+                            "Triton bundles, and which features this Triton can run")
+        dr.add_argument("--json", action="store_true")
+        dr.set_defaults(func=cmd_doctor)
 
     # Feature modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
     from .emu import cli as emu_cli  # heavy: the emulator (numpy, torch, Triton's driver API)

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 
 from .errors import CompileError, InputError, UnknownStageError, suggest
 from .pairing import should_pair
+from .compat.versions import check_supported
 from .pipeline import PassSelection, resolve_passes, stages_hook, triton_stage_name
 from .specialize import Specialisation, build_source
 from .userfiles import make_output_dir, read_text
@@ -275,6 +276,7 @@ def _front_end_message(exc: BaseException) -> str:
 
 def _run_triton(src: Any, tgt: Target, selection: PassSelection, opts: dict[str, Any]):
     """triton.compile with our stage hook, its failures turned into short `CompileError`s."""
+    check_supported()
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
     env_vars = {**get_cache_invalidating_env_vars(), "BWTRITON_PIPELINE": selection.key()}

@@ -36,6 +36,7 @@ from typing import Any, Iterable, Iterator
 
 from . import passes
 from .compat.stage_hook import StagesHook
+from .compat.versions import check_supported
 from .errors import BwTritonError, CompileError, UnknownPassError, suggest
 from .passes import PassContext, all_passes, get_pass
 from .targets import Target, get_target, target_for_capability
@@ -407,6 +408,7 @@ def enable(passes: "str | Iterable[str] | None" = None, *, target: "str | None" 
     The pass selection is resolved for the current GPU (or `target`); the on-disk cache moves to a folder
     keyed by bwtriton's version and that selection, and in-memory JIT caches are cleared.
     """
+    check_supported()
     from triton import knobs
     if target is None:
         try:

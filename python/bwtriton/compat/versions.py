@@ -41,8 +41,17 @@ def installed() -> TritonVersion:
                                      f"(bwtriton is tested on {', '.join(SUPPORTED)})") from None
 
 
-def is_supported(version: TritonVersion) -> bool:
+def installed_text() -> "str | None":
+    """The installed Triton's version string as its package states it, or None when Triton is not installed."""
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def is_supported(version: "TritonVersion | str") -> bool:
     """Whether `version` is a release of a supported minor line (3.6.x - 3.9.x)."""
+    version = parse_version(version) if isinstance(version, str) else version
     return any(version[:2] == parse_version(v)[:2] for v in SUPPORTED)
 
 
@@ -55,6 +64,18 @@ def check_supported() -> TritonVersion:
     raise UnsupportedTritonError(
         f"Triton {text} is not supported: bwtriton is tested on Triton {', '.join(SUPPORTED)}. Install one of "
         f"those (pip install 'triton{SUPPORTED_RANGE}'), or set {ENV_ALLOW_UNSUPPORTED}=1 to try {text} untested")
+
+
+def warn_if_unsupported() -> None:
+    """At import: a warning (not an error, so that `bwtriton doctor` can still say what is wrong) when the
+    installed Triton is outside the supported range; compiling then raises `UnsupportedTritonError`."""
+    text = installed_text()
+    if text is None or is_supported(text) or os.environ.get(ENV_ALLOW_UNSUPPORTED) == "1":
+        return
+    import warnings
+    warnings.warn(f"bwtriton is tested on Triton {', '.join(SUPPORTED)}, not {text}: compiling will fail with "
+                  f"an error until a supported Triton is installed (pip install 'triton{SUPPORTED_RANGE}') or "
+                  f"{ENV_ALLOW_UNSUPPORTED}=1 is set; `bwtriton doctor` shows the installation", stacklevel=3)
 
 
 def at_least(major: int, minor: int) -> bool:
