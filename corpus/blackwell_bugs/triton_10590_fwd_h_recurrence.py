@@ -7,7 +7,7 @@ Blackwell with 4 warps and 2-3 stages; 2 warps is deterministic and Hopper is fi
 
 Reproducer, written from the description: the state h[128, BV] is carried across a sequential loop over chunks
 as two 64-row fp32 accumulators; each iteration computes a bf16 tile (the corrected values) in registers and
-feeds it to the two state-update dots of the same iteration. Triton stores that tile to shared memory with
+feeds it to the two state-update dots of the same iteration (rows past T masked, as FLA's boundary checks do). Triton stores that tile to shared memory with
 generic-proxy `st.shared`; the `tcgen05.mma` reads it through the async proxy, so every iteration needs a
 `fence.proxy.async` between the two.
 """
@@ -21,34 +21,33 @@ def fwd_h_kernel(k_ptr, w_ptr, v_ptr, g_ptr, h_ptr, vnew_ptr, T,
                  K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
     """Per chunk: store h, v_new = v - w @ h, then h = exp(g_last) h + k^T @ (decayed v_new), h as 2 x 64 rows."""
     i_v = tl.program_id(0)
+    cols = i_v * BV + tl.arange(0, BV)
+    r64 = tl.arange(0, 64)
     h_top = tl.zeros([64, BV], dtype=tl.float32)
     h_bot = tl.zeros([64, BV], dtype=tl.float32)
-    n_chunks = tl.cdiv(T, BT)
-    for t in range(n_chunks):
-        p_h1 = tl.make_block_ptr(h_ptr + t * K * V, (K, V), (V, 1), (0, i_v * BV), (64, BV), (1, 0))
-        tl.store(p_h1, h_top.to(tl.bfloat16), boundary_check=(0, 1))
-        p_h2 = tl.make_block_ptr(h_ptr + t * K * V, (K, V), (V, 1), (64, i_v * BV), (64, BV), (1, 0))
-        tl.store(p_h2, h_bot.to(tl.bfloat16), boundary_check=(0, 1))
-        p_w = tl.make_block_ptr(w_ptr, (T, K), (K, 1), (t * BT, 0), (BT, 64), (1, 0))
-        acc = tl.dot(tl.load(p_w, boundary_check=(0, 1)), h_top.to(tl.bfloat16))
-        p_w = tl.make_block_ptr(w_ptr, (T, K), (K, 1), (t * BT, 64), (BT, 64), (1, 0))
-        acc += tl.dot(tl.load(p_w, boundary_check=(0, 1)), h_bot.to(tl.bfloat16))
-        p_v = tl.make_block_ptr(v_ptr, (T, V), (V, 1), (t * BT, i_v * BV), (BT, BV), (1, 0))
-        v_new = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) - acc
-        p_vn = tl.make_block_ptr(vnew_ptr, (T, V), (V, 1), (t * BT, i_v * BV), (BT, BV), (1, 0))
-        tl.store(p_vn, v_new.to(tl.bfloat16), boundary_check=(0, 1))
-        last = min((t + 1) * BT, T) - 1
-        g_last = tl.load(g_ptr + last)
+    for t in range(tl.cdiv(T, BT)):
+        base = h_ptr + t * K * V
+        tl.store(base + r64[:, None] * V + cols[None, :], h_top.to(tl.bfloat16))
+        tl.store(base + (64 + r64)[:, None] * V + cols[None, :], h_bot.to(tl.bfloat16))
         rows = t * BT + tl.arange(0, BT)
-        g = tl.load(g_ptr + rows, mask=rows < T, other=0.)
+        live = rows < T
+        w_top = tl.load(w_ptr + rows[:, None] * K + r64[None, :], mask=live[:, None], other=0.)
+        w_bot = tl.load(w_ptr + rows[:, None] * K + 64 + r64[None, :], mask=live[:, None], other=0.)
+        acc = tl.dot(w_top, h_top.to(tl.bfloat16))
+        acc += tl.dot(w_bot, h_bot.to(tl.bfloat16))
+        v = tl.load(v_ptr + rows[:, None] * V + cols[None, :], mask=live[:, None], other=0.)
+        v_new = v.to(tl.float32) - acc
+        tl.store(vnew_ptr + rows[:, None] * V + cols[None, :], v_new.to(tl.bfloat16), mask=live[:, None])
+        g_last = tl.load(g_ptr + min((t + 1) * BT, T) - 1)
+        g = tl.load(g_ptr + rows, mask=live, other=0.)
         v_new = v_new * tl.exp(g_last - g)[:, None]
         h_top *= tl.exp(g_last)
         h_bot *= tl.exp(g_last)
         v_b = v_new.to(tl.bfloat16)
-        p_k = tl.make_block_ptr(k_ptr, (K, T), (1, K), (0, t * BT), (64, BT), (0, 1))
-        h_top += tl.dot(tl.load(p_k, boundary_check=(0, 1)), v_b)
-        p_k = tl.make_block_ptr(k_ptr, (K, T), (1, K), (64, t * BT), (64, BT), (0, 1))
-        h_bot += tl.dot(tl.load(p_k, boundary_check=(0, 1)), v_b)
+        kt_top = tl.load(k_ptr + rows[None, :] * K + r64[:, None], mask=live[None, :], other=0.)
+        kt_bot = tl.load(k_ptr + rows[None, :] * K + 64 + r64[:, None], mask=live[None, :], other=0.)
+        h_top += tl.dot(kt_top, v_b)
+        h_bot += tl.dot(kt_bot, v_b)
 
 BWTRITON_SPECS = {"fwd_h_kernel": {
     "signature": {"k_ptr": "*bf16", "w_ptr": "*bf16", "v_ptr": "*bf16", "g_ptr": "*fp32", "h_ptr": "*bf16",
