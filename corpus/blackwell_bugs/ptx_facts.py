@@ -32,6 +32,10 @@ class PtxFacts:
     unfenced_mma_in_loop: list[int] = field(default_factory=list)
     #: TMA stores reached from a st.shared with no fence.proxy.async between (text order)
     unfenced_tma_store: list[int] = field(default_factory=list)
+    #: (tcgen05.ld line, tcgen05.st line): a TMEM store follows a TMEM load with no CTA barrier or mbarrier wait
+    #: between. Harmless when one warp does both (its tcgen05.wait::ld orders them); with 8 warps, two warps share
+    #: each lane quarter, and the store of one can overwrite what the other has not read yet.
+    tmem_st_after_ld_unsynced: list[tuple[int, int]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,11 +68,28 @@ def _unfenced(lines: list[str], at: int, start: int, end: int, wrap: bool) -> bo
     return False
 
 
+_SYNC = re.compile(r"\b(?:bar|barrier)\.(?:cta\.)?sync\b|\bmbarrier\.try_wait\b")
+
+
+def _st_after_ld(lines: list[str]) -> list[tuple[int, int]]:
+    """(ld, st) line pairs, 1-based: each tcgen05.st and the latest tcgen05.ld before it with no sync between."""
+    out, last_ld = [], None
+    for i, line in enumerate(lines):
+        code = line.split("//", 1)[0]
+        if _SYNC.search(code):
+            last_ld = None
+        elif re.search(r"\btcgen05\.ld\b", code):
+            last_ld = i + 1
+        elif re.search(r"\btcgen05\.st\b", code) and last_ld is not None:
+            out.append((last_ld, i + 1))
+    return out
+
+
 def ptx_facts(ptx: str) -> PtxFacts:
     """The facts of one PTX text (line numbers are 1-based, as in the verifier's findings)."""
     lines = ptx.splitlines()
     loops = _loops(lines)
-    facts = PtxFacts(loops=len(loops))
+    facts = PtxFacts(loops=len(loops), tmem_st_after_ld_unsynced=_st_after_ld(lines))
     for i, line in enumerate(lines):
         code = line.split("//", 1)[0]
         facts.fence_proxy_async += bool(_FENCE.search(code))

@@ -7,9 +7,9 @@ Blackwell with 4 warps and 2-3 stages; 2 warps is deterministic and Hopper is fi
 
 Reproducer, written from the description: the state h[128, BV] is carried across a sequential loop over chunks
 as two 64-row fp32 accumulators; each iteration computes a bf16 tile (the corrected values) in registers and
-feeds it to the two state-update dots of the same iteration (rows past T masked, as FLA's boundary checks do). Triton stores that tile to shared memory with
-generic-proxy `st.shared`; the `tcgen05.mma` reads it through the async proxy, so every iteration needs a
-`fence.proxy.async` between the two.
+feeds it to the two state-update dots of the same iteration (rows past T masked, as FLA's boundary checks do).
+Triton stores that tile to shared memory with generic-proxy `st.shared`; the `tcgen05.mma` reads it through the
+async proxy, so every iteration needs a `fence.proxy.async` between the two.
 """
 import torch
 import triton
