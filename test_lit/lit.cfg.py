@@ -28,3 +28,9 @@ config.substitutions.append(("FileCheck", filecheck))
 for var in ("HOME", "TRITON_CACHE_DIR", "PATH", "PYTHONPATH", "BWTRITON_PASSES", "TMPDIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+
+# The Triton release under test, for `REQUIRES: triton-3.9` / `UNSUPPORTED: triton-3.6` lines where a release's
+# output differs (bwtriton.compat is the one place that reads the version).
+from bwtriton.compat.versions import installed as _triton_version  # noqa: E402
+
+config.available_features.add("triton-{}.{}".format(*_triton_version()[:2]))

@@ -24,7 +24,28 @@ def _has_cuda() -> bool:
 HAS_CUDA = _has_cuda()
 
 
+#: The compat selection: what tools/run_tests.py's version matrix runs on every other supported Triton release
+#: (besides lit, which runs whole there). Chosen to cover each layer once -- the CLI contract, the driver and stage
+#: hook, every pass, the verifier on the kernel corpus and upstream-style kernels, the emulator's numerics, the
+#: emulated kernel library and the formats' CPU paths -- within a few minutes on 2 cores. A test file may also
+#: mark itself (`pytestmark = pytest.mark.compat`).
+COMPAT_SELECTION = (
+    "test_architecture.py",
+    "cli/test_cli.py", "cli/test_cli_messages.py",
+    "driver/test_driver.py", "driver/test_front_door_errors.py",
+    "passes/test_pipeline.py", "passes/test_passes_dot_scaled_forms.py", "passes/test_pair_ctas.py",
+    "verify/test_verify_corpus.py", "upstream/test_verify_upstream_corpus.py",
+    "emu/test_emu_numerics.py", "examples/test_emulated_examples.py",
+    "kernels/test_emulated_kernels_matmul.py",
+    "formats/test_formats_nvfp4.py", "formats/test_formats_mx.py", "tools/test_run_tests.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    compat = pytest.mark.compat
+    for item in items:
+        if Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix() in COMPAT_SELECTION:
+            item.add_marker(compat)
     for item in items:
         if "emulated" in item.keywords:  # a JUnit <property>: run_tests.py reports the emulated share by marker
             item.user_properties.append(("marker", "emulated"))

@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""Run bwtriton's whole test suite: pytest (unit, numerics, emulator; GPU tests skip without CUDA) then lit.
+"""Run bwtriton's whole test suite: pytest (unit, numerics, emulator; GPU tests skip without CUDA) then lit, on the
+installed Triton; then the version matrix: the compat selection (tests marked `compat`, and all of lit) on every
+other supported Triton release, each in its own environment (bwtriton.compat.environments: built once, reused).
 
-Fails when any test fails or when either runner ran no test at all (pytest exit 5 is a failure here).
-Ends with one line `total: N passed, N failed, N skipped`.
+Fails when any test fails or when either runner ran no test at all (pytest exit 5 is a failure here), in any
+release. Ends with one line `total: N passed, N failed, N skipped` over everything that ran.
+`--no-matrix` runs the installed Triton only; `--versions 3.7.1,3.9.0` picks the matrix's releases;
+`--compat` runs only the compat selection (what the matrix runs in each environment). With pytest arguments
+(`-m gpu`, `-k ...`) the matrix is off unless `--versions` names releases.
 Extra arguments go to pytest (e.g. `-m gpu`, `-k formats`, `-m emulated` for the emulated-B200 selection);
 `--no-lit` skips the lit suite. pytest runs on one worker per CPU core (pytest-xdist, whole files per worker, at
 most MAX_WORKERS) unless the arguments choose (`-n ...`, `-p no:xdist`). The emulator's share (the tests marked
@@ -87,9 +92,50 @@ def run_lit() -> tuple[int, int, int, int]:
     return proc.returncode, passed, failed, counts["Unsupported"]
 
 
+def _installed_triton() -> str:
+    from bwtriton.compat.versions import installed_text  # the package under test (tools/ is not a package)
+    return installed_text() or "none"
+
+
+def run_matrix(versions: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """(release, exit code, passed, failed, skipped) of the compat selection in each release's environment."""
+    from bwtriton.compat.environments import ensure_env  # the package under test
+    rows = []
+    for version in versions:
+        print(f"\n=== Triton {version}: compat selection ===", flush=True)
+        try:
+            python = ensure_env(version, ROOT, progress=lambda m: print(m, flush=True))
+        except Exception as exc:  # a release we could not install is a failed release, not a crash
+            print(f"FAILED: no environment for Triton {version}: {exc}")
+            rows.append((version, 1, 0, 1, 0))
+            continue
+        proc = subprocess.run([str(python), str(Path(__file__).resolve()), "--compat", "--no-matrix"], cwd=ROOT,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        print(proc.stdout[-6000:])
+        m = re.search(r"^total: (\d+) passed, (\d+) failed, (\d+) skipped", proc.stdout, re.M)
+        counts = tuple(map(int, m.groups())) if m else (0, 1, 0)
+        rows.append((version, proc.returncode, *counts))
+    return rows
+
+
+def _matrix_versions(argv: list[str], pytest_args: list[str]) -> list[str]:
+    from bwtriton.compat.versions import SUPPORTED  # the package under test
+    chosen = next((a.split("=", 1)[1] for a in argv if a.startswith("--versions=")), None)
+    if chosen is not None:
+        return [v for v in chosen.split(",") if v]
+    if "--no-matrix" in argv or "--compat" in argv or pytest_args:
+        return []
+    return [v for v in SUPPORTED if v != _installed_triton()]
+
+
 def main(argv: list[str]) -> int:
     with_lit = "--no-lit" not in argv
-    args = [a for a in argv if a != "--no-lit"]
+    own = {"--no-lit", "--no-matrix", "--compat"}
+    args = [a for a in argv if a not in own and not a.startswith("--versions=")]
+    versions = _matrix_versions(argv, args)
+    if "--compat" in argv:
+        args = ["-m", "compat", *args]
+    print(f"Triton {_installed_triton()}: {'compat selection' if '--compat' in argv else 'pytest'}", flush=True)
     rc_py, p1, f1, s1 = run_pytest(args)
     rc_lit, p2, f2, s2 = run_lit() if with_lit else (0, 0, 0, 0)
     print(f"pytest: exit {rc_py}, {p1} passed, {f1} failed, {s1} skipped")
@@ -104,9 +150,15 @@ def main(argv: list[str]) -> int:
         problems.append("lit ran no test")
     elif with_lit and rc_lit != 0:
         problems.append(f"lit failed (exit {rc_lit})")
+    passed, failed, skipped = p1 + p2, f1 + f2, s1 + s2
+    for version, rc, p, f, s in run_matrix(versions):
+        print(f"Triton {version} compat selection: exit {rc}, {p} passed, {f} failed, {s} skipped")
+        passed, failed, skipped = passed + p, failed + f, skipped + s
+        if rc != 0 or p == 0:
+            problems.append(f"Triton {version}'s compat selection failed (exit {rc}, {p} passed)")
     for p in problems:
         print(f"FAILED: {p}")
-    print(f"total: {p1 + p2} passed, {f1 + f2} failed, {s1 + s2} skipped")
+    print(f"total: {passed} passed, {failed} failed, {skipped} skipped")
     return 1 if problems else 0
 
 
