@@ -4,6 +4,7 @@ Triton, state what Triton's own PTX does, and what bwtriton's verifier, default 
 
     PYTHONPATH=python python tools/blackwell_bugs.py [--json] [--cases NAME,...] [--no-emulate]
     python tools/blackwell_bugs.py --pythons PY1,PY2,...   # one row per case and interpreter (Triton version)
+    python tools/blackwell_bugs.py --render run.json       # the markdown table of a saved --json run
 
 Each case is a kernel file with BWTRITON_SPECS, a CASE dict (report, kernel, reach: "ptx" or "below-ptx") and
 optionally `emulate_launch()` -> (grid, args, check). Every case runs in its own process, so a compiler abort
@@ -208,6 +209,12 @@ def markdown_row(rec: dict[str, Any]) -> str:
     return "| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |"
 
 
+def markdown_table(records: list[dict[str, Any]]) -> str:
+    """The whole table: header and one row per record."""
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS)
+    return "\n".join([head] + [markdown_row(r) for r in records])
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Command line: see the module docstring."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -215,8 +222,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cases", help="comma-separated case names (file stems)")
     ap.add_argument("--pythons", help="comma-separated interpreters, one per Triton version (default: this one)")
     ap.add_argument("--no-emulate", action="store_true", help="skip the emulator runs")
+    ap.add_argument("--render", metavar="FILE.json", help="print the markdown table of a saved --json run")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.render:
+        print(markdown_table(json.loads(Path(args.render).read_text())))
+        return 0
     if args.worker:
         print(json.dumps(run_case(Path(args.worker), emulate=not args.no_emulate)))
         return 0
