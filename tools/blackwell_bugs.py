@@ -4,6 +4,7 @@ Triton, state what Triton's own PTX does, and what bwtriton's verifier, default 
 
     PYTHONPATH=python python tools/blackwell_bugs.py [--json] [--cases NAME,...] [--no-emulate]
     python tools/blackwell_bugs.py --pythons PY1,PY2,...   # one row per case and interpreter (Triton version)
+    python tools/blackwell_bugs.py --all-versions          # every supported Triton with an environment here
     python tools/blackwell_bugs.py --render run.json       # the markdown table of a saved --json run
 
 Each case is a kernel file with BWTRITON_SPECS, a CASE dict (report, kernel, reach: "ptx" or "below-ptx") and
@@ -143,6 +144,24 @@ def run_in_process(path: Path, python: str, emulate: bool) -> dict[str, Any]:
             "triton_compile": f"crash (exit {out.returncode}): {' | '.join(tail)[:240]}"}
 
 
+def version_pythons() -> list[str]:
+    """This interpreter, then an existing environment's interpreter for every other supported Triton: the venvs of
+    ~/.cache/bwtriton/venvs/triton-X, else bwtriton's own (`bwtriton.compat.environments`)."""
+    from bwtriton.compat.environments import env_python  # noqa: PLC0415 - the package under test
+    from bwtriton.compat.versions import SUPPORTED, installed_text  # noqa: PLC0415 - the package under test
+    out = [sys.executable]
+    for version in SUPPORTED:
+        if version == installed_text():
+            continue
+        venv = Path.home() / ".cache" / "bwtriton" / "venvs" / f"triton-{version}" / "bin" / "python"
+        found = [p for p in (venv, env_python(version)) if p.exists()]
+        if found:
+            out.append(str(found[0]))
+        else:
+            print(f"blackwell_bugs: no environment for Triton {version}; skipped", file=sys.stderr)
+    return out
+
+
 def _version_of(python: str) -> str:
     out = subprocess.run([python, "-c", "from importlib.metadata import version; print(version('triton'))"],
                          capture_output=True, text=True)
@@ -221,6 +240,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the records as a JSON list")
     ap.add_argument("--cases", help="comma-separated case names (file stems)")
     ap.add_argument("--pythons", help="comma-separated interpreters, one per Triton version (default: this one)")
+    ap.add_argument("--all-versions", action="store_true",
+                    help="this interpreter plus one per other supported Triton whose environment exists")
     ap.add_argument("--no-emulate", action="store_true", help="skip the emulator runs")
     ap.add_argument("--render", metavar="FILE.json", help="print the markdown table of a saved --json run")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -233,6 +254,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     files = case_files(args.cases.split(",") if args.cases else None)
     pythons = args.pythons.split(",") if args.pythons else [sys.executable]
+    if args.all_versions:
+        pythons = version_pythons()
     records = []
     if not args.json:
         print("| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS), flush=True)
