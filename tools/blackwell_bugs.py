@@ -90,7 +90,8 @@ def run_case(path: Path, emulate: bool = True) -> dict[str, Any]:
     fn, spec = load_kernel(f"{path}:{case['kernel']}")
     target = case.get("target", "sm_100a")
     rec: dict[str, Any] = {"case": path.stem, "report": case["report"], "reach": case.get("reach", "ptx"),
-                           "triton": ".".join(map(str, installed())), "kernel": case["kernel"], "target": target}
+                           "triton": ".".join(map(str, installed())), "kernel": case["kernel"], "target": target,
+                           "num_warps": spec.get("num_warps", 4)}
     t0 = time.perf_counter()
     try:
         plain = bwtriton.compile(fn, target=target, passes="none", **spec)
@@ -185,7 +186,7 @@ def _cell_findings(found: Optional[dict[str, int]]) -> str:
     return "; ".join(parts) or "clean"
 
 
-def _cell_facts(facts: Optional[dict]) -> str:
+def _cell_facts(facts: Optional[dict], num_warps: int = 4) -> str:
     if not facts:
         return "-"
     parts = [f"{facts['mma']} tcgen05.mma", f"{facts['fence_proxy_async']} fence.proxy.async",
@@ -197,6 +198,9 @@ def _cell_facts(facts: Optional[dict]) -> str:
         parts.append(f"**{len(facts['unfenced_mma_in_loop'])} in-loop MMAs after st.shared with no fence**")
     if facts["unfenced_tma_store"]:
         parts.append(f"**{len(facts['unfenced_tma_store'])} TMA stores after st.shared with no fence**")
+    if num_warps > 4 and facts.get("tmem_st_after_ld_unsynced"):  # two warps per lane quarter from 8 warps on
+        parts.append(f"**{len(facts['tmem_st_after_ld_unsynced'])} tcgen05.st after a tcgen05.ld with no barrier "
+                     f"({num_warps} warps: another warp's load)**")
     return ", ".join(parts)
 
 
@@ -222,7 +226,7 @@ def markdown_row(rec: dict[str, Any]) -> str:
         emulator = rec.get("emulator", "not run")
         if rec.get("emulated_ptx") == "triton":
             emulator += " (Triton's PTX)"
-        cells = [rec["case"], rec.get("report", ""), rec["triton"], _cell_facts(rec.get("facts")),
+        cells = [rec["case"], rec.get("report", ""), rec["triton"], _cell_facts(rec.get("facts"), rec.get("num_warps", 4)),
                  _cell_findings(rec.get("verify_triton")), pipeline, _cell_findings(rec.get("verify_final")),
                  emulator]
     return "| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |"
