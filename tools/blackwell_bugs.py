@@ -226,7 +226,8 @@ def markdown_row(rec: dict[str, Any]) -> str:
         emulator = rec.get("emulator", "not run")
         if rec.get("emulated_ptx") == "triton":
             emulator += " (Triton's PTX)"
-        cells = [rec["case"], rec.get("report", ""), rec["triton"], _cell_facts(rec.get("facts"), rec.get("num_warps", 4)),
+        facts = _cell_facts(rec.get("facts"), rec.get("num_warps", 4))
+        cells = [rec["case"], rec.get("report", ""), rec["triton"], facts,
                  _cell_findings(rec.get("verify_triton")), pipeline, _cell_findings(rec.get("verify_final")),
                  emulator]
     return "| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |"
