@@ -136,7 +136,7 @@ _CROSS_WARP = ("the verifier orders a tcgen05.st after a tcgen05.ld by the loadi
 VERIFIER_EXPECTED = {
     "triton_10590_fwd_h_recurrence": {(3, 6): {"missing-proxy-fence/P15"}, (3, 7): set(), (3, 8): set(),
                                       (3, 9): set()},
-    "fla_1228_chunk_o": {(3, 6): "any", (3, 8): set(), (3, 9): set()},
+    "fla_1228_chunk_o": {(3, 6): "any", (3, 7): "any", (3, 8): set(), (3, 9): set()},
     "liger_1435_two_dots_one_acc": {(3, 6): {"acc-read-unsynced/P11"}, (3, 7): {"acc-read-unsynced/P11"},
                                     (3, 8): {"acc-read-unsynced/P11"}, (3, 9): set()},
     "fla_999_wy_repr_backward": {v: set() for v in ALL},
@@ -145,7 +145,7 @@ VERIFIER_EXPECTED = {
 #: case -> (minor versions where our verifier is wrong today, why)
 VERIFIER_WRONG = {
     "triton_10590_fwd_h_recurrence": (ALL, f"{_LANE_BLIND}; on 3.6 also: {_P15_WARNING}"),
-    "fla_1228_chunk_o": (((3, 6),), _CROSS_WARP),
+    "fla_1228_chunk_o": (((3, 6), (3, 7)), _CROSS_WARP),
     "fla_999_wy_repr_backward": (ALL, _LANE_BLIND),
 }
 
@@ -172,12 +172,13 @@ def test_fwd_h_goes_through_the_default_pipeline_fenced():
     assert ptx_facts(final.asm["ptx"]).unfenced_mma_in_loop == []
 
 
-#: fla#1228 on the emulator: 3.6 names the cross-warp TMEM reuse; 3.8/3.9 run exactly. (3.7.1's PTX runs to a
-#: wrong result with no named failure, under both schedules: not explained yet, so not pinned here.)
-CHUNK_O_EMULATOR = {(3, 6): "UnwaitedTmemLoadError", (3, 8): "exact", (3, 9): "exact"}
+#: fla#1228 on the emulator: a named failure where the PTX has the cross-warp TMEM reuse (3.6, 3.7), exact on 3.8/3.9.
+CHUNK_O_EMULATOR = {(3, 6): "named", (3, 7): "named", (3, 8): "exact", (3, 9): "exact"}
 
 
 @pytest.mark.emulated
+@_xfail_on(((3, 7),), "the emulator runs 3.7.1's PTX (the same race, addresses checked by hand) to a wrong result, "
+                      "rows 16-63, without naming a failure; why it names 3.6's and not this one is not settled")
 def test_chunk_o_on_the_emulator():
     import bwtriton.emu as emu  # noqa: PLC0415 - the emulator's import is heavy; only this test needs it
     expected = _on(CHUNK_O_EMULATOR, "emulator verdict")
@@ -186,7 +187,7 @@ def test_chunk_o_on_the_emulator():
         emu.run(_triton_ptx_result("fla_1228_chunk_o"), grid, *args)
         assert check()
     else:
-        with pytest.raises(getattr(emu, expected), match="tcgen05.st writes TMEM"):
+        with pytest.raises(emu.EmulationError, match="tcgen05.st writes TMEM"):
             emu.run(_triton_ptx_result("fla_1228_chunk_o"), grid, *args)
 
 
