@@ -6,8 +6,6 @@ A feature that a release cannot support is refused by name on that release (`req
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 from ..errors import CompileError
 from .versions import installed
 
@@ -60,10 +58,3 @@ def require(name: str) -> None:
         version = ".".join(map(str, installed()))
         raise CompileError(f"{feature.name} is not available on Triton {version}; {feature.instead}")
 
-
-def probe(name: str, check: Callable[[], bool]) -> bool:
-    """Whether `check()` holds, an ImportError or AttributeError counting as no (an API the release lacks)."""
-    try:
-        return bool(check())
-    except (ImportError, AttributeError):
-        return False
