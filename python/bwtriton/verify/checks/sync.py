@@ -110,11 +110,12 @@ def check_ld_wait(ctx: Ctx) -> None:
         if a is not None and b is not None and not a[1].overlaps(b[1]):
             continue  # disjoint lanes or columns: no anti-dependency
         sure = a is not None and b is not None
-        what = "deallocates the TMEM" if w.opcode == "tcgen05.dealloc" else "writes TMEM"
-        where = f"it touches {b[1]}; the load reads {a[1]}" if sure else "lanes and columns could not be compared"
+        what = "deallocates the TMEM" if w.opcode == "tcgen05.dealloc" else "writes TMEM columns"
+        cells = f"; it touches {b[1]}, the load reads {a[1]}" if sure else ""
         ctx.add("ld-overwritten", "P9", "error" if sure else "warning", w,
-                f"{w.opcode} {what} that the tcgen05.ld at line {ld.line} may still be reading ({where}): issue "
-                "tcgen05.wait::ld.sync.aligned before it", related=ld.line)
+                f"{w.opcode} {what} that the tcgen05.ld at line {ld.line} may still be reading "
+                f"({'columns overlap' if sure else 'lanes and columns could not be compared'}): issue "
+                f"tcgen05.wait::ld.sync.aligned before it{cells}", related=ld.line)
 
 
 def check_st_wait(ctx: Ctx) -> None:
@@ -214,9 +215,9 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 if overlap:
                     cells = f" ({_shared_cells(reg, dreg)})" if reg is not None and dreg is not None else ""
                     ctx.add("acc-read-unsynced", "P11", "error", ins,
-                            f"tcgen05.ld reads the accumulator of the {kind} at line {mline}{cells}, which is {what} "
-                            "on some path: issue tcgen05.commit to an mbarrier, wait on it, then "
-                            "tcgen05.fence::after_thread_sync before reading", related=mline)
+                            f"tcgen05.ld reads the accumulator of the {kind} at line {mline}, which is {what} on some "
+                            "path: issue tcgen05.commit to an mbarrier, wait on it, then "
+                            f"tcgen05.fence::after_thread_sync before reading{cells}", related=mline)
                 elif overlap is None:
                     ctx.add("acc-read-unsynced", "P11", "warning", ins,
                             f"tcgen05.ld while the {kind} at line {mline} is {what} (TMEM regions could not be "
