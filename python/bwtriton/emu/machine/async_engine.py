@@ -66,7 +66,7 @@ def clock_of(w) -> Clock:
 class AsyncOp:
     """One asynchronous operation. `writes`: (SharedMemory, index) poisoned until completion (index: a slice or
     an offset array); `reads`: (SharedMemory, lo, hi) offsets it reads until completion; `tmem`: (TensorMemory,
-    columns) it writes; `tx` / `arrive`: mbarrier transaction bytes / arrivals delivered at completion;
+    flat cells lane * columns + column) it writes; `tx` / `arrive`: mbarrier transaction bytes / arrivals delivered at completion;
     `finish`: deferred effects (data movement) run at completion; `observe`: the wait that completes it."""
 
     kind: str
@@ -242,9 +242,9 @@ class AsyncEngine:
             self._record_write(op)
         for smem, lo, hi in op.reads:
             _record_read(smem, lo, hi, op)
-        for tm, cols in op.tmem:
-            tm.inflight[cols] += 1
-            tm.writer_seq[cols] = self.writer_code(op.key, op.idx)
+        for tm, cells in op.tmem:
+            tm.inflight[cells] += 1
+            tm.writer_seq[cells] = self.writer_code(op.key, op.idx)
         if op.kind == "tcgen05.commit":  # tracks every prior tcgen05 op of the issuing thread (warp here)
             mine = [p for p in self.tcgen05.get(op.issuer, ()) if not p.done]
             self.tcgen05[op.issuer] = mine
@@ -280,8 +280,8 @@ class AsyncEngine:
             smem.n_poison -= 1
             if smem.any_unfenced:  # the bytes' newest writer is this operation, not an earlier generic store
                 cells_set(smem.unfenced, idx, 0)
-        for tm, cols in op.tmem:
-            tm.inflight[cols] -= 1
+        for tm, cells in op.tmem:
+            tm.inflight[cells] -= 1
         for bar, nbytes in op.tx:
             self.deliver(bar, op.clock, tx=nbytes)
         for bar in op.arrive:

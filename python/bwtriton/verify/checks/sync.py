@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from bwtriton.ptx.descriptors import d_tile_columns
 from bwtriton.ptx.ir import Instruction
 
 from .async_copy import barrier_operand, same_address
-from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
+from bwtriton.tmem.region import ALL_LANES, TmemRegion
+
+from .context import Ctx, tmem_ref
 from .first_pass import passes_at_once
 from .lanes import ld_meets_columns_for_every_thread
 from .dataflow import may_have_run, run_dataflow, union_states
+from .tmem_regions import tmem_region
 
 
 def _is_mbarrier_wait(ins: Instruction) -> bool:
@@ -89,30 +91,6 @@ def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, I
 _TMEM_WRITERS = ("tcgen05.mma", "tcgen05.st", "tcgen05.cp", "tcgen05.dealloc")
 
 
-def tmem_columns(ctx: Ctx, ins: Instruction) -> Optional[tuple[str, int, int]]:
-    """(allocation symbol, first column, column count) that a tcgen05 ld/st/mma/cp/dealloc touches, when the
-    address is alloc base + constant and the extent is known; None otherwise."""
-    if ins.opcode == "tcgen05.dealloc":
-        ref = tmem_ref(ctx, ins.operands[0]) if ins.operands else None
-        return None if ref is None else (ref[0], 0, 1 << 16)  # the whole allocation
-    addr = next((o for o in ins.operands if o.kind == "addr"), None) if ins.opcode != "tcgen05.mma" \
-        else ins.operands[0]
-    ref = tmem_ref(ctx, addr) if addr is not None else None
-    if ref is None:
-        return None
-    if ins.opcode in ("tcgen05.ld", "tcgen05.st"):
-        shape, num = ld_shape_num(ins)
-        if shape is None or num is None:
-            return None
-        return ref[0], ref[2], LD_SHAPE_COLS[shape][1] * num
-    if ins.opcode == "tcgen05.mma":
-        dd = decode_mma(ctx, ins)
-        if dd is None or not dd.m or not dd.n:
-            return None
-        return ref[0], ref[2], d_tile_columns(dd.m, dd.n, cta_group_of(ins) or 1, ins.has("ws"))
-    return None  # tcgen05.cp: the extent depends on the shape; treated as unknown
-
-
 def check_ld_wait(ctx: Ctx) -> None:
     """P9: a TMEM write or dealloc that can overwrite columns a pending tcgen05.ld reads (error when the columns
     overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note, since the
@@ -123,17 +101,18 @@ def check_ld_wait(ctx: Ctx) -> None:
                 f"{h.reg} is read before tcgen05.wait::ld; the hardware honours this register dependency, so it "
                 "is legal (the optional insert-tcgen05-wait-ld pass adds the wait anyway)", related=h.ld.line)
     for w, ld in writes:
-        a, b = tmem_columns(ctx, ld), tmem_columns(ctx, w)
+        a, b = tmem_region(ctx, ld), tmem_region(ctx, w)
         if a is not None and b is not None and a[0] != b[0]:
             continue  # different allocations
-        if a is not None and b is not None and not (a[1] < b[1] + b[2] and b[1] < a[1] + a[2]):
-            continue  # disjoint columns: no anti-dependency
+        if a is not None and b is not None and not a[1].overlaps(b[1]):
+            continue  # disjoint lanes or columns: no anti-dependency
         sure = a is not None and b is not None
         what = "deallocates the TMEM" if w.opcode == "tcgen05.dealloc" else "writes TMEM columns"
+        cells = f"; it touches {b[1]}, the load reads {a[1]}" if sure else ""
         ctx.add("ld-overwritten", "P9", "error" if sure else "warning", w,
                 f"{w.opcode} {what} that the tcgen05.ld at line {ld.line} may still be reading "
-                f"({'columns overlap' if sure else 'columns could not be compared'}): issue "
-                "tcgen05.wait::ld.sync.aligned before it", related=ld.line)
+                f"({'columns overlap' if sure else 'lanes and columns could not be compared'}): issue "
+                f"tcgen05.wait::ld.sync.aligned before it{cells}", related=ld.line)
 
 
 def check_st_wait(ctx: Ctx) -> None:
@@ -160,6 +139,12 @@ def check_st_wait(ctx: Ctx) -> None:
     _until_wait(ctx, "tcgen05.st", "st", on_st, on_pending)
 
 
+def _shared_cells(a, b) -> str:
+    """'lanes .., columns ..' of where two overlapping (symbol, TmemRegion) pairs meet."""
+    lo, hi = max(a[1].col_lo, b[1].col_lo), min(a[1].col_hi, b[1].col_hi)
+    return f"both touch {TmemRegion(a[1].lanes & b[1].lanes, lo, hi)}"
+
+
 def check_accumulator_sync(ctx: Ctx) -> None:
     """P11/P12: tcgen05.ld of an MMA (or tcgen05.shift) result only after commit -> mbarrier wait; every one
     committed (both are tracked by tcgen05.commit: `completion.Mechanism.COMMIT`)."""
@@ -168,11 +153,7 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         return
     d_ref = {m.index: tmem_ref(ctx, m.operands[0]) for m in mmas}
     d_reg = {m.index: m.operands[0].base.name if m.operands[0].base is not None else None for m in mmas}
-    d_cols: dict[int, Optional[int]] = {}
-    for m in mmas:
-        dd = decode_mma(ctx, m)
-        d_cols[m.index] = d_tile_columns(dd.m, dd.n, cta_group_of(m) or 1, m.has("ws")) \
-            if dd is not None and dd.m and dd.n else None
+    d_region = {m.index: tmem_region(ctx, m) for m in mmas}
     saw_fence = bool(ctx.func.find("tcgen05.fence"))
 
     covers: dict = {}
@@ -205,22 +186,21 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                              if x[1] in "UWP" or not waits_for(ins, x[2])) | {(-1, "W", ins.index)}
         if ins.opcode == "tcgen05.ld" and st and emit:
             addr = next((o for o in ins.operands if o.kind == "addr"), None)
-            ref = tmem_ref(ctx, addr) if addr is not None else None
-            shape, num = ld_shape_num(ins)
+            reg = tmem_region(ctx, ins)
             for mi, status, commit in sorted(st):
                 if status == "W":
                     continue   # the marker "this thread has waited before"
                 if not may_have_run(ctx, ctx.func.instructions[mi]):
                     continue  # the MMA's own guard is false on this path
-                mref, overlap = d_ref.get(mi), None
-                if ref is not None and mref is not None and ref[0] == mref[0]:
-                    ld_cols = LD_SHAPE_COLS.get(shape or "", (0, 1))[1] * (num or 1)
-                    dc = d_cols.get(mi)
-                    overlap = dc is None or (ref[2] < mref[2] + dc and mref[2] < ref[2] + ld_cols)
+                mref, dreg, overlap = d_ref.get(mi), d_region.get(mi), None
+                if reg is not None and mref is not None and reg[0] == mref[0]:
+                    # lanes x columns: Triton packs two M=64 accumulators into one column range at lanes +0/+16
+                    overlap = dreg is None or reg[1].overlaps(dreg[1])
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
-                elif ref is None and mref is not None and d_cols.get(mi) and \
-                        ld_meets_columns_for_every_thread(ctx, ins, mref[0], mref[2], d_cols[mi]):
+                elif reg is None and dreg is not None and dreg[1].lanes == ALL_LANES and \
+                        ld_meets_columns_for_every_thread(ctx, ins, dreg[0], dreg[1].col_lo,
+                                                          dreg[1].col_hi - dreg[1].col_lo):
                     overlap = True   # a window computed from the warp index: every warp's meets the D tile
                 what = {"C": "committed but not waited for", "U": "not committed",
                         "P": "committed, but the wait on its mbarrier uses parity 1 as this thread's first wait on "
@@ -230,10 +210,11 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 mline = next(m.line for m in mmas if m.index == mi)
                 kind = "MMA" if ctx.func.instructions[mi].opcode == "tcgen05.mma" else "tcgen05.shift"
                 if overlap:
+                    cells = f" ({_shared_cells(reg, dreg)})" if reg is not None and dreg is not None else ""
                     ctx.add("acc-read-unsynced", "P11", "error", ins,
                             f"tcgen05.ld reads the accumulator of the {kind} at line {mline}, which is {what} on some "
                             "path: issue tcgen05.commit to an mbarrier, wait on it, then "
-                            "tcgen05.fence::after_thread_sync before reading", related=mline)
+                            f"tcgen05.fence::after_thread_sync before reading{cells}", related=mline)
                 elif overlap is None:
                     ctx.add("acc-read-unsynced", "P11", "warning", ins,
                             f"tcgen05.ld while the {kind} at line {mline} is {what} (TMEM regions could not be "
