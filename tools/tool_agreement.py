@@ -314,6 +314,9 @@ _E_ONE_K_TILE = ("not a tool error: the MMA moved after the commit is left uncov
 _E_ONE_K_TILE_REFILL = ("not a tool error: with one k-tile the stage refilled after the dropped wait is never read "
                         "again; the same PTX at two k-tiles agrees")
 
+_E_ONE_K_TILE_FENCE = ("not a tool error: with one k-tile the loop body runs once, so the in-loop store the "
+                       "removed fence ordered is never followed by a second iteration's MMA; the same kernel at "
+                       "K = 100 (emu:t03_bias_leaky_unaligned) fails with MissingProxyFenceError")
 KNOWN: dict[tuple[str, str], str] = {
     **{(k, "drop_mma_proxy_fence"): _E_UNEXECUTED_PATH
        for k in ("t09_persistent_desc_ws_3tiles", "emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized",
@@ -327,6 +330,7 @@ KNOWN: dict[tuple[str, str], str] = {
                  "emu:dot_fp8e4m3", "emu:dot_fp8e5m2", "emu+:matmul_fp16_8warps",
                  "emu:t10_mixed_mxfp8_mxfp4_fp4_padded_tma", "emu+:t10_mixed_one_k_tile")},
     ("emu+:t10_mixed_one_k_tile", "drop_last_mma_wait"): _E_ONE_K_TILE_REFILL,
+    ("emu+:t03_bias_one_k_tile", "hoist_loop_proxy_fence"): _E_ONE_K_TILE_FENCE,
 }
 
 #: the CI sample: (kernel, fault) rows covering every rule family in both directions (None: the clean kernel)
