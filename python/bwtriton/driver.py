@@ -53,7 +53,8 @@ class CompileResult:
 
     def summary(self) -> dict[str, Any]:
         """Key resources: shared memory bytes, TMEM columns, CTAs per cluster, warps; and `repairs`: for each
-        repair pass that changed the PTX, how many places it inserted statements at (e.g. insert-proxy-fence's fences)."""
+        repair pass that changed the PTX, at how many places it inserted statements (insert-proxy-fence's
+        fences, insert-tcgen05-wait-ld's waits)."""
         md = self.metadata
         return {"kernel": self.name, "target": self.target.name, "num_warps": md.get("num_warps"),
                 "num_ctas": md.get("num_ctas"),
