@@ -80,4 +80,6 @@ def test_recurrence_kernel_plan_packs_the_state_halves(recurrence_report):
     assert h1["column_range"] == h2["column_range"] and {h1["lane_offset"], h2["lane_offset"]} == {0, 16}
     assert ["h1", "h2"] in recurrence_report["lane_packed"]
     assert recurrence_report["conflicts"] == []
+    # everything is live across the loop: no reuse, and the packed halves fill 64 columns together (a column-only
+    # count says 192 or 256)
     assert recurrence_report["totals"]["sum_columns"] == recurrence_report["totals"]["used_columns"] == 128

@@ -94,9 +94,16 @@ class TmemPlan:
 
     @property
     def sum_columns(self) -> int:
-        """Columns if every allocation were live at once (no reuse over time), counted in lanes x columns: two
-        half-lane M=64 allocations fill one column range together, which is packing, not reuse."""
-        return math.ceil(sum(a.columns * a.lanes for a in self.allocations) / TMEM_LANES)
+        """Columns if every allocation were live at once (no reuse over time). Half-lane (M=64) allocations
+        still pack two to a column range at lanes +0 / +16, which is packing, not reuse: each goes to the row
+        half that ends first, a full-lane one after both."""
+        ends = [0] * ROW_HALVES
+        for a in self.allocations:
+            if a.lanes >= TMEM_LANES:
+                ends = [max(ends) + a.columns] * ROW_HALVES
+            else:
+                ends[ends.index(min(ends))] += a.columns
+        return max(ends, default=0)
 
     def lane_packed(self) -> list[tuple[str, str]]:
         """Pairs of allocations live together in the same columns at disjoint lanes (M=64 tiles at +0/+16)."""
