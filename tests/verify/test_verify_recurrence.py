@@ -48,6 +48,15 @@ def test_no_false_tmem_errors(compiled):
     assert tmem_rules == []
 
 
+def test_default_pipeline_compiles_the_kernel():
+    """verify-tcgen05 (on by default) used to refuse the kernel with the false P11 errors."""
+    spec = rk.BWTRITON_SPECS["delta_state_kernel"]
+    r = bwtriton.compile(rk.delta_state_kernel, signature=spec["signature"], constexprs=spec["constexprs"],
+                         num_warps=spec["num_warps"], num_stages=spec["num_stages"])
+    assert "verify-tcgen05" in r.reports
+    assert "tcgen05.mma" in r.asm["ptx"]
+
+
 def _reference(k: torch.Tensor, v: torch.Tensor, nt: int, bt: int) -> torch.Tensor:
     """H <- H + K_t^T bf16(V_t - K_t bf16(H)), in float64 from the same bf16-rounded operands the kernel uses."""
     h = torch.zeros(k.shape[1], v.shape[1], dtype=torch.float64)
