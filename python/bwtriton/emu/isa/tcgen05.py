@@ -151,8 +151,7 @@ def _ldst_shape(ins: Instruction) -> tuple[str, int, bool]:
 
 @functools.lru_cache(maxsize=1024)
 def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
-    """(lanes [32, R], columns [32, R], the distinct columns, the distinct flat cells lane * TMEM_COLS + column)
-    a tcgen05.ld/st at `taddr` touches.
+    """(lanes [32, R], columns [32, R], the distinct columns) a tcgen05.ld/st at `taddr` touches.
 
     `packed` (.pack::16b / .unpack::16b): the shape's thread mapping applies to 32-bit registers that each hold
     the 16-bit halves of two ADJACENT columns of one lane (2c low, 2c+1 high, with c the column the unpacked
@@ -167,13 +166,21 @@ def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
         half = np.repeat(half, 2, axis=1)
     lanes = (taddr >> 16) + lane_off
     cols = (taddr & 0xFFFF) + col_off + np.where(half, half_off, 0)
-    return lanes, cols, np.unique(cols), np.unique(lanes * TMEM_COLS + cols)
+    return lanes, cols, np.unique(cols)
+
+
+@functools.lru_cache(maxsize=1024)
+def _flat_cells(taddr: int, shape: str, num: int, packed: bool, half_off: int) -> np.ndarray:
+    """The distinct TMEM cells (flat index lane * TMEM_COLS + column) of a tcgen05.ld/st at `taddr`."""
+    lanes, cols, _ = _cells(taddr, shape, num, packed, half_off)
+    return np.unique(lanes * TMEM_COLS + cols)
 
 
 def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
     """(lanes [32, R], columns [32, R], distinct flat cells) of a tcgen05.ld/st of warp `w`, after the lane
     quarter, TMEM bounds and allocation checks."""
-    lanes, cols, ucols, cells = _cells(taddr, shape, num, packed, half_off)
+    lanes, cols, ucols = _cells(taddr, shape, num, packed, half_off)
+    cells = _flat_cells(taddr, shape, num, packed, half_off)
     lane0 = taddr >> 16
     quarter = 32 * (w.wid % 4)
     lo, hi = int(lanes.min()), int(lanes.max())
