@@ -95,8 +95,8 @@ _TMEM_WRITERS = ("tcgen05.mma", "tcgen05.st", "tcgen05.cp", "tcgen05.dealloc")
 
 def check_ld_wait(ctx: Ctx) -> None:
     """P9: a TMEM write or dealloc that can overwrite cells (lanes x columns) a pending tcgen05.ld reads (error
-    when they overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note, since the
-    ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
+    when they overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note,
+    since the ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
     reads, writes = ld_wait_hazards(ctx)
     for h in reads:
         ctx.add("ld-without-wait", "P9", "note", h.read,
