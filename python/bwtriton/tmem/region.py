@@ -39,6 +39,10 @@ class TmemRegion:
     def shares_columns(self, other: "TmemRegion") -> bool:
         return self.col_lo < other.col_hi and other.col_lo < self.col_hi
 
+    def intersection(self, other: "TmemRegion") -> "TmemRegion":
+        """The cells in both (empty lanes or an empty column range when they do not overlap)."""
+        return TmemRegion(self.lanes & other.lanes, max(self.col_lo, other.col_lo), min(self.col_hi, other.col_hi))
+
     def __str__(self) -> str:
         return f"{describe_lanes(self.lanes)}, {describe_columns(self.col_lo, self.col_hi)}"
 

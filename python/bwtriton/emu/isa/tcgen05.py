@@ -5,9 +5,11 @@ mma / cp / commit are asynchronous (asyncops.py): an MMA or cp reads its shared-
 issue (after checking that no pending write owns them and no unfenced generic write precedes them), but stays
 pending -- its TMEM columns unreadable, its shared-memory operands reserved -- until the tcgen05.commit tracking it
 completes, which is when a thread waits on the commit's mbarrier. The commit carries the sequence number of the
-newest op it covers; waiters record it, and tcgen05.ld refuses TMEM columns whose newest writer they did not
-observe. tcgen05.ld is asynchronous towards TMEM until tcgen05.wait::ld: a TMEM write or dealloc over columns a
-pending load reads is an error (register reads of its results before the wait are not: P9)."""
+newest op it covers; waiters record it, and tcgen05.ld refuses TMEM cells whose newest writer they did not
+observe. tcgen05.ld is asynchronous towards TMEM until tcgen05.wait::ld: a TMEM write or dealloc over cells a
+pending load reads is an error (register reads of its results before the wait are not: P9). All of this is
+tracked per (lane, column) cell, not per column: Triton packs two M=64 accumulators into the same columns at
+lane offsets 0 and 16, and an MMA into one never races a load of the other."""
 from __future__ import annotations
 
 import functools
@@ -100,7 +102,7 @@ def _dealloc(ins: Instruction, prog: Program) -> Callable:
             raise TmemRaceError(f"tcgen05.dealloc of columns {col}..{col + ncols - 1} while "
                                 f"{_inflight_writer(w, tm, bad)} writing {_cell_text(bad)} is still in flight (wait "
                                 "on its commit mbarrier first)", where=w.where())
-        check_pending_ld(w, w.cta, cells, "tcgen05.dealloc")
+        check_pending_ld(w, w.cta, cells, "tcgen05.dealloc", ins.line)
         del tm.allocations[col]
     return dealloc
 
@@ -149,8 +151,7 @@ def _ldst_shape(ins: Instruction) -> tuple[str, int, bool]:
 
 @functools.lru_cache(maxsize=1024)
 def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
-    """(lanes [32, R], columns [32, R], the distinct columns, the distinct flat cells lane * TMEM_COLS + column)
-    a tcgen05.ld/st at `taddr` touches.
+    """(lanes [32, R], columns [32, R], the distinct columns) a tcgen05.ld/st at `taddr` touches.
 
     `packed` (.pack::16b / .unpack::16b): the shape's thread mapping applies to 32-bit registers that each hold
     the 16-bit halves of two ADJACENT columns of one lane (2c low, 2c+1 high, with c the column the unpacked
@@ -165,13 +166,21 @@ def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
         half = np.repeat(half, 2, axis=1)
     lanes = (taddr >> 16) + lane_off
     cols = (taddr & 0xFFFF) + col_off + np.where(half, half_off, 0)
-    return lanes, cols, np.unique(cols), np.unique(lanes * TMEM_COLS + cols)
+    return lanes, cols, np.unique(cols)
+
+
+@functools.lru_cache(maxsize=1024)
+def _flat_cells(taddr: int, shape: str, num: int, packed: bool, half_off: int) -> np.ndarray:
+    """The distinct TMEM cells (flat index lane * TMEM_COLS + column) of a tcgen05.ld/st at `taddr`."""
+    lanes, cols, _ = _cells(taddr, shape, num, packed, half_off)
+    return np.unique(lanes * TMEM_COLS + cols)
 
 
 def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
     """(lanes [32, R], columns [32, R], distinct flat cells) of a tcgen05.ld/st of warp `w`, after the lane
     quarter, TMEM bounds and allocation checks."""
-    lanes, cols, ucols, cells = _cells(taddr, shape, num, packed, half_off)
+    lanes, cols, ucols = _cells(taddr, shape, num, packed, half_off)
+    cells = _flat_cells(taddr, shape, num, packed, half_off)
     lane0 = taddr >> 16
     quarter = 32 * (w.wid % 4)
     lo, hi = int(lanes.min()), int(lanes.max())
@@ -191,7 +200,8 @@ def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int
 
 
 def _cell_text(cell: int) -> str:
-    return f"TMEM lane {cell // TMEM_COLS}, column {cell % TMEM_COLS}"
+    """'TMEM column 5 (lane 16)' for a flat cell."""
+    return f"TMEM column {cell % TMEM_COLS} (lane {cell // TMEM_COLS})"
 
 
 def _cells_text(cells: np.ndarray) -> str:
@@ -251,7 +261,7 @@ def _record_pending_ld(w, cells: np.ndarray, line: int, text: str) -> None:
     got[2], got[3] = line, text
 
 
-def check_pending_ld(w, cta, cells: np.ndarray, writer: str) -> None:
+def check_pending_ld(w, cta, cells: np.ndarray, writer: str, writer_line: int = 0) -> None:
     """Warp `w` makes `writer` write TMEM cells `cells` (flat lane * TMEM_COLS + column) of `cta`: every
     tcgen05.ld that read one of them must be complete (its warp executed tcgen05.wait::ld) and that completion
     observed by `w` (its own wait, or the loading warp's arrive / barrier that `w` waited on) -- the
@@ -273,9 +283,11 @@ def check_pending_ld(w, cta, cells: np.ndarray, writer: str) -> None:
             why = (f"that warp waited (tcgen05.wait::ld), but warp {w.wid} never observed it: hand the TMEM back "
                    "through an mbarrier arrive after the wait (or a barrier) that the writing warp waits on")
         read = np.flatnonzero(last > seen)
+        at = f" at PTX line {writer_line}" if writer_line else ""
         raise UnwaitedTmemLoadError(
-            f"{writer} writes {_cell_text(cell)} (of {_cells_text(np.asarray(cells))}) that the tcgen05.ld at PTX "
-            f"line {line} (`{short(text)}`) of warp {wid} may still be reading ({_cells_text(read)}): {why}")
+            f"{writer} writes {_cell_text(cell)} that the tcgen05.ld at PTX line {line} (`{short(text)}`) of warp "
+            f"{wid} may still be reading: {why} (the {writer}{at} writes {_cells_text(np.asarray(cells))}; the "
+            f"load reads {_cells_text(read)})")
 
 
 def _check_observed(w, c: np.ndarray, line: int, text: str) -> None:
@@ -284,10 +296,10 @@ def _check_observed(w, c: np.ndarray, line: int, text: str) -> None:
     tm = w.cta.tmem
     if tm.inflight[c].any():
         bad = int(c[tm.inflight[c] > 0][0])
-        raise TmemRaceError(f"the tcgen05.ld at PTX line {line} (`{short(text)}`, {_cells_text(c)}) reads "
-                            f"{_cell_text(bad)} while {_inflight_writer(w, tm, bad)} writing it is still in "
-                            "flight: wait on the mbarrier of its tcgen05.commit (then "
-                            "tcgen05.fence::after_thread_sync) before loading", where=w.where())
+        raise TmemRaceError(f"tcgen05.ld reads {_cell_text(bad)} while {_inflight_writer(w, tm, bad)} writing it "
+                            f"is still in flight (the load at PTX line {line} reads {_cells_text(c)}): wait on the "
+                            "mbarrier of its tcgen05.commit (then tcgen05.fence::after_thread_sync) before loading",
+                            where=w.where())
     codes = tm.writer_seq[c]
     if not codes.any():
         return
@@ -298,10 +310,10 @@ def _check_observed(w, c: np.ndarray, line: int, text: str) -> None:
         key, idx = engine.writer_of(code)
         if not clock.saw(key, idx):
             bad = int(c[codes == code][0])
-            raise TmemRaceError(f"the tcgen05.ld at PTX line {line} reads {_cell_text(bad)} written by an "
-                                f"asynchronous MMA/cp (event {idx} of {key[0]}) whose completion this warp never "
-                                "observed (no wait on its tcgen05.commit mbarrier, "
-                                "directly or through a barrier; another warp's wait does not order this load)",
+            raise TmemRaceError(f"tcgen05.ld reads {_cell_text(bad)} written by an asynchronous MMA/cp whose "
+                                f"completion this warp never observed (the load at PTX line {line} reads "
+                                f"{_cells_text(c)}; no wait on its tcgen05.commit mbarrier, directly or through a "
+                                "barrier; another warp's wait does not order this load)",
                                 where=w.where())
 
 
@@ -324,9 +336,10 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         tm = w.cta.tmem
         if tm.inflight[cells].any():
             bad = int(cells[tm.inflight[cells] > 0][0])
-            raise TmemRaceError(f"the tcgen05.st at PTX line {line} ({_cells_text(cells)}) writes {_cell_text(bad)} "
-                                f"while {_inflight_writer(w, tm, bad)} is still writing it", where=w.where())
-        check_pending_ld(w, w.cta, cells, f"the tcgen05.st at PTX line {line}")
+            raise TmemRaceError(f"tcgen05.st writes TMEM columns an in-flight MMA/cp is writing: {_cell_text(bad)}, "
+                                f"which {_inflight_writer(w, tm, bad)} writes (the store at PTX line {line} writes "
+                                f"{_cells_text(cells)})", where=w.where())
+        check_pending_ld(w, w.cta, cells, "tcgen05.st", line)
         vals = np.stack([as_lanes(np.asarray(r(w), np.uint32), w.lanes) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
@@ -483,7 +496,7 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
             raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
                                  f"{cta.rank} that are not allocated", line=line)
         flat = cells.reshape(-1)   # lanes x columns: an M=64 tile at lane +16 leaves the +0 lanes alone
-        check_pending_ld(w, cta, flat, f"the tcgen05.mma at PTX line {line}")
+        check_pending_ld(w, cta, flat, "tcgen05.mma", line)
         writes.append((cta.tmem, flat))
     reads = opnd.AsyncReads(w, ins)
     _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
@@ -658,7 +671,7 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
             # computed at issue, pending (columns unreadable) until its commit completes; ordered after earlier
             # MMAs/cps of the same thread (one in-order tensor-core pipe), so no in-flight check against them
             for cta in ctas:
-                check_pending_ld(w, cta, cells, f"the tcgen05.cp at PTX line {line}")
+                check_pending_ld(w, cta, cells, "tcgen05.cp", line)
                 raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
                 words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
                 for copy in lanes:

@@ -67,8 +67,9 @@ def clock_of(w) -> Clock:
 class AsyncOp:
     """One asynchronous operation. `writes`: (SharedMemory, index) poisoned until completion (index: a slice or
     an offset array); `reads`: (SharedMemory, lo, hi) offsets it reads until completion; `tmem`: (TensorMemory,
-    flat cells lane * columns + column) it writes; `tx` / `arrive`: mbarrier transaction bytes / arrivals delivered at completion;
-    `finish`: deferred effects (data movement) run at completion; `observe`: the wait that completes it."""
+    flat cells lane * 512 + column) it writes; `tx` / `arrive`: mbarrier transaction bytes / arrivals delivered
+    at completion; `finish`: deferred effects (data movement) run at completion; `observe`: the wait that
+    completes it."""
 
     kind: str
     line: int

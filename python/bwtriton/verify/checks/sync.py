@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from bwtriton.ptx.ir import Instruction
+from bwtriton.tmem.region import ALL_LANES
 
 from .async_copy import barrier_operand, same_address
-from bwtriton.tmem.region import ALL_LANES, TmemRegion
-
 from .context import Ctx, tmem_ref
 from .first_pass import passes_at_once
 from .lanes import ld_meets_columns_for_every_thread
@@ -92,9 +91,9 @@ _TMEM_WRITERS = ("tcgen05.mma", "tcgen05.st", "tcgen05.cp", "tcgen05.dealloc")
 
 
 def check_ld_wait(ctx: Ctx) -> None:
-    """P9: a TMEM write or dealloc that can overwrite columns a pending tcgen05.ld reads (error when the columns
-    overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note, since the
-    ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
+    """P9: a TMEM write or dealloc that can overwrite cells (lanes x columns) a pending tcgen05.ld reads (error
+    when they overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note,
+    since the ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
     reads, writes = ld_wait_hazards(ctx)
     for h in reads:
         ctx.add("ld-without-wait", "P9", "note", h.read,
@@ -140,9 +139,8 @@ def check_st_wait(ctx: Ctx) -> None:
 
 
 def _shared_cells(a, b) -> str:
-    """'lanes .., columns ..' of where two overlapping (symbol, TmemRegion) pairs meet."""
-    lo, hi = max(a[1].col_lo, b[1].col_lo), min(a[1].col_hi, b[1].col_hi)
-    return f"both touch {TmemRegion(a[1].lanes & b[1].lanes, lo, hi)}"
+    """'both touch lanes .., columns ..': where two overlapping (symbol, TmemRegion) pairs meet."""
+    return f"both touch {a[1].intersection(b[1])}"
 
 
 def check_accumulator_sync(ctx: Ctx) -> None:
