@@ -11,6 +11,7 @@ from bwtriton.errors import UnknownPassError, suggest
 
 from .base import REGISTRY, Pass, PassContext, PassOption, Stage, register_pass
 from .insert_ld_wait import InsertTcgen05WaitLd
+from .insert_proxy_fence import InsertProxyFence
 from .lower_dot_scaled_portable import LowerDotScaledPortable
 from .pair_ctas import PairCtas, PairCtasHandoff, PairCtasScaled
 from .plan_tmem import PlanTmem, TmemTtirSnapshot
@@ -30,6 +31,7 @@ PIPELINE: dict[Stage, tuple[type[Pass], ...]] = {
         PairCtasScaled,       # first: pairs a 1-CTA block-scaled kernel (then it is a 2-CTA kernel for the rest)
         PairCtasHandoff,      # rewrites the 2-CTA mainloop's synchronisation; later passes see the result
         InsertTcgen05WaitLd,  # a repair of Triton's PTX
+        InsertProxyFence,     # a repair of Triton's PTX: the fence Triton 3.6 hoists out of a loop
         VerifyTcgen05,        # last: checks the final PTX, after every rewrite
     ),
 }

@@ -128,9 +128,71 @@ def _persistent_ws() -> Case:
         return go
     return Case("t09_persistent_desc_ws_3tiles", k, launch)
 
+def _recurrence() -> Case:
+    """The delta-rule state update (tests/fixtures/recurrence_kernels.py) through the default pipeline: racy as
+    Triton 3.6 emits it, so what runs here is insert-proxy-fence's repair there and Triton's own PTX elsewhere."""
+    from fixtures import recurrence_kernels as rk  # noqa: PLC0415 - the test fixtures are on PYTHONPATH only here
+    k = bwtriton.compile(rk.delta_state_kernel, **rk.BWTRITON_SPECS["delta_state_kernel"])
+    nt = 3   # the race needs a second iteration: the first is fenced before the loop
+
+    def launch(compiled, schedule: str = "latest"):
+        g = torch.Generator().manual_seed(0)
+        kk = (torch.randn(nt * 64, 128, generator=g) / 8).to(torch.bfloat16)
+        v = torch.randn(nt * 64, 64, generator=g).to(torch.bfloat16)
+
+        def go() -> bool:
+            out = torch.zeros(128, 64)
+            emu.run(compiled, (1,), kk, v, out, nt, schedule=schedule)
+            h = torch.zeros(128, 64, dtype=torch.float64)
+            for t in range(nt):   # float64 with the kernel's two bf16 roundings: only accumulation order differs
+                kt = kk[t * 64:(t + 1) * 64].double()
+                vb = (v[t * 64:(t + 1) * 64].double() - kt @ h.to(torch.bfloat16).double()).float()
+                h = h + kt.T @ vb.to(torch.bfloat16).double()
+            return float((out.double() - h).abs().max()) <= 1e-5 * float(h.abs().max())
+        return go
+    return Case("recurrence_delta", k, launch)
+
+
+class _PtxOnly:
+    """A hand-written kernel: PTX text only (no Triton ABI, no outputs)."""
+
+    def __init__(self, ptx: str):
+        self.asm = {"ptx": ptx}
+
+
+def _lit_case(name: str, path: str, case: int, *args) -> Callable[[], Case]:
+    """A kernel of a lit file (its `// -----` case), launched on one CTA; "right" means it ran."""
+    def build() -> Case:
+        import re  # noqa: PLC0415 - only the lit cases split files
+        piece = re.split(r"^// -----$", (ROOT / "test_lit" / path).read_text(), flags=re.M)[case]
+
+        def launch(compiled, schedule: str = "latest"):
+            def go() -> bool:
+                emu.run(compiled.asm["ptx"], (1,), *args, triton_abi=False, schedule=schedule)
+                return True
+            return go
+        return Case(name, _PtxOnly(piece[piece.index(".version"):]), launch)
+    return build
+
+
+#: the generic -> async proxy kernels (P15): racy and correct forms, within an iteration, across the back edge
+#: and across warps (docs/verifier.md, P15)
+PROXY_CASES: dict[str, Callable[[], Case]] = {
+    "lit:proxy_hoisted_fence": _lit_case("lit:proxy_hoisted_fence", "insert_proxy_fence/hoisted_fence.ptx", 0, 3),
+    "lit:proxy_loop_carried": _lit_case("lit:proxy_loop_carried", "insert_proxy_fence/loop_carried.ptx", 0, 3),
+    "lit:proxy_fenced_in_loop": _lit_case("lit:proxy_fenced_in_loop", "insert_proxy_fence/fenced_in_loop.ptx", 0, 3),
+    "lit:proxy_cross_warp": _lit_case("lit:proxy_cross_warp", "verify_tcgen05/proxy_fence_cross_warp.ptx", 0),
+    "lit:proxy_cross_warp_barrier": _lit_case("lit:proxy_cross_warp_barrier",
+                                              "verify_tcgen05/proxy_fence_cross_warp.ptx", 1),
+}
+
+#: kernels racy as written (both tools must reject them unmutated)
+RACY = frozenset({"lit:proxy_hoisted_fence", "lit:proxy_loop_carried", "lit:proxy_cross_warp"})
+
 #: the fixtures' kernels (name -> Case builder)
 FIXTURES: dict[str, Callable[[], Case]] = {"t09_ws_tile": _ws_tile, "t10_nvfp4": _nvfp4, "gluon_ws": _gluon_ws,
-                                           "t09_persistent_desc_ws_3tiles": _persistent_ws}
+                                           "t09_persistent_desc_ws_3tiles": _persistent_ws,
+                                           "recurrence_delta": _recurrence, **PROXY_CASES}
 
 
 def _emu_case(make_case: Callable) -> Callable[[], Case]:
@@ -181,7 +243,8 @@ def _with_ptx(compiled, ptx: str):
 
 
 #: emulator errors that are protocol violations (the verifier's business); others mean "cannot judge"
-PROTOCOL_ERRORS = ("AsyncOverwriteError", "PoisonReadError", "MissingProxyFenceError", "TmemRaceError",
+PROTOCOL_ERRORS = ("AsyncOverwriteError", "PoisonReadError", "MissingProxyFenceError", "UnorderedGenericStoreError",
+                   "TmemRaceError",
                    "UnwaitedTmemLoadError", "LaneQuarterError", "DeadlockError", "TmemLeakError", "TmemAllocError",
                    "EmulationError")
 
@@ -251,6 +314,9 @@ _E_ONE_K_TILE = ("not a tool error: the MMA moved after the commit is left uncov
 _E_ONE_K_TILE_REFILL = ("not a tool error: with one k-tile the stage refilled after the dropped wait is never read "
                         "again; the same PTX at two k-tiles agrees")
 
+_E_ONE_K_TILE_FENCE = ("not a tool error: with one k-tile the loop body runs once, so the in-loop store the "
+                       "removed fence ordered is never followed by a second iteration's MMA; the same kernel at "
+                       "K = 100 (emu:t03_bias_leaky_unaligned) fails with MissingProxyFenceError")
 KNOWN: dict[tuple[str, str], str] = {
     **{(k, "drop_mma_proxy_fence"): _E_UNEXECUTED_PATH
        for k in ("t09_persistent_desc_ws_3tiles", "emu:t09_persistent_tma", "emu:t09_persistent_warp_specialized",
@@ -264,6 +330,7 @@ KNOWN: dict[tuple[str, str], str] = {
                  "emu:dot_fp8e4m3", "emu:dot_fp8e5m2", "emu+:matmul_fp16_8warps",
                  "emu:t10_mixed_mxfp8_mxfp4_fp4_padded_tma", "emu+:t10_mixed_one_k_tile")},
     ("emu+:t10_mixed_one_k_tile", "drop_last_mma_wait"): _E_ONE_K_TILE_REFILL,
+    ("emu+:t03_bias_one_k_tile", "hoist_loop_proxy_fence"): _E_ONE_K_TILE_FENCE,
 }
 
 #: the CI sample: (kernel, fault) rows covering every rule family in both directions (None: the clean kernel)
@@ -275,6 +342,8 @@ SAMPLE: tuple[tuple[str, Optional[str]], ...] = (
     ("t09_persistent_desc_ws_3tiles", None), ("t09_persistent_desc_ws_3tiles", "drop_acc_empty_wait"),
     ("t09_persistent_desc_ws_3tiles", "mma_after_commit"),
     ("emu:gluon_two_ctas_m128", None), ("emu:gluon_two_ctas_m128", "drop_cluster_barrier"),
+    ("recurrence_delta", None), ("recurrence_delta", "hoist_loop_proxy_fence"),
+    ("lit:proxy_hoisted_fence", None), ("lit:proxy_cross_warp", None),
 )
 
 

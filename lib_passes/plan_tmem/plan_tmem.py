@@ -46,6 +46,8 @@ class PlanTmem(Pass):
         plan = plan_from_ttgir(str(module), budget=budget)
         ctx.report.update(plan.to_report())
         ctx.report["upstream"] = {"used_columns": plan.used_columns, "alloc_columns": plan.demand_columns}
+        for conflict in plan.conflicts():   # lanes x columns: M=64 tiles at +0/+16 sharing columns are not one
+            ctx.warn(f"TMEM placement conflict: {conflict}")
         if plan.fits:
             return None
         if not ctx.options.get("fallback", True):

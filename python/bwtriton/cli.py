@@ -244,6 +244,21 @@ def _error(command: str | None, message: str) -> None:
     print(f"bwtriton{' ' + command if command else ''}: error: {message}", file=sys.stderr)
 
 
+#: exit status when stdout's reader went away: what a shell reports for a process SIGPIPE ended (128 + 13)
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_closed() -> int:
+    """stdout's reader closed the pipe (`bwtriton check ... | head`): stop without a word. stdout is pointed at
+    /dev/null so the interpreter's own flush at exit does not raise (and print) BrokenPipeError again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured): nothing left to flush into
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `bwtriton` command. Exit status: 0 success, 1 bad input (or a failed check), 2 usage, 3 a bwtriton
     bug; every error is one `bwtriton COMMAND: error: WHAT (HOW TO FIX)` line on stderr."""
@@ -257,7 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()   # a reader that went away shows here, not in the interpreter's exit flush
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
     except UsageError as exc:
         _error(command, str(exc))
         return 2

@@ -53,7 +53,9 @@ class CompileResult:
         return list(self.asm.keys())
 
     def summary(self) -> dict[str, Any]:
-        """Key resources: shared memory bytes, TMEM columns, CTAs per cluster, warps."""
+        """Key resources: shared memory bytes, TMEM columns, CTAs per cluster, warps; and `repairs`: for each
+        repair pass that changed the PTX, at how many places it inserted statements (insert-proxy-fence's
+        fences, insert-tcgen05-wait-ld's waits)."""
         md = self.metadata
         return {"kernel": self.name, "target": self.target.name, "num_warps": md.get("num_warps"),
                 "num_ctas": md.get("num_ctas"),
@@ -61,7 +63,9 @@ class CompileResult:
                 "cluster_dims": md.get("cluster_dims") or (md.get("num_ctas", 1), 1, 1),
                 "shared_bytes": md.get("shared"), "tmem_columns": md.get("tmem_size"),
                 "divisible_by_16": self.specialisation.describe() if self.specialisation else "(from the IR file)",
-                "passes": self.selection.names}
+                "passes": self.selection.names,
+                "repairs": {name: r["count"] for name, r in self.reports.items()
+                            if r.get("inserted") and r.get("count")}}
 
     def write(self, outdir: "str | os.PathLike", stages: Iterable[str] | None = None) -> list[Path]:
         """Write the chosen stages (default: all, plus sass) as `<kernel>.<stage>` files; returns the paths.

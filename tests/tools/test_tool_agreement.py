@@ -33,10 +33,10 @@ def test_sample_has_no_open_disagreement(sample_rows):
 
 def test_sample_covers_clean_kernels_and_faults(sample_rows):
     """Every SAMPLE row ran (none lost to a fault that found no place), clean kernels pass both tools and every
-    fault row is rejected by the emulator."""
+    fault row (and every kernel racy as written) is rejected by the emulator."""
     assert len(sample_rows) == len(agreement.SAMPLE)
     for row in sample_rows:
-        if row.fault == "(none)":
+        if row.fault == "(none)" and row.kernel not in agreement.RACY:
             assert (row.verifier, row.emulator) == ("clean", "ok"), row
         else:
             assert row.emulator != "ok", row

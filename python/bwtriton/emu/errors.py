@@ -54,6 +54,12 @@ class MissingProxyFenceError(AsyncRaceError):
     (st.shared, stmatrix) with no fence.proxy.async in between."""
 
 
+class UnorderedGenericStoreError(MissingProxyFenceError):
+    """The async proxy read shared memory that another warp of the CTA stored through the generic proxy (and
+    perhaps fenced) with no CTA barrier between that warp's store and the issuing thread: the proxy fence orders
+    only the fencing thread's own accesses."""
+
+
 class AsyncOverwriteError(AsyncRaceError):
     """A write to shared memory that a pending asynchronous read (MMA operand, TMA store source) or write still
     uses: the shared-memory stage was reused before that operation's completion was observed."""

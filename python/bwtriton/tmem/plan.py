@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..targets import TMEM_ALLOC_COLUMNS as ALLOC_SIZES, TMEM_COLUMNS, TMEM_LANES
+from .region import ALL_LANES, TmemRegion, d_tile_lanes
 
 #: Triton allocates lanes in halves of 64 "rows" (a half is 16 lanes of each 32-lane sub-partition).
 ROW_HALVES = 2
@@ -54,10 +55,21 @@ class TmemAllocation:
     def row_half(self) -> int:
         return self.lane_offset // 16
 
+    @property
+    def region(self) -> TmemRegion:
+        """Its lanes x columns: a half-lane (Layout F) allocation holds 16 lanes of each sub-partition."""
+        lanes = d_tile_lanes(64, 1, False, self.lane_offset) if self.lanes < TMEM_LANES else ALL_LANES
+        return TmemRegion(lanes, *self.column_range)
+
+    def live_with(self, other: "TmemAllocation") -> bool:
+        """Whether the two live ranges overlap (both allocations exist at once)."""
+        return self.live_start < other.live_end and other.live_start < self.live_end
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["column_range"] = list(self.column_range)
         d["live_range"] = [self.live_start, self.live_end]
+        d["region"] = str(self.region)
         return d
 
 
@@ -82,8 +94,29 @@ class TmemPlan:
 
     @property
     def sum_columns(self) -> int:
-        """Columns if every allocation were live at once (no reuse)."""
-        return sum(a.columns for a in self.allocations)
+        """Columns if every allocation were live at once (no reuse over time). Half-lane (M=64) allocations
+        still pack two to a column range at lanes +0 / +16, which is packing, not reuse: each goes to the row
+        half that ends first, a full-lane one after both."""
+        ends = [0] * ROW_HALVES
+        for a in self.allocations:
+            if a.lanes >= TMEM_LANES:
+                ends = [max(ends) + a.columns] * ROW_HALVES
+            else:
+                ends[ends.index(min(ends))] += a.columns
+        return max(ends, default=0)
+
+    def lane_packed(self) -> list[tuple[str, str]]:
+        """Pairs of allocations live together in the same columns at disjoint lanes (M=64 tiles at +0/+16)."""
+        return [(a.name, b.name) for i, a in enumerate(self.allocations) for b in self.allocations[i + 1:]
+                if a.live_with(b) and a.region.shares_columns(b.region) and not a.region.overlaps(b.region)]
+
+    def conflicts(self) -> list[str]:
+        """Every pair of allocations live together whose lanes x columns overlap: a placement error (empty for
+        any plan `place` made; a report edited or built by hand can have them)."""
+        return [f"%{a.name} ({a.region}) and %{b.name} ({b.region}) are live together and share "
+                f"{a.region.intersection(b.region)}"
+                for i, a in enumerate(self.allocations) for b in self.allocations[i + 1:]
+                if a.col_offset >= 0 and b.col_offset >= 0 and a.live_with(b) and a.region.overlaps(b.region)]
 
     @property
     def fits(self) -> bool:
@@ -101,6 +134,8 @@ class TmemPlan:
                        "sum_columns": self.sum_columns, "budget_columns": self.budget, "fits": self.fits,
                        "ctas_per_sm": self.ctas_per_sm, "lanes": TMEM_LANES},
             "fallbacks": list(self.fallbacks),
+            "lane_packed": [list(p) for p in self.lane_packed()],
+            "conflicts": self.conflicts(),
         }
 
 

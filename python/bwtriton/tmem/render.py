@@ -3,8 +3,10 @@
 
 The map draws lanes top to bottom and columns left to right. A full-lane allocation is one rectangle; a
 half-lane (M=64, Layout F) allocation occupies 16 lanes of each 32-lane sub-partition (lane offset 0 or 16),
-so it is drawn as four stripes. Allocations whose live ranges do not overlap may share columns; they are drawn
-as stacked bands within their rectangle, labelled by name.
+so it is drawn as four stripes. Two such allocations at lane offsets 0 and 16 share columns while both live
+(lane packing): each keeps its own stripes. Allocations whose cells (lanes x columns) overlap have disjoint live
+ranges (the allocator reused the cells); they are drawn as stacked bands within their rectangle, labelled by
+name.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 
 from bwtriton.errors import InputError
 from ..targets import TMEM_COLUMNS as COLUMNS, TMEM_LANES as LANES
+from .region import ALL_LANES, TmemRegion, d_tile_lanes, describe_lanes
 from ..userfiles import check_output_file
 
 _PALETTE = {"acc": ["#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948"],
@@ -49,6 +52,11 @@ def render_table(report: dict) -> str:
     up = report.get("upstream")
     if report.get("fallbacks") and up:
         lines.append(f"(before the fallback Triton's plan needed {up['used_columns']} columns)")
+    for a, b in report.get("lane_packed", []):
+        lines.append(f"lane-packed: %{a} and %{b} share columns at disjoint lanes (M=64 tiles at lane +0 / +16), "
+                     "live together without touching")
+    for c in report.get("conflicts", []):
+        lines.append(f"warning: placement conflict: {c}")
     for w in report.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines)
@@ -62,14 +70,21 @@ def _lane_bands(a: dict) -> list[tuple[int, int]]:
     return [(32 * q + off, 16) for q in range(4)]
 
 
+def _region(a: dict) -> TmemRegion:
+    """An allocation's lanes x columns, from its report entry."""
+    lanes = d_tile_lanes(64, 1, False, a["lane_offset"]) if a["lanes"] < LANES else ALL_LANES
+    return TmemRegion(lanes, *a["column_range"])
+
+
 def _rectangles(allocs: list[dict]) -> list[list[tuple[int, int, float, float]]]:
-    """Per allocation, its (col0, col1, lane0, lanes) rectangles. Allocations that share columns (disjoint
-    live ranges, reused by the allocator) split their lane bands into stacked sub-bands, so each stays visible."""
+    """Per allocation, its (col0, col1, lane0, lanes) rectangles. Allocations whose cells overlap (same lanes and
+    columns at different times, reused by the allocator) split their lane bands into stacked sub-bands, so each
+    stays visible; lane-packed ones (same columns, disjoint lanes) keep their own stripes whole."""
     out = []
+    regions = [_region(a) for a in allocs]
     for i, a in enumerate(allocs):
         c0, c1 = a["column_range"]
-        same = [j for j, b in enumerate(allocs) if (b["lane_offset"], b["lanes"]) == (a["lane_offset"], a["lanes"])
-                and b["column_range"][0] < c1 and c0 < b["column_range"][1]]
+        same = [j for j in range(len(allocs)) if regions[j].overlaps(regions[i])]
         k, n = same.index(i), len(same)
         out.append([(c0, c1, lane0 + k * nlanes / n, nlanes / n) for lane0, nlanes in _lane_bands(a)])
     return out
@@ -143,7 +158,8 @@ def render_svg(report: dict, *, title: str | None = None, col_px: float = 2.0, l
 
 def _label(a: dict) -> str:
     c0, c1 = a["column_range"]
-    lanes = "all lanes" if a["lanes"] >= LANES else f"lane half +{a['lane_offset']} (16 of each 32)"
+    lanes = "all lanes" if a["lanes"] >= LANES else \
+        f"lane half +{a['lane_offset']} ({describe_lanes(_region(a).lanes)})"
     buf = f", {a['buffers']} buffers" if a["buffers"] > 1 else ""
     return (f"{a['name']}: {a['kind']} {'x'.join(map(str, a['shape']))}x{a['dtype']}{buf}, columns [{c0}, {c1}), "
             f"{lanes}, live over IR ops [{a['live_start']}, {a['live_end']})")

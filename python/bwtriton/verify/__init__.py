@@ -33,7 +33,8 @@ from .checks.clc import check_clc
 from .checks.context import threads_per_cta
 from .checks.induction import refine_loop_barriers
 from .checks.resources import check_resources, check_target_isa
-from .findings import Finding
+from .findings import Finding, finding_order
+from .solver import SolverMissingError, require_solver
 
 
 @dataclass
@@ -99,6 +100,7 @@ def verify_module(mod: Module, target: str = "sm_100a", *, shared_bytes: Optiona
                   tmem_columns: Optional[int] = None) -> VerifyReport:
     """Run every check on every function of a parsed module. `shared_bytes` (dynamic shared memory) and
     `tmem_columns` come from the compile metadata (Triton's `shared` / `tmem_size`) when known."""
+    require_solver()
     report = VerifyReport()
     report.findings.extend(check_target_isa(mod, target))
     report.findings.extend(check_resources(mod, target, shared_bytes, tmem_columns))
@@ -111,7 +113,8 @@ def verify_module(mod: Module, target: str = "sm_100a", *, shared_bytes: Optiona
         if any(i.is_tcgen05 for i in ctx.func.instructions):
             for check in ALL_CHECKS:
                 check(ctx)
-        report.findings.extend(sorted(ctx.findings, key=lambda f: (f.line, f.check)))
+        report.findings.extend(ctx.findings)
+    report.findings.sort(key=finding_order)
     return report
 
 
@@ -136,4 +139,4 @@ def verify_ptx(ptx: Union[str, Module], target: Optional[str] = None, *, shared_
 
 
 __all__ = ["verify_ptx", "verify_module", "find_ld_wait_hazards", "function_contexts", "LdHazard",
-           "VerifyReport", "Finding"]
+           "VerifyReport", "Finding", "SolverMissingError", "require_solver"]

@@ -21,3 +21,15 @@ class Finding:
     def format(self, filename: str = "<ptx>") -> str:
         rel = f" (see line {self.related_line})" if self.related_line else ""
         return f"{filename}:{self.line}: {self.severity}: [{self.check}/{self.rule}] {self.message}{rel}"
+
+
+def _rule_order(rule: str) -> tuple:
+    """'P9' before 'P11': the letter, then the number (rules without one sort by name)."""
+    digits = rule.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    return (rule[:len(rule) - len(digits)], int(digits)) if digits.isdigit() else (rule, -1)
+
+
+def finding_order(f: Finding) -> tuple:
+    """The stable order findings are reported in: line, then rule id, then check id and text (never the order
+    the checks happened to emit them in, which follows set iteration)."""
+    return (f.line, _rule_order(f.rule), f.check, f.message, f.related_line or 0, f.function)

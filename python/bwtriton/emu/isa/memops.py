@@ -62,7 +62,10 @@ def mem_read(w, space: str, addr: np.ndarray, nbytes: int, lanes: Optional[np.nd
 
 def mem_write(w, space: str, addr: np.ndarray, data: np.ndarray, lanes: Optional[np.ndarray] = None) -> None:
     if w.is_gang and _gang_shared(space, addr):
-        return w.shared.write(addr, data, lanes, _line(w))
+        w.shared.write(addr, data, lanes, _line(w))
+        if w.warps_per_cta > 1 or len(w.rows[0].cta.cluster.ctas) > 1:
+            _record_gang_stores(w, addr, data.shape[1], lanes)
+        return None
     if space == "global":
         return w.launch.gmem.write(addr, data)
     if space in ("shared", "shared::cluster"):
@@ -148,9 +151,26 @@ def _local_rw(w, smem, a: np.ndarray, nbytes: int, data: Optional[np.ndarray]):
                                  by=w)
     smem.data[cells] = data
     smem.mark_generic_write(cells, _line(w))
-    if len(w.cta.cluster.ctas) > 1:  # a peer CTA's async proxy may read it (cta_group::2 operands)
+    # the async proxy of another warp (the elected MMA issuer) or of a peer CTA (cta_group::2 operands) may read
+    # it: remember by whom, so that reader must have synchronised with this warp
+    if w.cta.nthreads > 32 or len(w.cta.cluster.ctas) > 1:
         engine_of(w).record_peer_store(w, smem, int(cells.min()), int(cells.max()) + 1, _line(w))
     return None
+
+
+def _record_gang_stores(gw, addr: np.ndarray, nbytes: int, lanes: Optional[np.ndarray]) -> None:
+    """A gang's generic shared store, recorded per warp (row) as the warp-by-warp path records it, so a gang
+    reports the same unsynchronised cross-warp reads."""
+    row_of = (np.arange(addr.size) if lanes is None else np.asarray(lanes)) // 32
+    line = _line(gw)
+    for r in np.unique(row_of):
+        w = gw.rows[int(r)]
+        a = addr[row_of == r]
+        if not a.size:
+            continue
+        lo, hi = int(a.min()) - SMEM_BASE, int(a.max()) - SMEM_BASE + nbytes
+        if 0 <= lo and hi <= w.cta.smem.size:
+            engine_of(w).record_peer_store(w, w.cta.smem, lo, hi, line)
 
 
 def _span_poisoned(smem, a: np.ndarray, nbytes: int) -> bool:

@@ -129,7 +129,7 @@ class AsyncReads:
             self.engine.check_async_read(smem, off, self.reader)
         if smem.any_async_written:  # the issuing thread must have observed the loads that filled the operands
             self.engine.check_observed_writes(self.w, smem, off, self.reader, (lo, hi))
-        if self.engine.peer_stores and smem is not self.w.cta.smem:  # cta_group::2: the peer CTA's operands
+        if self.engine.peer_stores:  # other warps' (or, cta_group::2, the peer CTA's) stores must be ordered
             self.engine.check_peer_read(self.w, smem, lo, hi, self.reader)
         self.ranges.append((smem, lo, hi))
         return smem.data[off]

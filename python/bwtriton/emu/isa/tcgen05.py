@@ -5,13 +5,15 @@ mma / cp / commit are asynchronous (asyncops.py): an MMA or cp reads its shared-
 issue (after checking that no pending write owns them and no unfenced generic write precedes them), but stays
 pending -- its TMEM columns unreadable, its shared-memory operands reserved -- until the tcgen05.commit tracking it
 completes, which is when a thread waits on the commit's mbarrier. The commit carries the sequence number of the
-newest op it covers; waiters record it, and tcgen05.ld refuses TMEM columns whose newest writer they did not
-observe. tcgen05.ld is asynchronous towards TMEM until tcgen05.wait::ld: a TMEM write or dealloc over columns a
-pending load reads is an error (register reads of its results before the wait are not: P9)."""
+newest op it covers; waiters record it, and tcgen05.ld refuses TMEM cells whose newest writer they did not
+observe. tcgen05.ld is asynchronous towards TMEM until tcgen05.wait::ld: a TMEM write or dealloc over cells a
+pending load reads is an error (register reads of its results before the wait are not: P9). All of this is
+tracked per (lane, column) cell, not per column: Triton packs two M=64 accumulators into the same columns at
+lane offsets 0 and 16, and an MMA into one never races a load of the other."""
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from ..errors import (DescriptorError, EmulationError, LaneQuarterError, TmemAll
 from ...targets import TMEM_ALLOC_COLUMNS
 from ..machine.memory import TMEM_COLS, TMEM_LANES, split_cluster_address
 from ..machine.program import Program, active_index, address_reader, as_lanes
+from ...tmem.region import TmemRegion
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -93,10 +96,13 @@ def _dealloc(ins: Instruction, prog: Program) -> Callable:
                                  f"(live: {sorted(tm.allocations)})")
         if got[0] != ncols:
             raise TmemAllocError(f"tcgen05.dealloc of {ncols} columns at column {col}, allocated with {got[0]}")
-        if tm.inflight[col:col + ncols].any():
-            raise TmemRaceError(f"tcgen05.dealloc of columns {col}..{col + ncols - 1} while an MMA/cp writing them "
-                                "is still in flight (wait on its commit mbarrier first)")
-        check_pending_ld(w, w.cta, None, np.arange(col, col + ncols), "tcgen05.dealloc")
+        cells = (np.arange(TMEM_LANES)[:, None] * TMEM_COLS + np.arange(col, col + ncols)[None, :]).reshape(-1)
+        if tm.inflight[cells].any():
+            bad = int(cells[tm.inflight[cells] > 0][0])
+            raise TmemRaceError(f"tcgen05.dealloc of columns {col}..{col + ncols - 1} while "
+                                f"{_inflight_writer(w, tm, bad)} writing {_cell_text(bad)} is still in flight (wait "
+                                "on its commit mbarrier first)", where=w.where())
+        check_pending_ld(w, w.cta, cells, "tcgen05.dealloc", ins.line)
         del tm.allocations[col]
     return dealloc
 
@@ -163,8 +169,18 @@ def _cells(taddr: int, shape: str, num: int, packed: bool, half_off: int):
     return lanes, cols, np.unique(cols)
 
 
+@functools.lru_cache(maxsize=1024)
+def _flat_cells(taddr: int, shape: str, num: int, packed: bool, half_off: int) -> np.ndarray:
+    """The distinct TMEM cells (flat index lane * TMEM_COLS + column) of a tcgen05.ld/st at `taddr`."""
+    lanes, cols, _ = _cells(taddr, shape, num, packed, half_off)
+    return np.unique(lanes * TMEM_COLS + cols)
+
+
 def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int, what: str):
+    """(lanes [32, R], columns [32, R], distinct flat cells) of a tcgen05.ld/st of warp `w`, after the lane
+    quarter, TMEM bounds and allocation checks."""
     lanes, cols, ucols = _cells(taddr, shape, num, packed, half_off)
+    cells = _flat_cells(taddr, shape, num, packed, half_off)
     lane0 = taddr >> 16
     quarter = 32 * (w.wid % 4)
     lo, hi = int(lanes.min()), int(lanes.max())
@@ -180,7 +196,28 @@ def _tmem_cells(w, taddr: int, shape: str, num: int, packed: bool, half_off: int
             owned[c:c + n] = True
         if not owned[ucols].all():
             raise TmemAllocError(f"{what} touches TMEM columns that are not allocated", where=w.where())
-    return lanes, cols, ucols
+    return lanes, cols, cells
+
+
+def _cell_text(cell: int) -> str:
+    """'TMEM column 5 (lane 16)' for a flat cell."""
+    return f"TMEM column {cell % TMEM_COLS} (lane {cell // TMEM_COLS})"
+
+
+def _cells_text(cells: np.ndarray) -> str:
+    """'lanes 16-31, columns 0-63' for a set of flat cells (the lanes and the column span they cover)."""
+    cells = np.asarray(cells)
+    lanes, cols = np.unique(cells // TMEM_COLS).tolist(), cells % TMEM_COLS
+    mask = sum(1 << int(x) for x in lanes)
+    return str(TmemRegion(mask, int(cols.min()), int(cols.max()) + 1))
+
+
+def _inflight_writer(w, tm, cell: int) -> str:
+    """'the tcgen05.mma at PTX line N (`...`)': the queued MMA/cp that writes TMEM cell `cell` of `tm`."""
+    for op in engine_of(w).pending.values():
+        if any(t is tm and cell in np.asarray(c) for t, c in op.tmem):
+            return op.describe()
+    return "an MMA/cp"
 
 
 def _ld(ins: Instruction, prog: Program) -> Callable:
@@ -198,47 +235,46 @@ def _ld(ins: Instruction, prog: Program) -> Callable:
         _require_whole_warp(w, "tcgen05.ld")
         taddr = _uniform(w, rd_t(w), "tcgen05.ld address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
-        lanes, cols, ucols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
-        _check_observed(w, ucols)
+        lanes, cols, cells = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.ld")
+        _check_observed(w, cells, line, text)
         vals = w.cta.tmem.data[lanes, cols]  # [32, regs]
         if packed:
             vals = (vals[:, 0::2] & 0xFFFF) | ((vals[:, 1::2] & 0xFFFF) << 16)
         for i, wr in enumerate(writers):
             wr(w, vals[:, i])
-        _record_pending_ld(w, ucols, line, text)
+        _record_pending_ld(w, cells, line, text)
     return ld
 
 
-def _record_pending_ld(w, cols: np.ndarray, line: int, text: str) -> None:
-    """A tcgen05.ld of warp `w` read TMEM columns `cols`: it is the warp's ("ld", warp) event n, complete (towards
-    TMEM) at the warp's next tcgen05.wait::ld. Per warp, TMEM keeps (lane quarter, the event number of the last
-    load of each column, that load's line and text, the warp's event source)."""
+def _record_pending_ld(w, cells: np.ndarray, line: int, text: str) -> None:
+    """A tcgen05.ld of warp `w` read TMEM cells `cells` (flat lane * TMEM_COLS + column): it is the warp's ("ld",
+    warp) event n, complete (towards TMEM) at the warp's next tcgen05.wait::ld. Per warp, TMEM keeps (lane
+    quarter, the event number of the last load of each cell, that load's line and text, the warp's event source)."""
     key = ("ld", issuer_of(w))
     n = engine_of(w).next_event(key)
     pend = w.cta.tmem.pending_ld
     got = pend.get(w.wid)
     if got is None:
-        got = [w.wid % 4, np.zeros(TMEM_COLS, dtype=np.int64), line, text, key]
+        got = [w.wid % 4, np.zeros(TMEM_LANES * TMEM_COLS, dtype=np.int64), line, text, key]
         pend[w.wid] = got
-    got[1][cols] = n
+    got[1][cells] = n
     got[2], got[3] = line, text
 
 
-def check_pending_ld(w, cta, quarters: Optional[set], cols: np.ndarray, writer: str) -> None:
-    """Warp `w` makes `writer` write TMEM columns `cols` (of lane quarters `quarters`; None: all) of `cta`: every
-    tcgen05.ld that read them must be complete (its warp executed tcgen05.wait::ld) and that completion observed
-    by `w` (its own wait, or the loading warp's arrive / barrier that `w` waited on) -- the anti-dependency the
-    wait exists for, however the warps happen to be scheduled."""
+def check_pending_ld(w, cta, cells: np.ndarray, writer: str, writer_line: int = 0) -> None:
+    """Warp `w` makes `writer` write TMEM cells `cells` (flat lane * TMEM_COLS + column) of `cta`: every
+    tcgen05.ld that read one of them must be complete (its warp executed tcgen05.wait::ld) and that completion
+    observed by `w` (its own wait, or the loading warp's arrive / barrier that `w` waited on) -- the
+    anti-dependency the wait exists for, however the warps happen to be scheduled. Loads of other lanes of the
+    same columns (the other M=64 accumulator) are no hazard."""
     clock = clock_of(w)
     for wid, (q, last, line, text, key) in cta.tmem.pending_ld.items():
-        if quarters is not None and q not in quarters:
-            continue
         seen = clock.get(key, 0)
-        bad = last[cols] > seen
+        bad = last[cells] > seen
         if not bad.any():
             continue
-        col = int(np.asarray(cols)[bad][0])
-        n = int(last[col])
+        cell = int(np.asarray(cells)[bad][0])
+        n = int(last[cell])
         reader = cta.warps[wid] if wid < len(cta.warps) else None
         if reader is None or not clock_of(reader).saw(key, n):
             why = ("that warp executed no tcgen05.wait::ld.sync.aligned after the load; insert it before the TMEM "
@@ -246,20 +282,24 @@ def check_pending_ld(w, cta, quarters: Optional[set], cols: np.ndarray, writer: 
         else:
             why = (f"that warp waited (tcgen05.wait::ld), but warp {w.wid} never observed it: hand the TMEM back "
                    "through an mbarrier arrive after the wait (or a barrier) that the writing warp waits on")
+        read = np.flatnonzero(last > seen)
+        at = f" at PTX line {writer_line}" if writer_line else ""
         raise UnwaitedTmemLoadError(
-            f"{writer} writes TMEM column {col} (lane quarter {q}) that the tcgen05.ld at PTX line {line} "
-            f"(`{short(text)}`) of warp {wid} may still be reading: {why}")
+            f"{writer} writes {_cell_text(cell)} that the tcgen05.ld at PTX line {line} (`{short(text)}`) of warp "
+            f"{wid} may still be reading: {why} (the {writer}{at} writes {_cells_text(np.asarray(cells))}; the "
+            f"load reads {_cells_text(read)})")
 
 
-def _check_observed(w, c: np.ndarray) -> None:
-    """tcgen05.ld of the distinct columns `c`: no MMA/cp writing them in flight, their newest writer's completion
-    observed by this warp (however the schedule completed it)."""
+def _check_observed(w, c: np.ndarray, line: int, text: str) -> None:
+    """tcgen05.ld (PTX line `line`) of the distinct cells `c`: no MMA/cp writing them in flight, their newest
+    writer's completion observed by this warp (however the schedule completed it)."""
     tm = w.cta.tmem
     if tm.inflight[c].any():
         bad = int(c[tm.inflight[c] > 0][0])
-        raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} while an MMA/cp writing it is still in flight: "
-                            "wait on the mbarrier of its tcgen05.commit (then tcgen05.fence::after_thread_sync) "
-                            "before loading", where=w.where())
+        raise TmemRaceError(f"tcgen05.ld reads {_cell_text(bad)} while {_inflight_writer(w, tm, bad)} writing it "
+                            f"is still in flight (the load at PTX line {line} reads {_cells_text(c)}): wait on the "
+                            "mbarrier of its tcgen05.commit (then tcgen05.fence::after_thread_sync) before loading",
+                            where=w.where())
     codes = tm.writer_seq[c]
     if not codes.any():
         return
@@ -270,9 +310,10 @@ def _check_observed(w, c: np.ndarray) -> None:
         key, idx = engine.writer_of(code)
         if not clock.saw(key, idx):
             bad = int(c[codes == code][0])
-            raise TmemRaceError(f"tcgen05.ld reads TMEM column {bad} written by an asynchronous MMA/cp whose "
-                                "completion this warp never observed (no wait on its tcgen05.commit mbarrier, "
-                                "directly or through a barrier; another warp's wait does not order this load)",
+            raise TmemRaceError(f"tcgen05.ld reads {_cell_text(bad)} written by an asynchronous MMA/cp whose "
+                                f"completion this warp never observed (the load at PTX line {line} reads "
+                                f"{_cells_text(c)}; no wait on its tcgen05.commit mbarrier, directly or through a "
+                                "barrier; another warp's wait does not order this load)",
                                 where=w.where())
 
 
@@ -285,15 +326,20 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     srcs = list(ops[-1].items) if ops[-1].kind == "vec" else [ops[-1]]
     readers = [prog.src(s, U32, ins) for s in srcs]
 
+    line = ins.line
+
     def st(w):
         _require_whole_warp(w, "tcgen05.st")
         taddr = _uniform(w, rd_t(w), "tcgen05.st address")
         half = _uniform(w, rd_half(w), "half-split offset") if rd_half else 0
-        lanes, cols, ucols = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
+        lanes, cols, cells = _tmem_cells(w, taddr, shape, num, packed, half, "tcgen05.st")
         tm = w.cta.tmem
-        if tm.inflight[ucols].any():
-            raise TmemRaceError("tcgen05.st writes TMEM columns an in-flight MMA/cp is writing", where=w.where())
-        check_pending_ld(w, w.cta, {w.wid % 4}, ucols, "tcgen05.st")
+        if tm.inflight[cells].any():
+            bad = int(cells[tm.inflight[cells] > 0][0])
+            raise TmemRaceError(f"tcgen05.st writes TMEM columns an in-flight MMA/cp is writing: {_cell_text(bad)}, "
+                                f"which {_inflight_writer(w, tm, bad)} writes (the store at PTX line {line} writes "
+                                f"{_cells_text(cells)})", where=w.where())
+        check_pending_ld(w, w.cta, cells, "tcgen05.st", line)
         vals = np.stack([as_lanes(np.asarray(r(w), np.uint32), w.lanes) for r in readers], axis=1)
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
@@ -410,9 +456,8 @@ def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
 
 @functools.lru_cache(maxsize=256)
 def _d_footprint(m: int, n: int, cta_group: int, lane_base: int) -> tuple:
-    """Per CTA of the MMA: (distinct D columns relative to the D address, lane quarters written)."""
-    return tuple((np.unique(cols), frozenset((np.unique(lanes) // 32).tolist()))
-                 for _, lanes, cols in opnd.d_tmem_layout(m, n, cta_group, lane_base))
+    """Per CTA of the MMA: the distinct D columns relative to the D address."""
+    return tuple(np.unique(cols) for _, _, cols in opnd.d_tmem_layout(m, n, cta_group, lane_base))
 
 
 def _allocated(tmem, cols: np.ndarray) -> bool:
@@ -443,15 +488,16 @@ def _issue_mma(w, ins, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc: I
     layout = opnd.d_tmem_layout(m, n, cta_group, taddr_d >> 16)
     col_d = taddr_d & 0xFFFF
     writes = []
-    for cta, (ucols, quarters) in zip(ctas, _d_footprint(m, n, cta_group, taddr_d >> 16)):
+    for cta, ucols, cells in zip(ctas, _d_footprint(m, n, cta_group, taddr_d >> 16), _d_cells(layout, col_d)):
         used = ucols + col_d
         if used[-1] >= TMEM_COLS:
             raise DescriptorError(f"MMA D tile (M={m}, N={n}) at column {col_d} runs past TMEM column 511", line=line)
         if not _allocated(cta.tmem, used):
             raise TmemAllocError(f"MMA D tile (M={m}, N={n}) at column {col_d} writes TMEM columns of CTA "
                                  f"{cta.rank} that are not allocated", line=line)
-        check_pending_ld(w, cta, quarters, used, "tcgen05.mma")
-        writes.append((cta.tmem, used))
+        flat = cells.reshape(-1)   # lanes x columns: an M=64 tile at lane +16 leaves the +0 lanes alone
+        check_pending_ld(w, cta, flat, "tcgen05.mma", line)
+        writes.append((cta.tmem, flat))
     reads = opnd.AsyncReads(w, ins)
     _execute_mma(ctas, line, kind, cta_group, svec, taddr_d, a, a_in_tmem, b, idesc, enable, sa, sb, sd, layout,
                  reads)
@@ -621,16 +667,16 @@ def _cp(ins: Instruction, prog: Program) -> Callable:
                 raise EmulationError("tcgen05.cp destination outside TMEM", where=w.where())
 
             reads = opnd.AsyncReads(w, ins)
-            quarters = set((np.unique(lanes) // 32).tolist())
+            cells = np.unique(lanes[:, :, None] * TMEM_COLS + cols[None, None, :])
             # computed at issue, pending (columns unreadable) until its commit completes; ordered after earlier
             # MMAs/cps of the same thread (one in-order tensor-core pipe), so no in-flight check against them
             for cta in ctas:
-                check_pending_ld(w, cta, quarters, cols, "tcgen05.cp")
+                check_pending_ld(w, cta, cells, "tcgen05.cp", line)
                 raw = reads.gather(cta.smem, opnd.kmajor_addresses(desc, rows, row_bytes))
                 words = np.ascontiguousarray(raw).view(np.uint32).reshape(rows, ncols)
                 for copy in lanes:
                     cta.tmem.data[copy[:, None], cols[None, :]] = words
-            _issue(w, line, ins.text, "tcgen05.cp", [(c.tmem, cols) for c in ctas], reads.ranges)
+            _issue(w, line, ins.text, "tcgen05.cp", [(c.tmem, cells) for c in ctas], reads.ranges)
     return cp
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from .cells import Chunks, cells_get, cells_set
 from .memory import word_cells
 from ..errors import (AsyncOverwriteError, AsyncRaceError, MissingProxyFenceError, PoisonReadError,
+                      UnorderedGenericStoreError,
                       UnobservedWriteReadError, short)
 
 SCHEDULES = ("latest", "eager")
@@ -66,8 +67,9 @@ def clock_of(w) -> Clock:
 class AsyncOp:
     """One asynchronous operation. `writes`: (SharedMemory, index) poisoned until completion (index: a slice or
     an offset array); `reads`: (SharedMemory, lo, hi) offsets it reads until completion; `tmem`: (TensorMemory,
-    columns) it writes; `tx` / `arrive`: mbarrier transaction bytes / arrivals delivered at completion;
-    `finish`: deferred effects (data movement) run at completion; `observe`: the wait that completes it."""
+    flat cells lane * 512 + column) it writes; `tx` / `arrive`: mbarrier transaction bytes / arrivals delivered
+    at completion; `finish`: deferred effects (data movement) run at completion; `observe`: the wait that
+    completes it."""
 
     kind: str
     line: int
@@ -116,8 +118,9 @@ class AsyncEngine:
         self._source_no: dict[tuple, int] = {}
         self.barrier_clocks: dict[int, list] = {}  # id(mbarrier) -> [mbarrier, arrivals' clock, completed clock]
         self.commits: dict[tuple, list] = {}       # ("tc", issuer) -> its recent commits: (covered up to, text)
-        #: id(shared memory) -> [memory, [(lo, hi, ("st", warp), epoch, line)]]: generic stores of a CTA of a
-        #: multi-CTA cluster, which another CTA's async proxy may read only after observing them
+        #: id(shared memory) -> [memory, {(lo, hi, ("st", warp)): (epoch, line)}]: generic stores of a CTA with
+        #: several warps or of a multi-CTA cluster, which another warp's or CTA's async proxy may read only after
+        #: observing them
         self.peer_stores: dict[int, list] = {}
         self._store_epoch: dict[tuple, int] = {}   # ("st", warp) -> the epoch of its newest recorded store
         #: writer code -> the asynchronous write it names (the newest ones, for messages)
@@ -151,33 +154,46 @@ class AsyncEngine:
         return clock
 
     def record_peer_store(self, w, smem, lo: int, hi: int, line: int) -> None:
-        """Warp `w` stored into [lo, hi) of its CTA's `smem` (a multi-CTA cluster's): remember by whom and in which
-        epoch (its next release), for a peer CTA's async read (check_peer_read)."""
+        """Warp `w` stored into [lo, hi) of its CTA's `smem` (of a CTA with several warps, or of a multi-CTA
+        cluster): remember by whom and in which epoch (its next release), for an async read by another warp or
+        CTA (check_peer_read). The newest MAX_READ_RECORDS ranges are kept."""
         key = ("st", issuer_of(w))
         epoch = self.counter.get(key, 0) + 1
         self._store_epoch[key] = epoch
         books = self.peer_stores.get(id(smem))
         if books is None or books[0] is not smem:
-            books = self.peer_stores[id(smem)] = [smem, []]
-        recs = [r for r in books[1] if not (r[0] == lo and r[1] == hi and r[2] == key)]
-        recs.append((lo, hi, key, epoch, line))
-        books[1] = recs[-MAX_READ_RECORDS:]
+            books = self.peer_stores[id(smem)] = [smem, {}]
+        recs = books[1]
+        recs.pop((lo, hi, key), None)   # re-inserted last: the dict keeps the newest stores in order
+        recs[(lo, hi, key)] = (epoch, line)
+        if len(recs) > MAX_READ_RECORDS:
+            del recs[next(iter(recs))]
 
     def check_peer_read(self, w, smem, lo: int, hi: int, reader: str) -> None:
-        """Warp `w` (of another CTA) makes the async proxy read [lo, hi) of `smem`: every generic store there must
-        have been released by its warp and observed by `w` (barrier.cluster, or an mbarrier arrive / wait)."""
+        """Warp `w` makes the async proxy read [lo, hi) of `smem`: every generic store there by another warp (of
+        this CTA, or of another CTA of the cluster) must have been released by its warp and observed by `w` (a
+        CTA barrier, barrier.cluster, or an mbarrier the storing warp arrives on and `w` waits on)."""
         books = self.peer_stores.get(id(smem))
         if books is None or books[0] is not smem:
             return
         clock = clock_of(w)
-        for r_lo, r_hi, key, epoch, line in books[1]:
-            if lo < r_hi and r_lo < hi and not clock.saw(key, epoch):
-                raise AsyncRaceError(
-                    f"{reader} reads shared memory of CTA {smem.rank} (offsets 0x{max(lo, r_lo):x}..0x"
-                    f"{min(hi, r_hi) - 1:x}) that warp {key[1][2]} of that CTA stored through the generic proxy at "
-                    f"PTX line {line}, and the issuing thread never observed those stores: order them before the "
-                    "read across the cluster (barrier.cluster.arrive.release + barrier.cluster.wait.acquire, or an "
-                    "mbarrier the storing warps arrive on and the issuing thread waits on)")
+        own = ("st", issuer_of(w))
+        peer = smem is not w.cta.smem
+        for (r_lo, r_hi, key), (epoch, line) in books[1].items():
+            if lo < r_hi and r_lo < hi and key != own and not clock.saw(key, epoch):
+                span = f"offsets 0x{max(lo, r_lo):x}..0x{min(hi, r_hi) - 1:x}"
+                if peer:
+                    raise AsyncRaceError(
+                        f"{reader} reads shared memory of CTA {smem.rank} ({span}) that warp {key[1][2]} of that "
+                        f"CTA stored through the generic proxy at PTX line {line}, and the issuing thread never "
+                        "observed those stores: order them before the read across the cluster "
+                        "(barrier.cluster.arrive.release + barrier.cluster.wait.acquire, or an mbarrier the storing "
+                        "warps arrive on and the issuing thread waits on)")
+                raise UnorderedGenericStoreError(
+                    f"{reader} reads shared memory ({span}) that warp {key[1][2]} stored through the generic proxy "
+                    f"at PTX line {line}, and the issuing warp {w.wid} never synchronised with that warp after the "
+                    "store: a fence.proxy.async alone does not order another warp's stores; put a CTA barrier "
+                    "(bar.sync) between the fenced stores and the issue")
 
     # -- mbarrier clocks -----------------------------------------------------------------------------------
     def _bar_clocks(self, bar) -> list:
@@ -242,9 +258,9 @@ class AsyncEngine:
             self._record_write(op)
         for smem, lo, hi in op.reads:
             _record_read(smem, lo, hi, op)
-        for tm, cols in op.tmem:
-            tm.inflight[cols] += 1
-            tm.writer_seq[cols] = self.writer_code(op.key, op.idx)
+        for tm, cells in op.tmem:
+            tm.inflight[cells] += 1
+            tm.writer_seq[cells] = self.writer_code(op.key, op.idx)
         if op.kind == "tcgen05.commit":  # tracks every prior tcgen05 op of the issuing thread (warp here)
             mine = [p for p in self.tcgen05.get(op.issuer, ()) if not p.done]
             self.tcgen05[op.issuer] = mine
@@ -280,8 +296,8 @@ class AsyncEngine:
             smem.n_poison -= 1
             if smem.any_unfenced:  # the bytes' newest writer is this operation, not an earlier generic store
                 cells_set(smem.unfenced, idx, 0)
-        for tm, cols in op.tmem:
-            tm.inflight[cols] -= 1
+        for tm, cells in op.tmem:
+            tm.inflight[cells] -= 1
         for bar, nbytes in op.tx:
             self.deliver(bar, op.clock, tx=nbytes)
         for bar in op.arrive:

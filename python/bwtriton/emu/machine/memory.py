@@ -296,17 +296,19 @@ class MBarrier:
 
 @dataclass
 class TensorMemory:
-    """One CTA's TMEM (128 lanes x 512 columns x 32 bit) with its allocator and per-column write tracking."""
+    """One CTA's TMEM (128 lanes x 512 columns x 32 bit) with its allocator and per-cell write tracking."""
 
     rank: int
     data: np.ndarray = field(default_factory=lambda: np.zeros((TMEM_LANES, TMEM_COLS), dtype=np.uint32))
     allocations: dict[int, tuple[int, int]] = field(default_factory=dict)  # column -> (ncols, line)
     relinquished: bool = False
     last_alloc: int = 1 << 30
-    # Newest async op (MMA / cp) that wrote each column, and how many queued ops still write it.
-    writer_seq: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_COLS, dtype=np.int64))
-    inflight: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_COLS, dtype=np.int64))
-    # tcgen05.ld not yet followed by tcgen05.wait::ld: warp id -> (lane quarter, columns [bool], PTX line, text)
+    # Per cell (flat index lane * TMEM_COLS + column: two M=64 accumulators share columns at different lanes):
+    # the newest async op (MMA / cp) that wrote it, and how many queued ops still write it.
+    writer_seq: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_LANES * TMEM_COLS, dtype=np.int64))
+    inflight: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_LANES * TMEM_COLS, dtype=np.int64))
+    # tcgen05.ld not yet followed by tcgen05.wait::ld: warp id -> [lane quarter, event number per cell, PTX line,
+    # text, event source]
     pending_ld: dict = field(default_factory=dict)
 
     def allocate(self, ncols: int) -> Optional[int]:

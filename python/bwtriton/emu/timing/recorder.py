@@ -368,8 +368,8 @@ def _mma_flops(op, c: B200Costs) -> tuple[int, float]:
     entry, k = MMA_KINDS.get(m.group(1) if m else "f16", MMA_KINDS["f16"])
     n = 0
     if op.tmem:
-        _, cols = op.tmem[0]
-        n = len(np.arange(512)[cols]) if isinstance(cols, slice) else int(np.size(cols))
+        _, cells = op.tmem[0]   # flat TMEM cells (lane * 512 + column): N is the number of distinct columns
+        n = int(np.unique(np.asarray(cells) % 512).size)
     return 2 * 128 * max(n, 1) * k, c.v(entry)
 
 

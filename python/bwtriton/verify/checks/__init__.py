@@ -15,7 +15,8 @@ from .cross_warp import check_cross_warp, check_pair_operands_synced
 from .descriptors import check_mma
 from .lanes import check_lane_quarter_by_warp
 from .launch import check_cluster, check_leader_issue, check_cta_group, check_single_thread_issue, check_sync_aligned, check_trap_only
-from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier, check_ld_wait, check_proxy_fence,
+from .proxy_fence import check_proxy_fence
+from .sync import (LdHazard, check_accumulator_sync, check_alloc_result_barrier, check_ld_wait,
                    check_st_wait, ld_wait_hazards)
 from .mbarrier_phase import check_arrival_count, check_parity_alternates
 from .phase_iterations import check_parity_per_iteration

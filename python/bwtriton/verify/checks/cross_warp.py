@@ -27,6 +27,7 @@ from typing import Optional
 
 from bwtriton.ptx.cfg import back_edges, reachable_blocks
 from bwtriton.ptx.ir import Instruction, Operand
+from bwtriton.tmem.region import ALL_LANES
 
 from .async_copy import _WAITS, barrier_operand, is_tma_load, same_address
 from .context import LD_SHAPE_COLS, Ctx, ld_shape_num
@@ -34,6 +35,7 @@ from .dataflow import may_have_run, run_dataflow, union_states
 from .mbarrier_phase import loop_body, natural_loops
 from .first_pass import passes_at_once
 from .mma_operands import smem_reads
+from .tmem_regions import tmem_region
 
 
 
@@ -90,8 +92,31 @@ def _tmem_base_of(ctx: Ctx, op: Optional[Operand], depth: int) -> Optional[str]:
     return None
 
 
+def _with_lanes(ctx: Ctx, ins: Instruction, cols: Optional[tuple[str, int, int]]) -> Optional[tuple]:
+    """(allocation, first column, last column, lane mask): the lanes from the exact region, else all lanes."""
+    if cols is None:
+        return None
+    reg = tmem_region(ctx, ins)
+    return (*cols, reg[1].lanes if reg is not None else ALL_LANES)
+
+
+def tmem_extent(ctx: Ctx, ins: Instruction) -> Optional[tuple]:
+    """(allocation, first column, last column, lane mask) that an MMA's D tile or a tcgen05.ld may touch."""
+    if ins.opcode == "tcgen05.mma":
+        return _with_lanes(ctx, ins, _tmem_cols(ctx, ins.operands[0], None))
+    addr = next((o for o in ins.operands if o.kind == "addr"), None)
+    return _with_lanes(ctx, ins, _tmem_cols(ctx, addr, _ld_cols(ins))) if addr is not None else None
+
+
+def _cells(ctx: Ctx, ins: Instruction, what: str) -> str:
+    """' (what lanes .., columns ..)' for a message, when the instruction's TMEM region is known."""
+    reg = tmem_region(ctx, ins)
+    return f" ({what} {reg[1]})" if reg is not None else ""
+
+
 def _overlap(a, b) -> bool:
-    return a is not None and b is not None and a[0] == b[0] and a[1] <= b[2] and b[1] <= a[2]
+    """Same allocation, a shared column and a shared lane (two M=64 accumulators at lanes +0/+16 never meet)."""
+    return a is not None and b is not None and a[0] == b[0] and a[1] <= b[2] and b[1] <= a[2] and bool(a[3] & b[3])
 
 
 def _ld_cols(ins: Instruction) -> int:
@@ -146,12 +171,11 @@ def check_cross_warp(ctx: Ctx) -> None:
     refillable = {f for f in data_fam.values() if any(ins_at[t].block in looped for t in f)}
 
     # MMA -> ld: for each ld, the MMAs of other threads writing its columns and the commits after them
-    d_cols = {m.index: _tmem_cols(ctx, m.operands[0], None) for m in mmas}
+    d_cols = {m.index: tmem_extent(ctx, m) for m in mmas}
     acc_commits: dict[int, frozenset] = {}
     handover: set[int] = set()
     for ld in lds:
-        addr = next((o for o in ld.operands if o.kind == "addr"), None)
-        cols = _tmem_cols(ctx, addr, _ld_cols(ld)) if addr is not None else None
+        cols = tmem_extent(ctx, ld)
         # another thread's MMAs: no path of one thread runs both (an ld before the MMA in program order is the
         # same thread reading the previous value)
         writers = [m for m in mmas if _overlap(cols, d_cols[m.index]) and not reaches(ctx, m, ld)
@@ -225,8 +249,8 @@ def check_cross_warp(ctx: Ctx) -> None:
                     ctx.add("acc-reuse-unwaited", "P13", "error", ins,
                             f"this MMA overwrites an accumulator another warp may still be reading: no wait on "
                             f"the barrier the reader arrives on after its tcgen05.ld (line {a.line}) since the "
-                            "accumulator was handed over; wait on the accumulator's empty barrier first",
-                            related=a.line)
+                            f"accumulator was handed over; wait on the accumulator's empty barrier first"
+                            f"{_cells(ctx, ins, 'the MMA writes')}", related=a.line)
                 out.add(("issued", rel))
             return frozenset(out)
         if op == "tcgen05.commit":
@@ -245,8 +269,8 @@ def check_cross_warp(ctx: Ctx) -> None:
             ctx.add("acc-wait-missing", "P13", "error", ins,
                     f"tcgen05.ld of an accumulator that another warp's MMAs write, with no blocking wait on the "
                     f"mbarrier their tcgen05.commit (line {c.line}) arrives on since the accumulator was last "
-                    "handed back: wait on the accumulator's full barrier with the phase's parity first",
-                    related=c.line)
+                    "handed back: wait on the accumulator's full barrier with the phase's parity first"
+                    f"{_cells(ctx, ins, 'the load reads')}", related=c.line)
         if op == "mbarrier.arrive" and not ins.has("expect_tx") and any(
                 x[0] == "waited" for x in st):
             return st | {("unsynced", ld) for ld in acc_commits if reaches(ctx, ins, ins_at[ld])}

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 from typing import Optional
 
-from bwtriton.ptx.descriptors import d_tile_columns
 from bwtriton.ptx.ir import Instruction, Operand
 
 from .async_copy import _WAITS, barrier_operand
 from .dataflow import _branch_facts
-from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
+from .context import Ctx
 from .exit_parity import _trip_counts
 from .iterations import LoopSimulation
 from .mbarrier_phase import natural_loops, spin_loop
 from .phase_iterations import _on_every_iteration
+from .tmem_regions import same_region_overlap, tmem_region
 
 _MASK = 0xFFFFFFFF
 
@@ -135,16 +135,8 @@ def _never_taken(ctx: Ctx, bra: Instruction) -> bool:
 
 
 def _reads_d(ctx: Ctx, ld: Instruction, mma: Instruction) -> bool:
-    """The ld's columns meet the MMA's D tile (both exact TMEM references of one allocation)."""
-    addr = next((o for o in ld.operands if o.kind == "addr"), None)
-    ref, mref = (tmem_ref(ctx, addr) if addr is not None else None), tmem_ref(ctx, mma.operands[0])
-    dd = decode_mma(ctx, mma)
-    if ref is None or mref is None or ref[0] != mref[0] or dd is None or not dd.m or not dd.n:
-        return False
-    shape, num = ld_shape_num(ld)
-    cols = LD_SHAPE_COLS.get(shape or "", (0, 1))[1] * (num or 1)
-    dc = d_tile_columns(dd.m, dd.n, cta_group_of(mma) or 1, mma.has("ws"))
-    return ref[2] < mref[2] + dc and mref[2] < ref[2] + cols
+    """The ld's lanes x columns meet the MMA's D tile (both exact TMEM references of one allocation)."""
+    return same_region_overlap(tmem_region(ctx, ld), tmem_region(ctx, mma)) is True
 
 
 def check_exit_read_unwaited(ctx: Ctx) -> None:
@@ -190,7 +182,8 @@ def check_exit_read_unwaited(ctx: Ctx) -> None:
                             f"tcgen05.ld after the loop reads the accumulator of the MMA at line {m.line}, whose "
                             f"last commit (line {c.line}) no wait covers: the loop waits on each commit one "
                             "iteration later, on another barrier of the ring, and nothing after the loop waits "
-                            "for the last; wait on that barrier with the loop's next phase before reading",
+                            "for the last; wait on that barrier with the loop's next phase before reading (the load "
+                            f"reads {tmem_region(ctx, ld)[1]}, the MMA writes {tmem_region(ctx, m)[1]})",
                             related=m.line)
 
 

@@ -23,7 +23,7 @@ from bwtriton.ptx.ir import Instruction
 
 from .async_copy import _WAITS, barrier_operand, same_address
 from .context import Ctx
-from .cross_warp import _overlap, _tmem_cols, _ld_cols, reaches
+from .cross_warp import _overlap, reaches, tmem_extent
 from .dataflow import IMPRECISE, may_have_run, run_dataflow, union_states
 
 def _blocking_barrier(ins: Instruction) -> bool:
@@ -55,19 +55,17 @@ def check_release_order(ctx: Ctx) -> None:
     arrives = [i for i in ins_at if i.opcode == "mbarrier.arrive" and not i.has("expect_tx")]
     if not (mmas and lds and arrives):
         return
-    d_cols = {m.index: _tmem_cols(ctx, m.operands[0], None) for m in mmas}
+    d_cols = {m.index: tmem_extent(ctx, m) for m in mmas}
     readers = set()
     for ld in lds:
-        addr = next((o for o in ld.operands if o.kind == "addr"), None)
-        cols = _tmem_cols(ctx, addr, _ld_cols(ld)) if addr is not None else None
+        cols = tmem_extent(ctx, ld)
         if any(_overlap(cols, d_cols[m.index]) and not reaches(ctx, m, ld) and not reaches(ctx, ld, m)
                for m in mmas):
             readers.add(ld.index)   # reads another thread's accumulator: the epilogue
     # a release matters only if some thread waits on its barrier before an MMA into the columns (the next tile's
     # MMA); a single-tile kernel's final release hands the accumulator to no one
     waits = [i for i in ins_at if i.opcode in _WAITS]
-    writers = [m for m in mmas if any(_overlap(d_cols[m.index], _tmem_cols(ctx, next(
-        (o for o in ins_at[r].operands if o.kind == "addr"), None), _ld_cols(ins_at[r]))) for r in readers)]
+    writers = [m for m in mmas if any(_overlap(d_cols[m.index], tmem_extent(ctx, ins_at[r])) for r in readers)]
     releases = {a.index for a in arrives if any(reaches(ctx, ins_at[r], a) for r in readers)
                 and any(reaches(ctx, w, m) and same_address(ctx, barrier_operand(w), barrier_operand(a)) is not False
                         for w in waits for m in writers)}

@@ -1,21 +1,19 @@
 """Synchronisation checks: P9/P10 (wait::ld / wait::st), P11/P12 (accumulator read after commit and mbarrier
-wait; every MMA committed), P15 (proxy fence before async-proxy reads of smem), P17 (barrier after alloc)."""
+wait; every MMA committed), P17 (barrier after alloc). P15 (proxy fences) lives in `proxy_fence`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from bwtriton.ptx.cfg import back_edges
-from bwtriton.ptx.descriptors import d_tile_columns
 from bwtriton.ptx.ir import Instruction
-from bwtriton.ptx.values import AbsVal
+from bwtriton.tmem.region import ALL_LANES
 
 from .async_copy import barrier_operand, same_address
-from .context import LD_SHAPE_COLS, Ctx, cta_group_of, decode_mma, ld_shape_num, tmem_ref
+from .context import Ctx, tmem_ref
 from .first_pass import passes_at_once
 from .lanes import ld_meets_columns_for_every_thread
-from .mma_operands import smem_reads as _smem_reads
 from .dataflow import may_have_run, run_dataflow, union_states
+from .tmem_regions import tmem_region
 
 
 def _is_mbarrier_wait(ins: Instruction) -> bool:
@@ -92,51 +90,28 @@ def ld_wait_hazards(ctx: Ctx) -> tuple[list[LdHazard], list[tuple[Instruction, I
 _TMEM_WRITERS = ("tcgen05.mma", "tcgen05.st", "tcgen05.cp", "tcgen05.dealloc")
 
 
-def tmem_columns(ctx: Ctx, ins: Instruction) -> Optional[tuple[str, int, int]]:
-    """(allocation symbol, first column, column count) that a tcgen05 ld/st/mma/cp/dealloc touches, when the
-    address is alloc base + constant and the extent is known; None otherwise."""
-    if ins.opcode == "tcgen05.dealloc":
-        ref = tmem_ref(ctx, ins.operands[0]) if ins.operands else None
-        return None if ref is None else (ref[0], 0, 1 << 16)  # the whole allocation
-    addr = next((o for o in ins.operands if o.kind == "addr"), None) if ins.opcode != "tcgen05.mma" \
-        else ins.operands[0]
-    ref = tmem_ref(ctx, addr) if addr is not None else None
-    if ref is None:
-        return None
-    if ins.opcode in ("tcgen05.ld", "tcgen05.st"):
-        shape, num = ld_shape_num(ins)
-        if shape is None or num is None:
-            return None
-        return ref[0], ref[2], LD_SHAPE_COLS[shape][1] * num
-    if ins.opcode == "tcgen05.mma":
-        dd = decode_mma(ctx, ins)
-        if dd is None or not dd.m or not dd.n:
-            return None
-        return ref[0], ref[2], d_tile_columns(dd.m, dd.n, cta_group_of(ins) or 1, ins.has("ws"))
-    return None  # tcgen05.cp: the extent depends on the shape; treated as unknown
-
-
 def check_ld_wait(ctx: Ctx) -> None:
-    """P9: a TMEM write or dealloc that can overwrite columns a pending tcgen05.ld reads (error when the columns
-    overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note, since the
-    ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
+    """P9: a TMEM write or dealloc that can overwrite cells (lanes x columns) a pending tcgen05.ld reads (error
+    when they overlap, warning when they cannot be compared); register reads before tcgen05.wait::ld are a note,
+    since the ISA respects a true register dependency (the wait is only needed against TMEM anti-dependencies)."""
     reads, writes = ld_wait_hazards(ctx)
     for h in reads:
         ctx.add("ld-without-wait", "P9", "note", h.read,
                 f"{h.reg} is read before tcgen05.wait::ld; the hardware honours this register dependency, so it "
                 "is legal (the optional insert-tcgen05-wait-ld pass adds the wait anyway)", related=h.ld.line)
     for w, ld in writes:
-        a, b = tmem_columns(ctx, ld), tmem_columns(ctx, w)
+        a, b = tmem_region(ctx, ld), tmem_region(ctx, w)
         if a is not None and b is not None and a[0] != b[0]:
             continue  # different allocations
-        if a is not None and b is not None and not (a[1] < b[1] + b[2] and b[1] < a[1] + a[2]):
-            continue  # disjoint columns: no anti-dependency
+        if a is not None and b is not None and not a[1].overlaps(b[1]):
+            continue  # disjoint lanes or columns: no anti-dependency
         sure = a is not None and b is not None
         what = "deallocates the TMEM" if w.opcode == "tcgen05.dealloc" else "writes TMEM columns"
+        cells = f"; it touches {b[1]}, the load reads {a[1]}" if sure else ""
         ctx.add("ld-overwritten", "P9", "error" if sure else "warning", w,
                 f"{w.opcode} {what} that the tcgen05.ld at line {ld.line} may still be reading "
-                f"({'columns overlap' if sure else 'columns could not be compared'}): issue "
-                "tcgen05.wait::ld.sync.aligned before it", related=ld.line)
+                f"({'columns overlap' if sure else 'lanes and columns could not be compared'}): issue "
+                f"tcgen05.wait::ld.sync.aligned before it{cells}", related=ld.line)
 
 
 def check_st_wait(ctx: Ctx) -> None:
@@ -163,6 +138,11 @@ def check_st_wait(ctx: Ctx) -> None:
     _until_wait(ctx, "tcgen05.st", "st", on_st, on_pending)
 
 
+def _shared_cells(a, b) -> str:
+    """'both touch lanes .., columns ..': where two overlapping (symbol, TmemRegion) pairs meet."""
+    return f"both touch {a[1].intersection(b[1])}"
+
+
 def check_accumulator_sync(ctx: Ctx) -> None:
     """P11/P12: tcgen05.ld of an MMA (or tcgen05.shift) result only after commit -> mbarrier wait; every one
     committed (both are tracked by tcgen05.commit: `completion.Mechanism.COMMIT`)."""
@@ -171,11 +151,7 @@ def check_accumulator_sync(ctx: Ctx) -> None:
         return
     d_ref = {m.index: tmem_ref(ctx, m.operands[0]) for m in mmas}
     d_reg = {m.index: m.operands[0].base.name if m.operands[0].base is not None else None for m in mmas}
-    d_cols: dict[int, Optional[int]] = {}
-    for m in mmas:
-        dd = decode_mma(ctx, m)
-        d_cols[m.index] = d_tile_columns(dd.m, dd.n, cta_group_of(m) or 1, m.has("ws")) \
-            if dd is not None and dd.m and dd.n else None
+    d_region = {m.index: tmem_region(ctx, m) for m in mmas}
     saw_fence = bool(ctx.func.find("tcgen05.fence"))
 
     covers: dict = {}
@@ -208,22 +184,21 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                              if x[1] in "UWP" or not waits_for(ins, x[2])) | {(-1, "W", ins.index)}
         if ins.opcode == "tcgen05.ld" and st and emit:
             addr = next((o for o in ins.operands if o.kind == "addr"), None)
-            ref = tmem_ref(ctx, addr) if addr is not None else None
-            shape, num = ld_shape_num(ins)
+            reg = tmem_region(ctx, ins)
             for mi, status, commit in sorted(st):
                 if status == "W":
                     continue   # the marker "this thread has waited before"
                 if not may_have_run(ctx, ctx.func.instructions[mi]):
                     continue  # the MMA's own guard is false on this path
-                mref, overlap = d_ref.get(mi), None
-                if ref is not None and mref is not None and ref[0] == mref[0]:
-                    ld_cols = LD_SHAPE_COLS.get(shape or "", (0, 1))[1] * (num or 1)
-                    dc = d_cols.get(mi)
-                    overlap = dc is None or (ref[2] < mref[2] + dc and mref[2] < ref[2] + ld_cols)
+                mref, dreg, overlap = d_ref.get(mi), d_region.get(mi), None
+                if reg is not None and mref is not None and reg[0] == mref[0]:
+                    # lanes x columns: Triton packs two M=64 accumulators into one column range at lanes +0/+16
+                    overlap = dreg is None or reg[1].overlaps(dreg[1])
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
-                elif ref is None and mref is not None and d_cols.get(mi) and \
-                        ld_meets_columns_for_every_thread(ctx, ins, mref[0], mref[2], d_cols[mi]):
+                elif reg is None and dreg is not None and dreg[1].lanes == ALL_LANES and \
+                        ld_meets_columns_for_every_thread(ctx, ins, dreg[0], dreg[1].col_lo,
+                                                          dreg[1].col_hi - dreg[1].col_lo):
                     overlap = True   # a window computed from the warp index: every warp's meets the D tile
                 what = {"C": "committed but not waited for", "U": "not committed",
                         "P": "committed, but the wait on its mbarrier uses parity 1 as this thread's first wait on "
@@ -233,10 +208,11 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 mline = next(m.line for m in mmas if m.index == mi)
                 kind = "MMA" if ctx.func.instructions[mi].opcode == "tcgen05.mma" else "tcgen05.shift"
                 if overlap:
+                    cells = f" ({_shared_cells(reg, dreg)})" if reg is not None and dreg is not None else ""
                     ctx.add("acc-read-unsynced", "P11", "error", ins,
                             f"tcgen05.ld reads the accumulator of the {kind} at line {mline}, which is {what} on some "
                             "path: issue tcgen05.commit to an mbarrier, wait on it, then "
-                            "tcgen05.fence::after_thread_sync before reading", related=mline)
+                            f"tcgen05.fence::after_thread_sync before reading{cells}", related=mline)
                 elif overlap is None:
                     ctx.add("acc-read-unsynced", "P11", "warning", ins,
                             f"tcgen05.ld while the {kind} at line {mline} is {what} (TMEM regions could not be "
@@ -259,79 +235,6 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                 "no tcgen05.fence::after_thread_sync in this kernel: the PTX canonical pattern is commit -> "
                 "mbarrier wait -> tcgen05.fence::after_thread_sync -> tcgen05.ld (Triton 3.6 relies on the "
                 "mbarrier wait alone)")
-
-
-def check_proxy_fence(ctx: Ctx) -> None:
-    """P15: generic-proxy shared-memory writes need fence.proxy.async before tcgen05.mma/cp read smem."""
-    readers = ("tcgen05.mma", "tcgen05.cp")
-    if not any(i.opcode in readers for i in ctx.func.instructions):
-        return
-    backs = back_edges(ctx.func)
-
-    reads_cache: dict[int, Optional[list[AbsVal]]] = {}
-
-    def overlaps(write: Instruction, reader: Instruction) -> Optional[bool]:
-        """True/False when decidable: does the generic write hit what the reader reads?"""
-        if reader.index not in reads_cache:
-            reads_cache[reader.index] = _smem_reads(ctx, reader)
-        reads = reads_cache[reader.index]
-        w = ctx.resolver.address(write.operands[0]) if write.operands else None
-        if reads is None or w is None or w.base is None:
-            return None
-        verdict: Optional[bool] = False
-        for rv, exact, upper in reads:
-            if rv.base != w.base:
-                verdict = None
-                continue
-            if rv.lo <= w.lo and w.hi < rv.lo + exact:
-                return True       # the write lands inside the operand tile
-            if w.lo < rv.hi + upper and rv.lo < w.hi + 16:
-                verdict = None    # cannot rule the overlap out
-        return verdict
-
-    writes = {i.line: i for i in ctx.func.instructions if _is_generic_smem_write(i)}
-
-    def step(st, ins, emit):
-        if _is_generic_smem_write(ins):
-            if not any(t == "fwd" and ln == ins.line for t, ln in st):
-                return st | {("fwd", ins.line)}
-            return st
-        if ins.opcode == "fence.proxy.async" and not ins.has("global"):
-            return frozenset()
-        if ins.opcode in readers and st and emit:
-            verdict = {ln: overlaps(writes[ln], ins) for _, ln in st}
-            sure = sorted(ln for t, ln in st if t == "fwd" and verdict[ln])
-            maybe_fwd = sorted(ln for t, ln in st if t == "fwd" and verdict[ln] is None)
-            maybe_loop = sorted(ln for t, ln in st if t == "loop" and verdict[ln] is not False)
-            if sure:
-                ctx.add("missing-proxy-fence", "P15", "error", ins,
-                        f"{ins.opcode} reads shared memory through the async proxy that a generic-proxy store "
-                        f"(line {sure[0]}) wrote with no fence.proxy.async in between; insert "
-                        "fence.proxy.async.shared::cta after the writes (before the barrier)", related=sure[0])
-            elif maybe_fwd:
-                ctx.add("missing-proxy-fence", "P15", "warning", ins,
-                        f"a generic-proxy shared-memory write (line {maybe_fwd[0]}) reaches this {ins.opcode} "
-                        "without fence.proxy.async, and its address could not be told apart from the MMA operands",
-                        related=maybe_fwd[0])
-            elif maybe_loop:
-                # typical of persistent kernels: epilogue scratch reused by the next tile's pipeline buffers
-                ctx.add("missing-proxy-fence", "P15", "note", ins,
-                        f"a generic-proxy shared-memory write (line {maybe_loop[0]}) from an earlier loop iteration "
-                        f"reaches this {ins.opcode} without fence.proxy.async (fine if the buffer is refilled "
-                        "before the MMA reads it)", related=maybe_loop[0])
-        return st
-
-    def join(states):
-        u = union_states(states)
-        fwd = {ln for t, ln in u if t == "fwd"}
-        return frozenset((t, ln) for t, ln in u if t == "fwd" or ln not in fwd)
-
-    def edge(u, v, st):
-        if (u, v) in backs and st:
-            return frozenset(("loop", ln) for _, ln in st)
-        return st
-
-    run_dataflow(ctx, frozenset(), step, join, None, edge)
 
 
 def check_alloc_result_barrier(ctx: Ctx) -> None:
