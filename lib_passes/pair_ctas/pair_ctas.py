@@ -18,18 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from bwtriton.compat.cga import exit_cluster_barrier, unpaired_m_split_aborts
 from bwtriton.mlir import module_attr_int, parse_aliases, reparse, resolve_alias
 from bwtriton.mlir.encodings import cga_split, tmem_fields
 from bwtriton.mlir.mma import MmaLine, find_mma_lines
 from bwtriton.mlir.ops import all_ops, parse_ops
 
 from ..base import Pass, PassContext, PassOption, Stage, register_pass
-from .layouts import TWO_CTAS_MODULE_ATTR, add_unit_attr, replace_alias, with_two_ctas
+from .b_split import BSplitError, split_b
+from .layouts import TWO_CTAS_MODULE_ATTR, add_unit_attr, replace_alias, with_module_bool, with_two_ctas
 from .eligibility import MmaSummary, crashes_unpaired, eligibility_problems
 
 MODES = ("on", "auto")
-# The exit handshake, as TTGIR (ttng.cluster_arrive lowers to barrier.cluster.arrive.aligned; release semantics).
-EXIT_BARRIER = ("ttng.cluster_arrive {relaxed = false}", "ttng.cluster_wait")
 
 
 def summarize(text: str) -> tuple[list[MmaLine], list[MmaSummary]]:
@@ -60,10 +60,9 @@ def _top_level_returns(lines: list[str]) -> tuple[list[int], int]:
     return top, len(returns) - len(top)
 
 
-def _has_exit_barrier(lines: list[str], ret: int) -> bool:
-    prev = [ln.strip() for ln in lines[max(0, ret - 2):ret]]
-    return len(prev) == 2 and prev[0].startswith(EXIT_BARRIER[0].split(" ")[0]) and \
-        prev[1].startswith(EXIT_BARRIER[1])
+def _has_exit_barrier(lines: list[str], ret: int, barrier: tuple[str, ...]) -> bool:
+    prev = [ln.strip() for ln in lines[max(0, ret - len(barrier)):ret]]
+    return len(prev) == len(barrier) and all(p.startswith(op.split(" ")[0]) for p, op in zip(prev, barrier))
 
 
 @register_pass
@@ -103,9 +102,17 @@ class PairCtas(Pass):
         return self._pair(ir, text, lines, ctx)
 
     def _pair(self, ir, text: str, lines: list[MmaLine], ctx: PassContext):
-        aliases = parse_aliases(text)
         changes: list[str] = ctx.report["changes"]
         new_text = text
+        # 0. B split along N where Triton broadcast it (3.7+); the line indices of `lines` stay valid.
+        if any(tuple(m["b_split"]) == (1, 1) for m in ctx.report["mmas"]):
+            try:
+                split = split_b(text, lines)
+            except BSplitError as exc:
+                ctx.error(f"cannot pair CTAs: operand B is broadcast to both CTAs and {exc}")
+            new_text = split.text
+            changes.extend(split.changes)
+        aliases = parse_aliases(new_text)
         # 1. twoCTAs on every accumulator encoding (an alias is shared by all its users: all tcgen05 ops of a
         #    kernel must use one cta_group anyway, PTX rule P1).
         for alias in sorted({ln.acc.encoding for ln in lines}):
@@ -128,10 +135,11 @@ class PairCtas(Pass):
         if nested:
             ctx.warn(f"{nested} tt.return inside control flow: no exit cluster barrier added there (a barrier on a "
                      f"divergent path would deadlock); the peer may exit early on that path")
+        barrier = exit_cluster_barrier()  # the op spelling differs between Triton releases
         for idx in reversed(returns):
-            if not _has_exit_barrier(plain, idx):
+            if not _has_exit_barrier(plain, idx, barrier):
                 indent = plain[idx][:len(plain[idx]) - len(plain[idx].lstrip())]
-                body[idx:idx] = [indent + op + "\n" for op in EXIT_BARRIER]
+                body[idx:idx] = [indent + op + "\n" for op in barrier]
                 changes.append("exit cluster barrier before tt.return")
         new_text = "".join(body)
         if not changes:
@@ -139,7 +147,7 @@ class PairCtas(Pass):
             self._mark_module(ir)
             return None
         try:
-            new_mod = reparse(new_text, ir.context)
+            new_mod = reparse(with_module_bool(new_text, TWO_CTAS_MODULE_ATTR), ir.context)
         except Exception as exc:  # noqa: BLE001 - a failed rewrite must not reach the lowering
             ctx.error(f"the 2-CTA rewrite did not verify ({exc}); please report the kernel")
         self._mark_module(new_mod)

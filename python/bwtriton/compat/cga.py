@@ -1,0 +1,26 @@
+"""What differs between Triton releases for 2-CTA (``cta_group::2``) pairing of `tl.dot` tiles (`pair-ctas`).
+
+Measured on sm_100a with the pointer and TMA matmuls of `bwtriton.examples` at num_ctas=2, BLOCK_M=256
+(docs/two_cta.md, "Triton versions"):
+
+- 3.6: make_ttgir splits B along N; an M-split accumulator without the 2-CTA marks aborts make_llir.
+- 3.7+: B is broadcast to both CTAs (the pass splits it); an unmarked M-split accumulator lowers as two
+  independent cta_group::1 MMAs, so leaving a kernel unpaired is safe there.
+- 3.9 replaced ``ttng.cluster_arrive`` / ``ttng.cluster_wait`` by one ``ttng.cluster_barrier`` op.
+"""
+from __future__ import annotations
+
+from .versions import installed
+
+
+def exit_cluster_barrier() -> tuple[str, ...]:
+    """TTGIR ops (one per line) of a full cluster barrier (release/acquire, not relaxed) on this Triton."""
+    if installed()[:2] >= (3, 9):
+        return ("ttng.cluster_barrier",)
+    return ("ttng.cluster_arrive {relaxed = false}", "ttng.cluster_wait")
+
+
+def unpaired_m_split_aborts() -> bool:
+    """Whether Triton's lowering aborts the process on an accumulator split along M over 2 CTAs that carries no
+    2-CTA marks ('LLVM ERROR: Failed to find a valid layout' on 3.6; 3.7+ lower it as two 1-CTA MMAs)."""
+    return installed()[:2] <= (3, 6)
