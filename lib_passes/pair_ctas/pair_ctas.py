@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bwtriton.compat.cga import exit_cluster_barrier, unpaired_m_split_aborts
+from bwtriton.compat.cga import exit_cluster_barrier, lowering_syncs_pair_operands, unpaired_m_split_aborts
 from bwtriton.mlir import module_attr_int, parse_aliases, reparse, resolve_alias
 from bwtriton.mlir.encodings import cga_split, tmem_fields
 from bwtriton.mlir.mma import MmaLine, find_mma_lines
@@ -129,13 +129,16 @@ class PairCtas(Pass):
             if not ln.two_ctas:
                 body[ln.index] = add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
                 changes.append(f"line {ln.index + 1}: {ln.op} two_ctas")
-        # 3. exit handshake before each top-level return.
+        # 3. where Triton's lowering does not, a cluster barrier before each MMA issue (the peer's tiles landed).
+        barrier = exit_cluster_barrier()  # the op spelling differs between Triton releases
+        if not lowering_syncs_pair_operands():
+            self._sync_before_mmas(body, lines, barrier, ctx)
+        # 4. exit handshake before each top-level return.
         plain = [b.rstrip("\n") for b in body]
         returns, nested = _top_level_returns(plain)
         if nested:
             ctx.warn(f"{nested} tt.return inside control flow: no exit cluster barrier added there (a barrier on a "
                      f"divergent path would deadlock); the peer may exit early on that path")
-        barrier = exit_cluster_barrier()  # the op spelling differs between Triton releases
         for idx in reversed(returns):
             if not _has_exit_barrier(plain, idx, barrier):
                 indent = plain[idx][:len(plain[idx]) - len(plain[idx].lstrip())]
@@ -156,6 +159,23 @@ class PairCtas(Pass):
             ctx.error("internal: after the rewrite some MMA is still not 2-CTA; please report the kernel")
         ctx.report["paired"] = True
         return new_mod
+
+    @staticmethod
+    def _sync_before_mmas(body: list[str], lines: list[MmaLine], barrier: tuple[str, ...], ctx: PassContext) -> None:
+        """Insert `barrier` before each MMA line of `body` (in place); an MMA under divergent control flow is an
+        error (a cluster barrier there could deadlock)."""
+        ops = {op.line: op for op in all_ops(parse_ops("".join(body)))}
+        for ln in sorted(lines, key=lambda m: m.index, reverse=True):
+            op = ops.get(ln.index)
+            parent = op.parent.name if op is not None and op.parent is not None else ""
+            if parent not in ("tt.func", "scf.for"):
+                ctx.error(f"line {ln.index + 1}: the MMA sits in {parent or 'an unknown region'}; this Triton needs "
+                          f"a cluster barrier before each 2-CTA MMA issue and the pass only places it in a function "
+                          f"body or loop body (uniform control flow)")
+            text = body[ln.index]
+            indent = text[:len(text) - len(text.lstrip())]
+            body[ln.index:ln.index] = [indent + b + "\n" for b in barrier]
+            ctx.report["changes"].append(f"line {ln.index + 1}: cluster barrier before {ln.op}")
 
     @staticmethod
     def _mark_module(mod) -> None:

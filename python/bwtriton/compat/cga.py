@@ -24,3 +24,10 @@ def unpaired_m_split_aborts() -> bool:
     """Whether Triton's lowering aborts the process on an accumulator split along M over 2 CTAs that carries no
     2-CTA marks ('LLVM ERROR: Failed to find a valid layout' on 3.6; 3.7+ lower it as two 1-CTA MMAs)."""
     return installed()[:2] <= (3, 6)
+
+
+def lowering_syncs_pair_operands() -> bool:
+    """Whether Triton's lowering of a 2-CTA ``tc_gen5_mma`` puts a cluster barrier before each MMA issue, so the
+    leader reads the peer's operand tiles only after the peer saw them land (3.6 and 3.9 do; 3.7 and 3.8 issue
+    the MMA right after each CTA's own wait, and the emulator catches the leader reading the peer's tile early)."""
+    return installed()[:2] not in ((3, 7), (3, 8))
