@@ -267,7 +267,7 @@ def _mma(**kw):
 
 @pytest.mark.parametrize("kw, needle", [
     (dict(m=128), "BLOCK_M is 128"), (dict(n=32), "BLOCK_N is 32"), (dict(acc_split=(1, 2)), "not along M"),
-    (dict(b_split=(1, 1)), "operand B is split (1, 1)"), (dict(a_split=(1, 1)), "operand A is split"),
+    (dict(b_split=(2, 1)), "operand B is split (2, 1)"), (dict(a_split=(1, 1)), "operand A is split"),
     (dict(scaled=True), "block-scaled")])
 def test_eligibility_problems(kw, needle):
     assert eligibility_problems("sm_100a", 2, [_mma()]) == []
@@ -303,3 +303,8 @@ def test_tcgen05_verifier_accepts_paired_kernel():
     counts = res.reports["verify-tcgen05"]["counts"]
     assert counts["error"] == 0 and counts["warning"] == 0, res.reports["verify-tcgen05"]
     assert "cta_group::2" in res.asm["ptx"]
+
+
+def test_broadcast_b_is_eligible():
+    """Triton 3.7+ broadcast B to both CTAs; the pass splits it along N (b_split.py), so it is no problem."""
+    assert eligibility_problems("sm_100a", 2, [_mma(b_split=(1, 1))]) == []

@@ -31,3 +31,16 @@ def lowering_syncs_pair_operands() -> bool:
     leader reads the peer's operand tiles only after the peer saw them land (3.6 and 3.9 do; 3.7 and 3.8 issue
     the MMA right after each CTA's own wait, and the emulator catches the leader reading the peer's tile early)."""
     return installed()[:2] not in ((3, 7), (3, 8))
+
+
+def tma_bt_num_ctas2_compiles() -> bool:
+    """Whether Triton's own make_ttgir compiles the TMA matmul with B read as ``b.T`` at num_ctas=2, BLOCK_M=256
+    (3.8's accelerate-matmul rejects it: "'ttng.tc_gen5_mma' op expected block basis 128, 64 ... but got 128, 0",
+    before any bwtriton pass can run)."""
+    return installed()[:2] != (3, 8)
+
+
+def tma_emulation_supported() -> bool:
+    """Whether bwtriton's emulator runs Triton's TMA kernels on this release (on 3.9 the emulated launch finds no
+    tensor map at the descriptor's address, also for 1-CTA kernels: a general 3.9 emulator gap, not pairing's)."""
+    return installed()[:2] != (3, 9)
