@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bwtriton.compat.cga import exit_cluster_barrier, lowering_syncs_pair_operands, unpaired_m_split_aborts
+from bwtriton.compat.cga import (exit_cluster_barrier, lowering_syncs_pair_exit, lowering_syncs_pair_operands,
+                                 unpaired_m_split_aborts)
 from bwtriton.mlir import module_attr_int, parse_aliases, reparse, resolve_alias
 from bwtriton.mlir.encodings import cga_split, tmem_fields
 from bwtriton.mlir.mma import MmaLine, find_mma_lines
@@ -130,20 +131,13 @@ class PairCtas(Pass):
                 body[ln.index] = add_unit_attr(body[ln.index].rstrip("\n"), "two_ctas") + "\n"
                 changes.append(f"line {ln.index + 1}: {ln.op} two_ctas")
         # 3. where Triton's lowering does not, a cluster barrier before each MMA issue (the peer's tiles landed).
-        barrier = exit_cluster_barrier()  # the op spelling differs between Triton releases
         if not lowering_syncs_pair_operands():
-            self._sync_before_mmas(body, lines, barrier, ctx)
-        # 4. exit handshake before each top-level return.
-        plain = [b.rstrip("\n") for b in body]
-        returns, nested = _top_level_returns(plain)
-        if nested:
-            ctx.warn(f"{nested} tt.return inside control flow: no exit cluster barrier added there (a barrier on a "
-                     f"divergent path would deadlock); the peer may exit early on that path")
-        for idx in reversed(returns):
-            if not _has_exit_barrier(plain, idx, barrier):
-                indent = plain[idx][:len(plain[idx]) - len(plain[idx].lstrip())]
-                body[idx:idx] = [indent + op + "\n" for op in barrier]
-                changes.append("exit cluster barrier before tt.return")
+            self._sync_before_mmas(body, lines, exit_cluster_barrier(), ctx)
+        # 4. exit handshake before each top-level return, where Triton's lowering has none before the dealloc.
+        if lowering_syncs_pair_exit():
+            ctx.report["exit_barrier"] = "Triton's own, before tcgen05.dealloc.cta_group::2"
+        else:
+            self._exit_handshake(body, ctx)
         new_text = "".join(body)
         if not changes:
             ctx.report["paired"] = True
@@ -159,6 +153,21 @@ class PairCtas(Pass):
             ctx.error("internal: after the rewrite some MMA is still not 2-CTA; please report the kernel")
         ctx.report["paired"] = True
         return new_mod
+
+    @staticmethod
+    def _exit_handshake(body: list[str], ctx: PassContext) -> None:
+        """Insert a cluster barrier before each top-level `tt.return` of `body` (in place)."""
+        barrier = exit_cluster_barrier()
+        plain = [b.rstrip("\n") for b in body]
+        returns, nested = _top_level_returns(plain)
+        if nested:
+            ctx.warn(f"{nested} tt.return inside control flow: no exit cluster barrier added there (a barrier on a "
+                     f"divergent path would deadlock); the peer may exit early on that path")
+        for idx in reversed(returns):
+            if not _has_exit_barrier(plain, idx, barrier):
+                indent = plain[idx][:len(plain[idx]) - len(plain[idx].lstrip())]
+                body[idx:idx] = [indent + op + "\n" for op in barrier]
+                ctx.report["changes"].append("exit cluster barrier before tt.return")
 
     @staticmethod
     def _sync_before_mmas(body: list[str], lines: list[MmaLine], barrier: tuple[str, ...], ctx: PassContext) -> None:

@@ -46,3 +46,9 @@ def tma_emulation_supported() -> bool:
     """Whether bwtriton's emulator runs Triton's TMA kernels on this release (on 3.9 the emulated launch finds no
     tensor map at the descriptor's address, also for 1-CTA kernels: a general 3.9 emulator gap, not pairing's)."""
     return installed()[:2] != (3, 9)
+
+
+def lowering_syncs_pair_exit() -> bool:
+    """Whether Triton's lowering of a 2-CTA kernel puts a cluster barrier before the ``tcgen05.dealloc.cta_group::2``
+    at exit (3.7+ do; 3.6 does not, and `pair-ctas` adds its exit handshake there)."""
+    return installed()[:2] >= (3, 7)
