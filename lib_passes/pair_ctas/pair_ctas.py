@@ -8,18 +8,22 @@ Failed to find a valid layout'). With the marks in place Triton's lowering emits
 ``cta_group::2`` alloc/relinquish/dealloc in both CTAs, idesc M = 256, a cluster barrier before each MMA issue (the
 peer's operands have landed) and a multicast commit to both CTAs' mbarriers.
 
+From Triton 3.7 on `make_ttgir` broadcasts B to both CTAs instead, never marks a `tl.dot` 2-CTA, and the 2-CTA
+lowering no longer syncs the pair before every MMA (python/bwtriton/compat/cga.py says what differs where).
+
 This pass, on the TTGIR `make_ttgir` produced:
 1. checks eligibility (`eligibility`) *before* the lowering can abort, failing with a clear error (mode=on);
-2. adds the missing 2-CTA marks (text round trip), and the module attribute ``"ttng.two-ctas" = true``;
-3. adds an exit handshake: a cluster barrier before the kernel's return, so neither CTA deallocates its TMEM or
-   exits while its peer may still issue pair instructions (Triton 3.6 emits none there).
+2. splits a broadcast B along N (`b_split`: its layout aliases and the TMA byte counts);
+3. adds the missing 2-CTA marks (text round trip), and the module attribute ``"ttng.two-ctas" = true``;
+4. where the lowering does not (3.7+), a cluster barrier before each MMA issue: the peer's tiles have landed;
+5. where the lowering does not (3.6), an exit handshake: a cluster barrier before the kernel's return, so neither
+   CTA deallocates its TMEM or exits while its peer may still issue pair instructions.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from bwtriton.compat.cga import (exit_cluster_barrier, lowering_syncs_pair_exit, lowering_syncs_pair_operands,
-                                 unpaired_m_split_aborts)
+from bwtriton.compat.cga import exit_cluster_barrier, lowering_syncs_pair_exit, lowering_syncs_pair_operands
 from bwtriton.mlir import module_attr_int, parse_aliases, reparse, resolve_alias
 from bwtriton.mlir.encodings import cga_split, tmem_fields
 from bwtriton.mlir.mma import MmaLine, find_mma_lines
@@ -95,8 +99,8 @@ class PairCtas(Pass):
         if problems:
             ctx.report["ineligible"] = problems
             if mode == "on" or crashes_unpaired(num_ctas, mmas):
-                why = "" if mode == "on" else (" (left as it is, Triton 3.6 would abort the process lowering "
-                                               "this CTA-split accumulator)")
+                why = "" if mode == "on" else (" (left as it is, Triton's lowering fails on this CTA-split "
+                                               "accumulator on some releases; 3.6 aborts the process)")
                 ctx.error("cannot pair CTAs" + why + ": " + "; ".join(problems))
             ctx.warn("not paired: " + "; ".join(problems))
             return None

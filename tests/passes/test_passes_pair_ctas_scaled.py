@@ -105,7 +105,7 @@ def test_idesc_m_is_256_and_the_rest_unchanged(paired):
 def test_only_the_leader_issues_and_commits_multicast(paired):
     _, res = paired
     ptx = res.asm["ptx"]
-    commits = re.findall(r"tcgen05\.commit\.cta_group::2\S*multicast::cluster\.b64 \[%rd\d+\], (%bwps_mask);", ptx)
+    commits = re.findall(r"tcgen05\.commit\.cta_group::2\S*multicast::cluster\.b64 \[%rd?\d+\], (%bwps_mask);", ptx)
     assert commits and re.search(r"mov\.b16\s+%bwps_mask, 3;", ptx)
     assert re.search(r"xor\.b32\s+%bwps_lead1, %bwho_odd, 1;", ptx)
     assert re.search(r"and\.b32\s+%bwho_odd, %bwho_rank, 1;", ptx) and "mov.u32 \t%bwho_rank, %cluster_ctarank;" in ptx

@@ -3,9 +3,8 @@
 Measured on sm_100a with the pointer and TMA matmuls of `bwtriton.examples` at num_ctas=2, BLOCK_M=256
 (docs/two_cta.md, "Triton versions"):
 
-- 3.6: make_ttgir splits B along N; an M-split accumulator without the 2-CTA marks aborts make_llir.
-- 3.7+: B is broadcast to both CTAs (the pass splits it); an unmarked M-split accumulator lowers as two
-  independent cta_group::1 MMAs, so leaving a kernel unpaired is safe there.
+- 3.6: make_ttgir splits B along N.
+- 3.7+: B is broadcast to both CTAs (the pass splits it, version-independent code: it acts on the layouts).
 - 3.7+: the lowering no longer puts a cluster barrier before every MMA issue (the pass adds it).
 - 3.9 replaced ``ttng.cluster_arrive`` / ``ttng.cluster_wait`` by one ``ttng.cluster_barrier`` op.
 """
@@ -19,12 +18,6 @@ def exit_cluster_barrier() -> tuple[str, ...]:
     if installed()[:2] >= (3, 9):
         return ("ttng.cluster_barrier",)
     return ("ttng.cluster_arrive {relaxed = false}", "ttng.cluster_wait")
-
-
-def unpaired_m_split_aborts() -> bool:
-    """Whether Triton's lowering aborts the process on an accumulator split along M over 2 CTAs that carries no
-    2-CTA marks ('LLVM ERROR: Failed to find a valid layout' on 3.6; 3.7+ lower it as two 1-CTA MMAs)."""
-    return installed()[:2] <= (3, 6)
 
 
 def lowering_syncs_pair_operands() -> bool:
@@ -52,3 +45,14 @@ def lowering_syncs_pair_exit() -> bool:
     """Whether Triton's lowering of a 2-CTA kernel puts a cluster barrier before the ``tcgen05.dealloc.cta_group::2``
     at exit (3.7+ do; 3.6 does not, and `pair-ctas` adds its exit handshake there)."""
     return installed()[:2] >= (3, 7)
+
+
+def triton_pairs_kn_dot() -> bool:
+    """Whether make_ttgir itself marks a 256-row `tl.dot` with B stored [K, N] 2-CTA at num_ctas=2 (3.6 only)."""
+    return installed()[:2] <= (3, 6)
+
+
+def unpaired_tma_bt_aborts() -> bool:
+    """Whether Triton aborts the process ('LLVM ERROR: Failed to find a valid layout') lowering the TMA b.T matmul
+    at num_ctas=2 without pairing (3.6; 3.7 and 3.8 fail with an error, 3.9 lowers it as two 1-CTA MMAs)."""
+    return installed()[:2] <= (3, 6)
