@@ -73,15 +73,19 @@ def test_no_cluster_barrier_between_first_tma_and_last_mma(fp16, fp16_barrier):
     first_tma = next(i for i, s in enumerate(lines) if "cp.async.bulk.tensor" in s and ".global.mbarrier" in s)
     last_mma = max(i for i, s in enumerate(lines) if "tcgen05.mma" in s)
     barriers = [i for i, s in enumerate(lines) if s.startswith("barrier.cluster.wait")]
-    assert len(barriers) == 2 and barriers[0] < first_tma and barriers[1] > last_mma, barriers
-    assert lines[barriers[0] - 1] == "barrier.cluster.arrive.release.aligned;"
-    assert any(s.startswith("fence.mbarrier_init.release.cluster") for s in lines[:barriers[0]])
-    # The report names what went, and the kernel without the pass still has the per-K-step barrier.
+    # setup barrier(s) before the first load (Triton 3.9 has one of its own besides the handoff's), exit after
+    assert barriers[0] < first_tma and barriers[-1] > last_mma, barriers
+    assert not [i for i in barriers if first_tma < i < last_mma], barriers
+    setup = max(i for i in barriers if i < first_tma)
+    assert lines[setup - 1] == "barrier.cluster.arrive.release.aligned;"
+    assert any(s.startswith("fence.mbarrier_init.release.cluster") for s in lines[:setup])
+    # The report names what went, and the kernel without the pass still has the per-K-step barriers.
     rep = fp16.reports["pair-ctas-handoff"]
-    assert rep["applied"] and len(rep["removed_cluster_barriers"]) == 2
     old = _code(fp16_barrier.asm["ptx"])
+    old_first_tma = next(i for i, s in enumerate(old) if "cp.async.bulk.tensor" in s and ".global.mbarrier" in s)
     old_last_mma = max(i for i, s in enumerate(old) if "tcgen05.mma" in s)
-    assert sum(s.startswith("barrier.cluster.wait") for s in old[:old_last_mma]) == 2
+    per_k = [i for i, s in enumerate(old) if s.startswith("barrier.cluster.wait") and old_first_tma < i < old_last_mma]
+    assert rep["applied"] and len(rep["removed_cluster_barriers"]) == len(per_k) >= 2
     assert "pair-ctas-handoff" not in fp16_barrier.reports
 
 
@@ -124,7 +128,8 @@ def test_sass_pair_tma_and_mma_without_cluster_barrier_in_between(fp16, fp16_bar
     bars = [i for i, s in enumerate(sass) if "UCGABAR_WAIT" in s]
     assert tma and all("UTMALDG.2D.2CTA" in sass[i] for i in tma)
     assert mma and all("UTCHMMA.2CTA" in sass[i] for i in mma)
-    assert len(bars) == 2 and bars[0] < min(tma) and bars[1] > max(mma)
+    assert bars and bars[0] < min(tma) and bars[-1] > max(mma)
+    assert not [i for i in bars if min(tma) < i < max(mma)], bars
     old = fp16_barrier.asm["sass"].splitlines()
     old_mma = [i for i, s in enumerate(old) if "UTCHMMA" in s]
     assert any(min(old_mma) - 40 < i < max(old_mma) for i, s in enumerate(old) if "UCGABAR_WAIT" in s)
