@@ -150,8 +150,11 @@ def test_refusals():
     from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
     with pytest.raises(CompileError, match=r"pair-ctas-scaled\] cannot pair .*not every MMA is block-scaled"):
         bwtriton.compile(matmul_tma_bt_kernel, passes=["+pair-ctas-scaled"], **tma_bt_spec("fp16", block_m=128))
+    from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
     with pytest.raises(CompileError, match=r"already (launched in clusters|has cta_group::2)"):
-        bwtriton.compile(matmul_tma_bt_kernel, two_cta=True, passes=["+pair-ctas-scaled"], **tma_bt_spec("fp16"))
+        # the pointer matmul: every supported Triton compiles it at num_ctas=2 (3.8 not the TMA one)
+        bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(256, 128, 64),
+                         two_cta=True, passes=["+pair-ctas-scaled"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
