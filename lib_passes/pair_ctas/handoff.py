@@ -37,8 +37,11 @@ from bwtriton.passes.base import Pass, PassContext, PassOption, Stage, register_
 REG_PREFIX = "%bwho"
 _ARRIVE = re.compile(r"^(?P<head>.*\bmbarrier\.arrive\.expect_tx\.[\w:.]*\s+\S+,\s*\[[^\]]+\],\s*)"
                      r"(?P<bytes>\d+)(?P<tail>\s*;.*)$")
+# Triton 3.6 spells the load `...shared::cluster.global...`, 3.7+ `...cta_group::N.shared::cta.global...` (the
+# destination is the CTA's own shared memory either way); the rewrite spells it the 3.6 way with `.cta_group::2`.
 _TMA_LOAD = re.compile(r"^(?P<indent>\s*)(?P<guard>@!?%\w+\s+)?cp\.async\.bulk\.tensor\.(?P<dim>\dd)\."
-                       r"(?P<mods>[\w:.]*shared::cluster\.global[\w:.]*mbarrier::complete_tx::bytes[\w:.]*)\s+"
+                       r"(?:cta_group::[12]\.)?shared::(?:cluster|cta)\."
+                       r"(?P<mods>global[\w:.]*mbarrier::complete_tx::bytes[\w:.]*)\s+"
                        r"(?P<ops>.*)\[(?P<bar>[^\]]+)\](?P<tail>[^\[\]]*;.*)$")
 _CLUSTER_ARRIVE = re.compile(r"^\s*barrier\.cluster\.arrive[\w.]*\s*;")
 _CLUSTER_WAIT = re.compile(r"^\s*barrier\.cluster\.wait[\w.]*\s*;")
@@ -158,8 +161,8 @@ def _tma_to_leader(line: str) -> list[str]:
         out.append(f"{m['indent']}add.s32 \t{r}_addr, {base.strip()}, {off.strip()};")
         src = f"{r}_addr"
     out.append(f"{m['indent']}mapa.shared::cluster.u32 \t{r}_bar, {src}, {r}_leader;")
-    out.append(f"{m['indent']}{m['guard'] or ''}cp.async.bulk.tensor.{m['dim']}.cta_group::2.{m['mods']} "
-               f"{m['ops']}[{r}_bar]{m['tail']}")
+    out.append(f"{m['indent']}{m['guard'] or ''}cp.async.bulk.tensor.{m['dim']}.cta_group::2.shared::cluster."
+               f"{m['mods']} {m['ops']}[{r}_bar]{m['tail']}")
     return out
 
 

@@ -2,6 +2,8 @@
 attribute on an op line, an alias redefinition. Reading (MMA lines, encodings) is `bwtriton.mlir`'s."""
 from __future__ import annotations
 
+import re
+
 from bwtriton.mlir.mma import split_op_line
 from bwtriton.mlir.syntax import split_top_level
 
@@ -44,3 +46,22 @@ def replace_alias(text: str, alias: str, new_value: str) -> str:
             lines[i] = f"{alias} = {new_value}{end}"
             return "".join(lines)
     raise KeyError(f"no alias {alias} in module")
+
+
+def with_module_bool(text: str, name: str, value: bool = True) -> str:
+    """The module with boolean attribute `name` set on its ``module attributes {...}`` line (replaced or added),
+    so the text verifies before the attribute could be set on the parsed module."""
+    lines = text.splitlines(keepends=True)
+    word = "true" if value else "false"
+    for i, line in enumerate(lines):
+        if not line.startswith("module"):
+            continue
+        key = f'"{name}" = '
+        if key in line:
+            lines[i] = re.sub(re.escape(key) + r"(true|false)", key + word, line, count=1)
+        elif line.startswith("module attributes {"):
+            lines[i] = line.replace("module attributes {", f"module attributes {{{key}{word}, ", 1)
+        else:
+            lines[i] = line.replace("module {", f"module attributes {{{key}{word}}} {{", 1)
+        return "".join(lines)
+    raise ValueError("no module line in the text")

@@ -35,7 +35,8 @@ _COMMIT = re.compile(r"^(?P<indent>\s*)(?P<guard>@!?%\w+\s+)?tcgen05\.commit\.ct
                      r"(\.shared::cluster)?\.b64\s+\[(?P<bar>[^\]]+)\];\s*$")
 _TMA = re.compile(r"cp\.async\.bulk\.tensor\.(?P<dim>\dd)\.[\w:.]*global\.mbarrier[\w:.]*\s+\[(?P<dst>[^\]]+)\],\s*"
                   r"\[(?P<map>%rd\d+),\s*\{(?P<coords>[^}]*)\}\]")
-_DEF = re.compile(r"^(@!?%\w+\s+)?(?P<op>[\w.]+)\s+(?P<dst>%\w+),\s*(?P<src>%\w+)")
+# `mov.b64 %rd, {%lo, %hi}` (Triton 3.9 builds the MMA descriptor so) counts its low half, the address, as source
+_DEF = re.compile(r"^(@!?%\w+\s+)?(?P<op>[\w.]+)\s+(?P<dst>%\w+),\s*\{?(?P<src>%\w+)")
 _MOV_CONST = re.compile(r"^mov\.b32\s+(?P<reg>%r\d+),\s*(?P<val>-?\d+);$")
 
 
@@ -78,7 +79,8 @@ def _b_tensor_map(code: list[str], mma_line: int, b_desc: str) -> str | None:
 
 
 def _param_of(code: list[str], reg: str) -> str | None:
-    """The kernel parameter a tensor-map register was taken from (`mov.b64 %rd, param; cvta.param.u64 reg, %rd`)."""
+    """The kernel parameter a tensor-map register was taken from (`mov.b64 %rd, param; cvta.param.u64 reg, %rd`;
+    Triton 3.9: `mov.b32 %r, param; cvt.u64.u32 %rd, %r; cvta.param.u64 reg, %rd`)."""
     for _ in range(4):
         d = _def_of(code, reg, len(code))
         if d is None:
@@ -86,8 +88,8 @@ def _param_of(code: list[str], reg: str) -> str | None:
         if not d[2].startswith("%"):
             return None
         reg = d[2]
-        m = next((re.match(r"^mov\.b64\s+%\w+,\s*(\w+_param_\d+);", c) for c in code
-                  if re.match(rf"^mov\.b64\s+{re.escape(reg)},", c)), None)
+        m = next((re.match(r"^mov\.b(?:64|32)\s+%\w+,\s*(\w+_param_\d+);", c) for c in code
+                  if re.match(rf"^mov\.b(?:64|32)\s+{re.escape(reg)},", c)), None)
         if m:
             return m.group(1)
     return None

@@ -10,10 +10,14 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import bwtriton
+from bwtriton.compat.cga import tma_bt_num_ctas2_compiles, tma_emulation_supported
 import bwtriton.emu as emu
 from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
 
-pytestmark = pytest.mark.emulated
+pytestmark = [pytest.mark.emulated,
+              pytest.mark.skipif(not (tma_bt_num_ctas2_compiles() and tma_emulation_supported()),
+                                 reason="the paired TMA matmul is not compiled (3.8) or not emulated (3.9) on this "
+                                        "Triton; docs/two_cta.md, Triton versions")]
 
 
 @pytest.mark.parametrize("dtype,block_k", [("fp16", 64), ("bf16", 64), ("fp8e4nv", 128)])

