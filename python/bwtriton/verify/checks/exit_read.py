@@ -17,9 +17,7 @@ Triton's MMA block) whose values selecting it z3 proves satisfiable together. An
 """
 from __future__ import annotations
 
-from typing import Optional
-
-from bwtriton.ptx.ir import Instruction, Operand
+from bwtriton.ptx.ir import Instruction
 
 from .async_copy import _WAITS, barrier_operand
 from .dataflow import _branch_facts
