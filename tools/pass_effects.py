@@ -5,7 +5,7 @@ measured half of docs/triton_versions.md's table "what upstream now does itself,
     python tools/pass_effects.py                       # the installed Triton, a markdown row per kernel
     python tools/pass_effects.py --versions=all --json results.json   # every supported release (environments)
 
-Per kernel: `tcgen05.wait::ld` inserted by insert-tcgen05-wait-ld, whether the final PTX differs from Triton's,
+Per kernel: `tcgen05.wait::ld` inserted by insert-tcgen05-wait-ld, fences by insert-proxy-fence, whether the final PTX differs from Triton's,
 verifier errors/warnings on Triton's own PTX and on ours, and the PTX's barriers and fences.
 """
 from __future__ import annotations
@@ -22,7 +22,8 @@ KERNEL_FILES = ("python/bwtriton/examples/matmul.py", "python/bwtriton/examples/
 #: Test-corpus kernels where a pass is known to matter (tests/fixtures): file, kernel, compile keywords.
 EXTRA_KERNELS = (("tests/fixtures/tmem_kernels.py", "multi_acc_kernel",
                   dict(constexprs=dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_ACC=2), num_warps=4, num_stages=2,
-                       signature="MULTI_ACC_SIGNATURE")),)
+                       signature="MULTI_ACC_SIGNATURE")),
+                 ("corpus/blackwell_bugs/triton_10590_fwd_h_recurrence.py", None, None))
 _COUNTED = {"fence.proxy.async": r"fence\.proxy\.async", "bar.sync/barrier.sync": r"\b(?:bar|barrier)\.sync\b",
             "mbarrier.try_wait": r"mbarrier\.try_wait", "tcgen05.wait::ld": r"tcgen05\.wait::ld",
             "barrier.cluster": r"barrier\.cluster\.(?:arrive|wait)"}
@@ -40,6 +41,7 @@ def _record(kernel: str, res) -> dict:
     ptx, ours = res.asm.get("ptx_triton", res.asm["ptx"]), res.asm["ptx"]
     return {"triton": installed_text(), "kernel": kernel,
             "wait_ld_inserted": res.reports.get("insert-tcgen05-wait-ld", {}).get("count", 0),
+            "proxy_fence_inserted": res.reports.get("insert-proxy-fence", {}).get("count", 0),
             "ptx_changed": ptx != ours, "findings_triton": _findings(ptx), "findings_ours": _findings(ours),
             **{k: len(re.findall(p, ours)) for k, p in _COUNTED.items()}}
 
@@ -48,7 +50,8 @@ def measure() -> list[dict]:
     """One record per example kernel (each BWTRITON_SPECS config) and extra kernel on the installed Triton."""
     import bwtriton
     from bwtriton.loading import load_kernel  # the package under test
-    from bwtriton.regress.snapshot import import_file, kernel_configs  # the package under test
+    from bwtriton.loading import import_kernel_file as import_file  # the package under test
+    from bwtriton.regress.snapshot import kernel_configs  # the package under test
     rows = []
     for rel in KERNEL_FILES:
         module = import_file(str(ROOT / rel))
@@ -60,6 +63,13 @@ def measure() -> list[dict]:
                 rows.append(_record(f"{Path(rel).stem}:{name}", res))
     for rel, name, spec in EXTRA_KERNELS:
         module = import_file(str(ROOT / rel))
+        if name is None:  # a corpus file: its BWTRITON_SPECS
+            name = next(iter(module.BWTRITON_SPECS))
+            fn, _ = load_kernel(f"{ROOT / rel}:{name}")
+            for one in kernel_configs(module, name):
+                res = bwtriton.compile(fn, target="sm_100a", **{k: v for k, v in one.items() if k != "name"})
+                rows.append(_record(f"{Path(rel).stem}:{name}", res))
+            continue
         spec = {**spec, "signature": getattr(module, spec["signature"])}
         res = bwtriton.compile(getattr(module, name), target="sm_100a", **spec)
         rows.append(_record(f"{Path(rel).stem}:{name}", res))
