@@ -8,6 +8,7 @@ from importlib import metadata
 
 from .compat import features
 from .compat.versions import SUPPORTED, is_supported, installed_text
+from .report import wrap
 from .version import __version__
 
 
@@ -61,10 +62,11 @@ def render(info: dict) -> str:
     lines = [f"bwtriton   {info['bwtriton']}", f"python     {info['python']}", f"triton     {triton}  ({verdict})",
              f"torch      {info['torch']}", f"z3-solver  {info['z3-solver']}"]
     for name, text in info.get("cuda_tools", {}).items():
-        lines.append(f"{name:15s} {text}")
+        lines.append(wrap(text, indent=" " * 16, first=f"{name:15s} "))
     if "features" in info:
         lines.append(f"features on Triton {triton}:")
         for name, row in info["features"].items():
             mark = "yes" if row["available"] else "no "
-            lines.append(f"  {mark} {name}" + (f": {row['note']}" if row["note"] else ""))
+            lines.append(wrap(name + (f": {row['note']}" if row["note"] else ""), indent=" " * 6,
+                              first=f"  {mark} "))
     return "\n".join(lines)

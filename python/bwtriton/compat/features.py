@@ -12,14 +12,15 @@ from .versions import installed
 
 @dataclass(frozen=True)
 class Feature:
-    """A bwtriton feature whose availability depends on the Triton release."""
+    """A bwtriton feature whose availability or value depends on the Triton release."""
 
     name: str
     #: (major, minor) ranges [first, last] of the releases it runs on; None: no bound on that side
     first: "tuple[int, int] | None" = None
     last: "tuple[int, int] | None" = None
-    #: what upstream Triton does itself on the releases where it matters, and what bwtriton adds there
-    upstream: str = ""
+    #: per release line ("3.6" ... "3.9"): what upstream does itself there and what bwtriton adds (measured:
+    #: docs/triton_versions.md)
+    notes: "dict[str, str] | None" = None
     #: what to use instead where the feature is unavailable
     instead: str = ""
 
@@ -27,17 +28,38 @@ class Feature:
         version = installed()[:2]
         return (self.first is None or version >= self.first) and (self.last is None or version <= self.last)
 
+    def note(self) -> str:
+        """The note for the installed release line, or ''."""
+        return (self.notes or {}).get("{}.{}".format(*installed()[:2]), "")
+
 
 FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("compile driver, enable(), stage hook"),
     Feature("verifier (bwtriton check) and emulator (bwtriton emulate, emulated_gpu)"),
-    Feature("plan-tmem, insert-ld-wait, verify-tcgen05 passes"),
+    Feature("plan-tmem, verify-tcgen05 passes"),
+    Feature("insert-proxy-fence", notes={
+        "3.6": "repairs Triton's missing in-loop fence.proxy.async (the recurrence kernel of triton#10590)",
+        "3.7": "Triton fences inside the loop itself: nothing to repair on the corpus",
+        "3.8": "Triton fences inside the loop itself: nothing to repair on the corpus",
+        "3.9": "Triton fences inside the loop itself: nothing to repair on the corpus"}),
+    Feature("insert-tcgen05-wait-ld", notes={
+        "3.9": "Triton 3.9 adds tmem_wait_insertion, yet LLVM still reads tcgen05.ld results before the wait in "
+               "every tcgen05 example: the pass inserts 1-5 waits per kernel"}),
     Feature("lower-dot-scaled-portable (tl.dot_scaled on Hopper and Blackwell)"),
-    Feature("pair-ctas (two_cta=True for tl.dot)"),
+    Feature("pair-ctas (two_cta=True for tl.dot)", notes={
+        "3.6": "Triton splits B and marks [K, N] dots 2-CTA itself; the pass marks the rest and adds the exit "
+               "barrier",
+        "3.7": "Triton broadcasts B and marks nothing: the pass splits B along N and adds the cluster barrier "
+               "before each MMA",
+        "3.8": "as 3.7; Triton itself fails the TMA b.T kernel at num_ctas=2 (accelerate-matmul)",
+        "3.9": "as 3.7; Triton adds its own exit barrier, which the pass keeps"}),
     Feature("pair-ctas-scaled (2-CTA block-scaled MMAs from the PTX)"),
-    Feature("Cluster Launch Control (bwtriton.language.clc, compile(clc=True))",
-            upstream="Triton 3.9 has its own clc=True option (ttnvgpuir to-clc / lower-clc passes)"),
-    Feature("Gluon kernels of the library (Hopper mixed-input GEMM, dq_wgmma)"),
+    Feature("Cluster Launch Control (bwtriton.language.clc, compile(clc=True))", notes={
+        "3.9": "Triton 3.9 also has its own clc=True option (to_clc / lower_clc passes); bwtriton's works on "
+               "3.6 - 3.9 with a static fallback from the same source"}),
+    Feature("Gluon kernels of the library (Hopper mixed-input GEMM, dq_wgmma)", notes={
+        "3.9": "written in 3.9's Gluon spellings (reinterpret, gl.barrier), backfilled on 3.6 - 3.8 by "
+               "bwtriton.compat.gluon"}),
 )}
 
 
@@ -46,7 +68,7 @@ def table() -> list[tuple[Feature, bool, str]]:
     rows = []
     for feature in FEATURES.values():
         ok = feature.available()
-        note = feature.upstream if ok else f"not on this Triton; {feature.instead}"
+        note = feature.note() if ok else f"not on this Triton; {feature.instead}"
         rows.append((feature, ok, note))
     return rows
 
