@@ -31,13 +31,15 @@ HAS_CUDA = _has_cuda()
 #: mark itself (`pytestmark = pytest.mark.compat`).
 COMPAT_SELECTION = (
     "test_architecture.py",
-    "cli/test_cli.py", "cli/test_cli_messages.py",
-    "driver/test_driver.py", "driver/test_front_door_errors.py",
-    "passes/test_pipeline.py", "passes/test_passes_dot_scaled_forms.py", "passes/test_pair_ctas.py",
-    "verify/test_verify_corpus.py", "upstream/test_verify_upstream_corpus.py",
-    "emu/test_emu_numerics.py", "examples/test_emulated_examples.py",
+    "cli/test_cli.py",
+    "driver/test_driver.py",
+    "passes/test_pipeline.py", "passes/test_pair_ctas.py", "passes/test_passes_pair_ctas_versions.py",
+    "passes/test_insert_proxy_fence.py",
+    "verify/test_verify_corpus.py", "verify/test_verify_recurrence.py", "verify/test_verify_fail_loudly.py",
+    "emu/test_emu_numerics.py", "emu/test_emu_tmem_lanes.py",
     "kernels/test_emulated_kernels_matmul.py",
-    "formats/test_formats_nvfp4.py", "formats/test_formats_mx.py", "tools/test_run_tests.py",
+    "tmem/test_tmem_lanes.py",
+    "formats/test_formats_nvfp4.py", "tools/test_run_tests.py",
 )
 
 

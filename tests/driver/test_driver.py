@@ -104,7 +104,9 @@ def test_error_inside_a_called_jit_function_says_what_went_wrong_there():
         bwtriton.compile(caller, signature={"x_ptr": "*fp32"}, constexprs={"BLOCK": 8})
     msg = str(info.value)
     assert msg.index("halve_blocks(tl.load") < msg.index("in the function called there") < msg.index("tl.reshape(x,")
-    assert "reshape() cannot change total number of elements" in msg
+    # the callee's own reason (Triton 3.9 rejects the 8 // 16 = 0-row shape before the element count)
+    assert re.search(r"reshape\(\) cannot change total number of elements|Shape element 0 must be a power of 2",
+                     msg)
 
 
 def test_triton_pipeline_failure_quotes_the_diagnostic_not_the_ir_dump():
@@ -136,12 +138,13 @@ def test_write_stages(fp16_sm100, tmp_path):
 
 
 def test_gluon_kernels_compile_through_the_same_driver():
-    """Gluon starts at ttgir (no ttir stage); our bw stages are inserted the same way."""
+    """Gluon starts at ttgir (no ttir stage; Triton 3.9 keeps the Gluon module first as `glir`); our bw stages
+    are inserted the same way."""
     from fixtures.kernels import _gluon_kernels
     _, one_mma, _, _ = _gluon_kernels()
     res = bwtriton.compile(one_mma, signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"},
                            constexprs={"M": 128, "N": 128, "K": 64, "num_warps": 4}, num_warps=4)
-    assert "ttir" not in res.stages and res.stages[:2] == ["source", "ttgir"]
+    assert "ttir" not in res.stages and [s for s in res.stages if s != "glir"][:2] == ["source", "ttgir"]
     ptx = res.asm["ptx"]
     assert ptx.count("tcgen05.mma.cta_group::1.kind::f16") >= 1 and "tcgen05.alloc" in ptx
     assert res.summary()["tmem_columns"] == 128

@@ -29,12 +29,14 @@ def two_acc():
 
 def _sass_of(ptx: str) -> str:
     """SASS of `ptx` assembled by Triton's bundled ptxas-blackwell with the flags Triton's make_cubin passes."""
-    from triton import knobs
     from triton.tools.disasm import get_sass
+
+    from bwtriton.compat.ptxas import triton_ptxas_flags
+    from bwtriton.regress.census import ptxas_path
     with tempfile.TemporaryDirectory() as tmp:
         src, obj = Path(tmp) / "k.ptx", Path(tmp) / "k.o"
         src.write_text(ptx)
-        subprocess.run([knobs.nvidia.ptxas_blackwell.path, "-lineinfo", "--gpu-name=sm_100a", str(src), "-o",
+        subprocess.run([ptxas_path(100), "-lineinfo", *triton_ptxas_flags(), "--gpu-name=sm_100a", str(src), "-o",
                         str(obj)], check=True, capture_output=True)
         return get_sass(obj.read_bytes())
 

@@ -53,3 +53,24 @@ def tensor_memory_layout(block: tuple[int, int], col_stride: int = 1, cta_split:
                                   two_ctas=two_ctas)
     split = None if cta_split == (1, 1) else cta_split
     return TensorMemoryLayout(block, col_stride=col_stride, cta_split_num=split, two_ctas=two_ctas)
+
+
+def _tmem_reg_layout(element_ty: Any, shape: Any, layout: Any, num_warps: Any, instr_variant: str = "32x32b",
+                     cga_layout: Any = ()) -> Any:
+    """Gluon's `get_tmem_reg_layout` for Triton 3.9, which keeps the computation only behind a TMEM descriptor
+    type's `get_reg_layout` (the CGA layout is inside `layout` there)."""
+    unwrap = [getattr(v, "value", v) for v in (element_ty, shape, layout, num_warps, instr_variant)]
+    from triton.experimental.gluon.language._semantic import _compute_tmem_reg_layout  # heavy: Gluon (3.9)
+    element_ty, shape, layout, num_warps, variant = unwrap
+    return _compute_tmem_reg_layout(element_ty, list(shape), list(shape), layout, num_warps, variant)
+
+
+@functools.lru_cache(maxsize=1)
+def tmem_reg_layout_fn() -> Any:
+    """`get_tmem_reg_layout(element_ty, shape, layout, num_warps, ...)` callable inside `@gluon.jit` code on every
+    release: Gluon's own up to 3.8, `_tmem_reg_layout` as a constexpr function on 3.9."""
+    from triton.experimental.gluon.language.nvidia import blackwell  # heavy: Gluon
+    if hasattr(blackwell, "get_tmem_reg_layout"):
+        return blackwell.get_tmem_reg_layout
+    from triton.runtime.jit import constexpr_function  # heavy: Triton's JIT
+    return constexpr_function(_tmem_reg_layout)

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bwtriton.compat.ptxas import triton_ptxas_flags
 from bwtriton.ptx.descriptors import decode_smem_desc
 
 from . import canonical
@@ -119,7 +120,8 @@ def ptxas_resources(ptx: str, target: str, capability: int) -> tuple[dict[str, i
     with tempfile.TemporaryDirectory() as tmp:
         src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         Path(src).write_text(ptx)
-        proc = subprocess.run([ptxas_path(capability), "-v", f"--gpu-name={target}", src, "-o", out],
+        proc = subprocess.run([ptxas_path(capability), "-v", *triton_ptxas_flags(), f"--gpu-name={target}", src,
+                               "-o", out],
                               capture_output=True, text=True, timeout=300)
         cubin = Path(out).read_bytes() if proc.returncode == 0 else b""
     text = proc.stdout + proc.stderr
