@@ -136,3 +136,38 @@ def test_profile_scratch_without_an_allocator_is_what_the_installed_triton_does(
             launcher._scratch("profile", 4, 0)
     else:  # the driver's default scratch: grid * num_ctas * size bytes
         assert launcher._scratch("profile", 4, 0).numel() == 4 * 64
+
+
+@triton.jit
+def _desc_to_ptr(desc, out_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    rm, rn = tl.arange(0, BM), tl.arange(0, BN)
+    tl.store(out_ptr + rm[:, None] * BN + rn[None, :], desc.load([0, 0]))
+
+
+# f32 bit patterns -> what a TFLOAT32 tensor map loads (nearest-even at 10 mantissa bits; bit 13 is the tf32 lsb)
+_TF32_CASES = {
+    0x3F801000: 0x3F800000,  # a tie with an even lsb: down
+    0x3F803000: 0x3F804000,  # a tie with an odd lsb: up
+    0x3F801001: 0x3F802000,  # just above a tie: up
+    0xBF801FFF: 0xBF802000,  # negative, above the tie: up in magnitude
+    0x3FFFF000: 0x40000000,  # a tie that carries into the exponent
+    0x7F800000: 0x7F800000,  # Inf unchanged
+    0x7FC00001: 0x7FC00001,  # NaN payload unchanged
+    0x3F802000: 0x3F802000,  # already tf32
+}
+
+
+def test_round_f32_to_tf32_descriptor_rounds_what_tma_loads():
+    if not descriptor_passes_tf32_flag():
+        pytest.skip("this Triton's TensorDescriptor has no round_f32_to_tf32")
+    bits = torch.zeros(16, 16, dtype=torch.int32)
+    src = torch.tensor([b - (1 << 32) if b >= 1 << 31 else b for b in _TF32_CASES], dtype=torch.int32)
+    want = torch.tensor([b - (1 << 32) if b >= 1 << 31 else b for b in _TF32_CASES.values()], dtype=torch.int32)
+    bits.view(-1)[:len(src)] = src
+    x = bits.view(torch.float32)
+    out = torch.zeros(16, 16)
+    with emulated_gpu():
+        _desc_to_ptr[(1,)](TensorDescriptor.from_tensor(x, [16, 16], round_f32_to_tf32=True), out, BM=16, BN=16)
+    got = out.view(torch.int32).view(-1)
+    assert got[:len(want)].tolist() == want.tolist()
+    assert torch.equal(got[len(want):], torch.zeros(256 - len(want), dtype=torch.int32))
