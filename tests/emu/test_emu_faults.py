@@ -17,8 +17,9 @@ from bwtriton.emu.errors import AsyncOverwriteError, MissingProxyFenceError, Poi
 
 pytestmark = pytest.mark.emulated
 
-# The blocking wait Triton emits: `mbarrier.try_wait.parity.shared.b64 complete, [%rB], %rP;` in a spin loop.
-_WAIT = r"mbarrier\.try_wait\.parity\.shared\.b64 complete, \[(%r\d+)\], (%r\d+);\s*@!complete bra\.uni waitLoop;"
+# The blocking wait Triton emits: `mbarrier.try_wait.parity.shared.b64 complete, [%rB], %rP;` in a spin loop
+# (Triton 3.9 spells the state space `shared::cta`).
+_WAIT = r"mbarrier\.try_wait\.parity\.shared(?:::cta)?\.b64 complete, \[(%r\d+)\], (%r\d+);\s*@!complete bra\.uni waitLoop;"
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def test_dealloc_over_pending_tcgen05_ld(one_mma):
 def test_tmem_read_before_mma_completion_observed(one_mma):
     case, text, md = one_mma
     # drop the mbarrier wait loop between tcgen05.commit and tcgen05.ld
-    bad = _mutate(text, r"mbarrier\.try_wait\.parity\.shared\.b64 complete, \[%r\d+\], %r\d+;\s*@!complete bra\.uni "
+    bad = _mutate(text, r"mbarrier\.try_wait\.parity\.shared(?:::cta)?\.b64 complete, \[%r\d+\], %r\d+;\s*@!complete bra\.uni "
                         r"waitLoop;", "")
     with pytest.raises(emu.TmemRaceError, match="tcgen05.ld reads TMEM column"):
         _run_text(case, bad, md)

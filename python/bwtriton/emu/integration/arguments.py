@@ -163,7 +163,8 @@ class ArgPacker:
             # Triton's tensordesc_meta elem_type is already the CUtensorMapDataType enum a TMA reduce needs
             tmap = TensorMap(base=self.tensor_address(d.base), shape=tuple(shape),
                              strides=tuple(s * eb for s in strides), box=tuple(block), elem_bytes=elem,
-                             swizzle=swz, elem_type=int(meta.get("elem_type", -1)) if meta else -1)
+                             swizzle=swz, elem_type=int(meta.get("elem_type", -1)) if meta else -1,
+                             round_tf32=bool(getattr(d, "round_f32_to_tf32", False)))
         self.params.tensormaps[PARAM_BASE + slot.offset] = tmap
         # a recognisable blob in param space: the map's base address (the emulator keys maps by address)
         self.params.data[slot.offset:slot.offset + 8] = np.array([tmap.base], dtype=np.uint64).view(np.uint8)

@@ -33,11 +33,16 @@ class EmulatedUtils:
 
     def load_binary(self, name: str, kernel: bytes, shared: int, device: int):
         """(module, function, n_regs, n_spills, n_max_threads) like the CUDA driver's. Nothing is loaded: the
-        launcher runs the kernel's PTX, found through the metadata Triton hands it."""
+        launcher runs the kernel's PTX, found through the metadata Triton hands it. The module handle is None
+        because a CompiledKernel unloads a non-None module when collected, through whatever driver is active
+        then -- after the emulation ended that is the real (or no) CUDA driver, which must never see it."""
         if shared > B200_PROPERTIES["max_shared_mem"]:
             raise InputError(f"kernel {name} needs {shared} bytes of shared memory; a B200 block has at most "
                              f"{B200_PROPERTIES['max_shared_mem']}")
-        return 0, 0, 0, 0, 1024
+        return None, 0, 0, 0, 1024
+
+    def unload_module(self, module: object) -> None:
+        """Nothing was loaded (see load_binary)."""
 
     def set_printf_fifo_size(self, size: int) -> None:
         """Device printf is not emulated; accepting the size keeps `tl.device_print` kernels compiling."""

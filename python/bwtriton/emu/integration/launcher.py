@@ -17,6 +17,7 @@ import re
 import struct
 from typing import Any, Iterator, Optional
 
+from ...compat.launcher import descriptor_passes_tf32_flag, profile_allocator_is_set
 from ...errors import InputError
 from .arguments import Raw, TmaArg
 from .run import run
@@ -106,10 +107,12 @@ def _descriptor_leaves(ty: str, desc: Any, meta: Optional[dict], name: str) -> l
     if len(shape) != ndim:
         raise ValueError(f"argument {name}: the kernel's descriptor is {ndim}-D, the TensorDescriptor "
                          f"{len(shape)}-D")
-    if meta is None:  # not lowered to TMA: the kernel reads base, shape, strides (twice), padding
+    if meta is None:  # not lowered to TMA: base, shape, strides, padding (and tf32 flag), shape, strides
         out = [check_pointer(desc.base, f"argument {name}.base")]
         out += [encode_int("i64", s, name) for s in shape + strides]
         out.append(encode_int("i1", int(desc.padding == "nan"), name))
+        if descriptor_passes_tf32_flag():
+            out.append(encode_int("i1", int(bool(getattr(desc, "round_f32_to_tf32", False))), name))
         return out + [encode_int("i32", s, name) for s in shape] + [encode_int("i64", s, name) for s in strides]
     if meta.get("fp4_padded"):
         shape[-1] *= 2
@@ -183,8 +186,12 @@ class EmulatedLauncher:
         if size <= 0:
             return None
         align = getattr(self.metadata, f"{kind}_scratch_align", 1)
+        nbytes = grid_size * self.num_ctas * size
+        if kind == "profile" and not profile_allocator_is_set():  # the driver's own default scratch
+            import torch  # heavy: torch, loaded at launch
+            return torch.empty(nbytes, dtype=torch.int8)
         allocator = _allocation._allocator if kind == "global" else _allocation._profile_allocator
-        buf = allocator.get()(grid_size * self.num_ctas * size, align, stream)
+        buf = allocator.get()(nbytes, align, stream)
         return check_pointer(buf, f"{kind} scratch buffer from the allocator")
 
     def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: int, function: Any, packed_metadata: Any,

@@ -9,12 +9,15 @@ import numpy as np
 from ...ptx.ir import Instruction
 from . import numerics as nx
 from ..errors import UnsupportedInstructionError
+from ..machine.memory import PARAM_BASE
 from ..machine.program import NP_TYPES, Program, convert, as_lanes
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
+#: 32-bit state-space addresses of the param window (kernel parameters occupy far less)
+_PARAM_WINDOW = np.uint64(1 << 32)
 _WIDE = {"s16": np.dtype(np.int32), "u16": U32, "s32": np.dtype(np.int64), "u32": U64,
          "s64": None, "u64": None}
 
@@ -368,9 +371,16 @@ def _mov(ins: Instruction, prog: Program) -> Callable:
 
 
 def _cvta(ins: Instruction, prog: Program) -> Callable:
-    """Generic <-> state-space addresses are the same numbers in this emulator."""
+    """Generic <-> state-space addresses are the same numbers in this emulator, except a 32-bit param-space
+    address (`mov.b32 %r, kernel_param` then `cvta.param.u64`, how newer LLVM takes a tensor map's address):
+    that is an offset into the param window, so its generic address is PARAM_BASE + offset."""
     rd = prog.src(ins.operands[1], _dt(_t(ins)), ins)
     wr = prog.dst(ins.operands[0], ins)
+    if "param" in ins.modifiers and "to" not in ins.modifiers:
+        def param_to_generic(w):
+            a = np.asarray(rd(w)).astype(U64)
+            return wr(w, np.where(a < _PARAM_WINDOW, a + np.uint64(PARAM_BASE), a))
+        return param_to_generic
     return lambda w: wr(w, rd(w))
 
 

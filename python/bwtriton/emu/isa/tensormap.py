@@ -54,6 +54,9 @@ class TensorMap:
     #: PTX tensormap elemtype (0 u8 .. 10 bf16, see ELEM_BYTES), -1 when the binder did not record it; only TMA
     #: reductions (cp.reduce.async.bulk.tensor) need it: their PTX names no type
     elem_type: int = dc_field(default=-1, compare=False)
+    #: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 (a host TensorDescriptor with round_f32_to_tf32): TMA loads round each f32
+    #: to tf32, nearest-even at 10 mantissa bits, Inf and NaN unchanged
+    round_tf32: bool = dc_field(default=False, compare=False)
 
     @classmethod
     def fp4_padded(cls, base: int, shape: list, outer_strides: list, box: list, swizzle: int) -> "TensorMap":

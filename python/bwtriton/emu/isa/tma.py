@@ -95,6 +95,8 @@ def _load(ins: Instruction, prog: Program) -> Callable:
                 data = np.zeros((len(gaddr), tmap.smem_elem), dtype=np.uint8)  # fp4-padded: zero padding
                 if ok.any():
                     data[ok, :eb] = w.launch.gmem.read(gaddr[ok].astype(np.uint64), eb)
+                if tmap.round_tf32:
+                    data = round_f32_to_tf32(data)
                 for c in ctas:
                     c.smem.write(saddr, data)
             op = AsyncOp(kind="TMA load", line=line, text=text, issuer=issuer_of(w), finish=finish,
@@ -104,6 +106,16 @@ def _load(ins: Instruction, prog: Program) -> Callable:
                 c.smem.data[idx] = 0xFF
             engine_of(w).issue(w, op)
     return load
+
+
+def round_f32_to_tf32(data: np.ndarray) -> np.ndarray:
+    """f32 elements (rows of 4 bytes) rounded to tf32 as a TFLOAT32 tensor map loads them: nearest-even at 10
+    mantissa bits (the low 13 bits cleared), Inf and NaN unchanged."""
+    bits = np.ascontiguousarray(data).view(np.uint32).astype(np.uint64)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint64)
+    out = np.where(finite, rounded, bits).astype(np.uint32)
+    return out.view(np.uint8).reshape(data.shape)
 
 
 def mbarrier_at(w, cta, local: int, line: int):
