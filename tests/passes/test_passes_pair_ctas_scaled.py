@@ -9,6 +9,7 @@ the same MMAs). Faults are single edits of the paired PTX that must each fail th
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -20,10 +21,11 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import bwtriton
 import bwtriton.emu as emu
 import emu_cases as ec
-from bwtriton.emu.errors import DeadlockError, PoisonReadError
+from bwtriton.emu.errors import DeadlockError, PoisonReadError, TmemRaceError
 from bwtriton.errors import CompileError
 from bwtriton.ptx.descriptors import decode_idesc
 from bwtriton.verify import verify_ptx
+from fixtures import ws_mutants as wm
 
 _INPUT = Path(__file__).resolve().parents[2] / "test_lit" / "pair_ctas" / "Inputs" / "scaled_tma.py"
 _spec = importlib.util.spec_from_file_location("scaled_tma_input", _INPUT)
@@ -42,6 +44,12 @@ def _compile(fmt: str, passes=("+pair-ctas-scaled", "+verify-tcgen05")):
 @pytest.fixture(scope="module", params=list(FORMATS))
 def paired(request):
     return request.param, _compile(request.param)
+
+
+@functools.lru_cache(maxsize=None)
+def _one_cta(fmt: str):
+    """Triton's own 1-CTA kernel (no pairing), verified."""
+    return _compile(fmt, passes=("+verify-tcgen05",))
 
 
 def _problem(fmt: str, seed: int = 0):
@@ -146,6 +154,18 @@ def test_verifier_catches_the_peer_issuing_mmas(paired):
     assert "cta-group2-leader" in checks
 
 
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_one_cta_kernel_verifies_clean_and_its_exit_wait_is_checked(fmt):
+    """Triton 3.8+ lays the k-loop out with its latch branching to the exit and falling through to the header;
+    the accumulator wait after it (parity 1 on the barrier of k-steps 0 and 2) is the loop's own next wait. With
+    the other parity it waits for the peeled k-step's phase and T6 must fire on every release."""
+    res = _one_cta(fmt)
+    assert res.reports["verify-tcgen05"]["counts"]["error"] == 0
+    flipped = wm.FAULTS["flip_acc_parity"](res.asm["ptx"])
+    assert flipped is not None and flipped != res.asm["ptx"]
+    assert "mbarrier-parity-stale" in {f.check for f in verify_ptx(flipped, "sm_100a").errors}
+
+
 def test_refusals():
     from bwtriton.examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec
     with pytest.raises(CompileError, match=r"pair-ctas-scaled\] cannot pair .*not every MMA is block-scaled"):
@@ -167,9 +187,18 @@ def test_paired_matches_float64_and_the_1cta_kernel(paired):
     c, ref = _emulate(res, fmt)
     err = (c.double() - ref).abs()
     assert (err <= ec.out_tolerance(ref, "fp16", K)).all(), f"max err {err.max().item()}"
-    one = _compile(fmt, passes=())
-    c1, _ = _emulate(one, fmt, pairs=False)
+    c1, _ = _emulate(_one_cta(fmt), fmt, pairs=False)
     assert torch.equal(c, c1)
+
+
+@pytest.mark.emulated
+def test_one_cta_flipped_exit_parity_races():
+    """The verifier's T6 mutant of the 1-CTA kernel is a real race: the epilogue's tcgen05.ld reads the
+    accumulator while the last k-step's MMAs run."""
+    res = _one_cta("nvfp4")
+    flipped = wm.FAULTS["flip_acc_parity"](res.asm["ptx"])
+    with pytest.raises(TmemRaceError, match=r"tcgen05\.ld reads TMEM .* still in flight"):
+        _emulate(res, "nvfp4", flipped, pairs=False)
 
 
 @pytest.mark.emulated

@@ -2,8 +2,8 @@
 sm_100a through bwtriton's default pipeline (verify-tcgen05 on) with no error and no warning, and runs to the
 float64 reference on the emulated B200.
 
-At the tutorial's default K = 512 with 4 stages, Triton peels stages that never run (their TMAs sit under
-`mov.pred %p, 0`), and issues the scale copies under `(tid & 127) < 32` and the MMAs/commit under a branch on
+At the tutorial's default K = 512 with 4 stages, Triton 3.6-3.8 peel stages that never run (their TMAs sit under
+`mov.pred %p, 0`; 3.9 folds them away at K = 512 but keeps them at K = 768, 3 K tiles, on every release), and issues the scale copies under `(tid & 127) < 32` and the MMAs/commit under a branch on
 the shfl-broadcast warp index: both are needed to see that no refill races a tcgen05.cp
 (test_lit/verify_tcgen05/guards_*.ptx have the minimal forms).
 """
@@ -19,8 +19,8 @@ import bwtriton  # noqa: E402
 from bwtriton.verify import verify_ptx  # noqa: E402
 from fixtures import blockscaled_tutorial as bt  # noqa: E402
 
-#: (M, N, K): the tutorial's default K (fewer K tiles than stages) and its 8192 problem
-SHAPES = [(8192, 8192, 512), (8192, 8192, 8192)]
+#: (M, N, K): the tutorial's default K and K = 768 (fewer K tiles than stages) and its 8192 problem
+SHAPES = [(8192, 8192, 512), (8192, 8192, 768), (8192, 8192, 8192)]
 
 
 @pytest.mark.parametrize("fmt", sorted(bt.FORMATS))
@@ -36,10 +36,10 @@ def test_tutorial_kernel_compiles_clean(fmt, shape):
     assert [f.format() for f in report.findings if f.severity in ("error", "warning")] == []
 
 
-def test_tutorial_kernel_at_k512_has_the_dead_and_guarded_pattern():
+def test_tutorial_kernel_at_k768_has_the_dead_and_guarded_pattern():
     """The fixture keeps exercising what the guard model is for: constant-false TMAs, copies guarded by the
     thread index, MMAs behind a branch on the shfl-broadcast warp index."""
-    ptx = bwtriton.compile(bt.blockscaled_tma, **bt.compile_options("nvfp4", K=512)).asm["ptx"]
+    ptx = bwtriton.compile(bt.blockscaled_tma, **bt.compile_options("nvfp4", K=768)).asm["ptx"]
     dead = set(re.findall(r"mov\.pred\s+(%p\d+), 0;", ptx))
     assert any(re.search(rf"@{re.escape(p)} cp\.async\.bulk\.tensor", ptx) for p in dead)
     assert re.search(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, 0, 31, -1", ptx)

@@ -63,17 +63,36 @@ def _outside_before(ctx: Ctx, defs: list, body: frozenset) -> bool:
 
 def _trip_counts(sim: LoopSimulation, latch_end: Instruction) -> range:
     """The trip counts to check: the one the latch's branch gives when it simulates to constants (a loop over
-    a compile-time K), else every count from 1 to 24."""
+    a compile-time K), else every count from 1 to 24. The latch's conditional branch is either the back edge
+    (`@%p bra header`, falling through to the exit) or the exit (`@!%p bra exit`, falling through to the header,
+    as Triton 3.8+ lays out the rotated loop)."""
     g = latch_end.guard
     if latch_end.opcode != "bra" or g is None:
+        return range(1, _TRIPS + 1)
+    back_when_taken = _branch_is_back_edge(sim, latch_end)
+    if back_when_taken is None:
         return range(1, _TRIPS + 1)
     for k in range(_TRIPS):
         v = sim.operand(latch_end, Operand("reg", g.reg, name=g.reg), k)
         if v is None or v[0]:
             return range(1, _TRIPS + 1)
-        if bool(v[1]) == g.negated:   # the back edge is not taken: the loop ran k + 1 times
+        taken = bool(v[1]) != g.negated
+        if taken != back_when_taken:   # the back edge is not taken: the loop ran k + 1 times
             return range(k + 1, k + 2)
     return range(1, _TRIPS + 1)
+
+
+def _branch_is_back_edge(sim: LoopSimulation, bra: Instruction) -> Optional[bool]:
+    """True when the latch's branch jumps to the loop header, False when it jumps out of the loop (the back
+    edge is then the fall-through), None when its target is unresolved or another block of the loop."""
+    blocks = [sim.ctx.func.label_block.get(t) for t in bra.targets]
+    if not blocks or None in blocks:
+        return None
+    if all(b == sim.header for b in blocks):
+        return True
+    if all(b not in sim.body for b in blocks):
+        return False
+    return None
 
 
 def _loop_exits_to(ctx: Ctx, body: frozenset, latch: int, wait: Instruction) -> bool:
