@@ -332,7 +332,7 @@ def _check_st_observed(w, key: tuple, idx: int, cells: np.ndarray, line: int, te
     st_line, wid = key[2], key[1][2]
     st_text = w.cta.tmem.st_sites.get(st_line, "")
     raise TmemRaceError(
-        f"tcgen05.st writes {_cells_text(cells)} (warp {wid}, PTX line {st_line}: `{short(st_text)}`) that the "
+        f"tcgen05.st writes TMEM {_cells_text(cells)} (warp {wid}, PTX line {st_line}: `{short(st_text)}`) that the "
         f"tcgen05.ld at PTX line {line} (`{short(text)}`) of warp {w.wid} reads, with nothing ordering the two: "
         f"warp {w.wid} never observed the store's completion, so it may read the TMEM before or after it. Order "
         f"them with tcgen05.wait::st in warp {wid} and then a barrier (bar.sync) or an mbarrier handoff that warp "
