@@ -27,8 +27,8 @@ def _line_of(text: str, needle: str, nth: int = 0) -> int:
     return [i + 1 for i, ln in enumerate(text.splitlines()) if needle in ln][nth]
 
 
-def _run(text: str) -> None:
-    emu.run(text, (1,), num_warps=4, shared=SHARED)
+def _run(text: str, num_warps: int = 4) -> None:
+    emu.run(text, (1,), num_warps=num_warps, shared=SHARED)
 
 
 def test_read_of_the_other_lane_half_while_an_mma_is_pending_is_exact():
@@ -61,3 +61,14 @@ def test_mma_over_a_pending_load_is_unwaited_naming_both_regions():
     assert f"PTX line {mma}: tcgen05.mma writes TMEM column 0 (lane 0) that the tcgen05.ld at PTX line {ld}" in msg
     assert "writes lanes 0-15, 32-47, 64-79, 96-111, columns 0-31" in msg   # Layout F: the whole M=64 tile
     assert "the load reads lanes 0-15, columns 0-31" in msg
+
+
+def test_eight_warps_reading_the_other_lane_half_is_exact():
+    """Warps 4-7 read the second 16 columns (window from the warp index, as in 8-warp epilogues)."""
+    _run(_cases("tmem_lanes_8warps.ptx")[0], num_warps=8)
+
+
+def test_eight_warps_reading_the_pending_lane_half_race():
+    text = _cases("tmem_lanes_8warps.ptx")[1]
+    with pytest.raises(emu.TmemRaceError, match=r"tcgen05\.ld reads TMEM column 0 \(lane 16\)"):
+        _run(text, num_warps=8)

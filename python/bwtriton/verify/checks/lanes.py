@@ -15,8 +15,11 @@ from bwtriton.ptx.ir import Instruction, Operand
 from bwtriton.ptx.smt import z3
 from bwtriton.ptx.thread_values import ThreadValueNumbering
 
+from bwtriton.tmem.region import TmemRegion
+
 from .context import LD_SHAPE_COLS, Ctx, ld_shape_num
 from .dataflow import IMPRECISE, run_dataflow
+from .tmem_regions import ld_st_extent
 
 
 class _LaneNumbering(ThreadValueNumbering):
@@ -86,30 +89,54 @@ def _stage_leaves(key, tr) -> list:
     return out
 
 
-def ld_meets_columns_for_every_thread(ctx: Ctx, ins: Instruction, alloc: str, col0: int, cols: int) -> bool:
-    """Whether every thread's tcgen05.ld/st window of `ins` (address computed from the thread index, e.g. the
-    8-warp epilogue's `base + ((w % 4) * 32 << 16) + (w / 4) * 64`) meets columns [col0, col0 + cols) of TMEM
-    allocation `alloc`: z3 finds no thread of the CTA whose column window misses them."""
+def _lane_runs(mask: int) -> list[tuple[int, int]]:
+    """[lo, hi) runs of consecutive set bits of a 128-bit lane mask."""
+    runs, lane = [], 0
+    while lane < 128:
+        if mask >> lane & 1:
+            end = lane
+            while end < 128 and mask >> end & 1:
+                end += 1
+            runs.append((lane, end))
+            lane = end
+        else:
+            lane += 1
+    return runs
+
+
+def ld_window_meets(ctx: Ctx, ins: Instruction, alloc: str, region: TmemRegion) -> Optional[bool]:
+    """Whether the tcgen05.ld/st window of `ins`, an address computed from the thread index (e.g. the 8-warp
+    epilogue's `base + ((w % 4) * 32 << 16) + (w / 4) * 64`), meets `region` of TMEM allocation `alloc` in lanes
+    and columns: True when z3 finds no thread of the CTA whose window misses it, False when it finds none whose
+    window meets it (an M=64 tile at the other lane offset), None when neither is proven or the address is
+    not modelled."""
     if z3 is None or ctx.facts_oracle.translator is None:
-        return False
-    shape, num = ld_shape_num(ins)
+        return None
+    ext = ld_st_extent(ctx, ins)
     addr = next((o for o in ins.operands if o.kind == "addr"), None)
-    if shape is None or addr is None or addr.base is None or addr.base.kind != "reg":
-        return False
+    if ext is None or addr is None or addr.base is None or addr.base.kind != "reg":
+        return None
     key = _LaneNumbering(ctx).key(addr.base, 32)
     if key is None or not _uses_thread(key) or not _modelled(key) or _stage_leaves(key, ctx.facts_oracle.translator):
-        return False
+        return None
     bases = [k for k in _tmem_bases(key)]
     if bases != [("tmem.base", alloc)]:
-        return False
+        return None
     tr = ctx.facts_oracle.translator
-    width = LD_SHAPE_COLS[shape][1] * (num or 1)
+    lanes, width = ext
     ntid = (ctx.func.directives.get("reqntid") or ctx.func.directives.get("maxntid") or (1024,))[0]
     b = tr.term(bases[0], 32)
-    col = (tr.term(key, 32) + (addr.offset or 0) - b) & 0xFFFF
-    misses = z3.Or(z3.ULE(col + width, col0), z3.UGE(col, col0 + cols))
-    return ctx.facts_oracle.unsat([z3.ULT(tr.tid(), ntid), z3.LShR(b, 16) == 0, z3.ULT(b & 0xFFFF, 512),
-                                   z3.ULT(col, 512), misses])
+    rel = tr.term(key, 32) + (addr.offset or 0) - b
+    col, lane = rel & 0xFFFF, z3.LShR(rel, 16) & 0xFFFF
+    misses = z3.Or(z3.ULE(col + width, region.col_lo), z3.UGE(col, region.col_hi),
+                   z3.And([z3.Or(z3.ULE(lane + lanes, lo), z3.UGE(lane, hi)) for lo, hi in _lane_runs(region.lanes)]))
+    launch = [z3.ULT(tr.tid(), ntid), z3.LShR(b, 16) == 0, z3.ULT(b & 0xFFFF, 512), z3.ULT(col, 512),
+              z3.ULT(lane, 128)]
+    if ctx.facts_oracle.unsat(launch + [misses]):
+        return True
+    if ctx.facts_oracle.unsat(launch + [z3.Not(misses)]):
+        return False
+    return None
 
 
 #: the leaves P8 quantifies over besides the thread: loop-carried indices and the TMEM base

@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from bwtriton.ptx.ir import Instruction
-from bwtriton.tmem.region import ALL_LANES
 
 from .async_copy import barrier_operand, same_address
 from .context import Ctx, tmem_ref
 from .first_pass import passes_at_once
-from .lanes import ld_meets_columns_for_every_thread
+from .lanes import ld_window_meets
 from .dataflow import may_have_run, run_dataflow, union_states
 from .tmem_regions import tmem_region
 
@@ -101,6 +100,10 @@ def check_ld_wait(ctx: Ctx) -> None:
                 "is legal (the optional insert-tcgen05-wait-ld pass adds the wait anyway)", related=h.ld.line)
     for w, ld in writes:
         a, b = tmem_region(ctx, ld), tmem_region(ctx, w)
+        if a is None and b is not None and w.opcode != "tcgen05.dealloc":
+            meets = ld_window_meets(ctx, ld, b[0], b[1])   # a load window computed from the warp index
+            if meets is False:
+                continue  # no warp's window meets what the writer writes
         if a is not None and b is not None and a[0] != b[0]:
             continue  # different allocations
         if a is not None and b is not None and not a[1].overlaps(b[1]):
@@ -196,10 +199,10 @@ def check_accumulator_sync(ctx: Ctx) -> None:
                     overlap = dreg is None or reg[1].overlaps(dreg[1])
                 elif addr is not None and addr.base is not None and addr.base.name == d_reg.get(mi):
                     overlap = True
-                elif reg is None and dreg is not None and dreg[1].lanes == ALL_LANES and \
-                        ld_meets_columns_for_every_thread(ctx, ins, dreg[0], dreg[1].col_lo,
-                                                          dreg[1].col_hi - dreg[1].col_lo):
-                    overlap = True   # a window computed from the warp index: every warp's meets the D tile
+                elif reg is None and dreg is not None:
+                    # a window computed from the warp index: z3 decides whether every warp's meets the D tile (an
+                    # error), none does (the other M=64 tile: nothing to report) or neither is proven (a warning)
+                    overlap = ld_window_meets(ctx, ins, dreg[0], dreg[1])
                 what = {"C": "committed but not waited for", "U": "not committed",
                         "P": "committed, but the wait on its mbarrier uses parity 1 as this thread's first wait on "
                              "it, which returns at once,",

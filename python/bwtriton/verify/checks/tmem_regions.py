@@ -41,17 +41,31 @@ def _tmem_operand(ins: Instruction) -> Optional[Operand]:
     return next((o for o in ins.operands if o.kind == "addr"), None)
 
 
-def _ld_st_region(ctx: Ctx, ins: Instruction, lanes: Optional[list[int]], col: int) -> Optional[TmemRegion]:
+def ld_st_extent(ctx: Ctx, ins: Instruction) -> Optional[tuple[int, int]]:
+    """(lanes, columns) one warp's tcgen05.ld/st spans from its address: the shape's 32 or 16 lanes; its columns,
+    twice the registers' under .pack::16b/.unpack::16b, and for .16x32bx2 up to the second half, which sits
+    immHalfSplitoff columns further (None when that offset is not a constant)."""
     shape, num = ld_shape_num(ins)
     if shape is None or num is None:
         return None
     lanes_per, cols_per = LD_SHAPE_COLS[shape]
     width = cols_per * num * (2 if ins.has("pack::16b") or ins.has("unpack::16b") else 1)
     if shape == "16x32bx2":
-        # the second 16-lane half sits immHalfSplitoff columns further (ld: operand 2; st: operand 1)
-        off = exact_operand(ctx, ins, 2 if ins.opcode == "tcgen05.ld" else 1)
-        width = width + off if off is not None else TMEM_COLUMNS - col
-    return TmemRegion(access_lanes(lanes, lanes_per), col, col + width)
+        off = exact_operand(ctx, ins, 2 if ins.opcode == "tcgen05.ld" else 1)   # ld: operand 2; st: operand 1
+        if off is None:
+            return None
+        width += off
+    return lanes_per, width
+
+
+def _ld_st_region(ctx: Ctx, ins: Instruction, lanes: Optional[list[int]], col: int) -> Optional[TmemRegion]:
+    ext = ld_st_extent(ctx, ins)
+    if ext is None:
+        shape, num = ld_shape_num(ins)
+        if shape is None or num is None:
+            return None
+        ext = (LD_SHAPE_COLS[shape][0], TMEM_COLUMNS - col)   # an unknown half-split offset: any later column
+    return TmemRegion(access_lanes(lanes, ext[0]), col, col + ext[1])
 
 
 def tmem_region(ctx: Ctx, ins: Instruction) -> Optional[tuple[str, TmemRegion]]:
@@ -90,4 +104,4 @@ def same_region_overlap(a: Optional[tuple[str, TmemRegion]], b: Optional[tuple[s
     return a[0] == b[0] and a[1].overlaps(b[1])
 
 
-__all__ = ["tmem_location", "tmem_region", "same_region_overlap"]
+__all__ = ["tmem_location", "tmem_region", "same_region_overlap", "ld_st_extent"]
