@@ -129,14 +129,13 @@ def test_dhu_backward_compiles_on_every_version():
 _LANE_BLIND = ("the verifier compares TMEM by column only: Triton packs two 64-row accumulators into the same columns "
                "at lane offsets 0 and 16, and P11 pairs a read of one with the other's commit (issue 45, item 1)")
 _P15_WARNING = "a proven missing proxy fence is only a P15 warning (issue 45, item 2)"
-_CROSS_WARP = ("the verifier orders a tcgen05.st after a tcgen05.ld by the loading thread's tcgen05.wait::ld only; "
-               "with 8 warps the store comes from the other warp of the lane quarter, which never synchronised")
 
 #: case -> minor version -> the verifier errors ('check/rule') a correct verifier reports; "any" = some error.
 VERIFIER_EXPECTED = {
     "triton_10590_fwd_h_recurrence": {(3, 6): {"missing-proxy-fence/P15"}, (3, 7): set(), (3, 8): set(),
                                       (3, 9): set()},
-    "fla_1228_chunk_o": {(3, 6): "any", (3, 7): "any", (3, 8): set(), (3, 9): set()},
+    "fla_1228_chunk_o": {(3, 6): {"ld-overwritten-cross-warp/P9"}, (3, 7): {"ld-overwritten-cross-warp/P9"},
+                         (3, 8): set(), (3, 9): set()},
     "liger_1435_two_dots_one_acc": {(3, 6): {"acc-read-unsynced/P11"}, (3, 7): {"acc-read-unsynced/P11"},
                                     (3, 8): {"acc-read-unsynced/P11"}, (3, 9): set()},
     "fla_999_wy_repr_backward": {v: set() for v in ALL},
@@ -145,7 +144,6 @@ VERIFIER_EXPECTED = {
 #: case -> (minor versions where our verifier is wrong today, why)
 VERIFIER_WRONG = {
     "triton_10590_fwd_h_recurrence": (ALL, f"{_LANE_BLIND}; on 3.6 also: {_P15_WARNING}"),
-    "fla_1228_chunk_o": (((3, 6), (3, 7)), _CROSS_WARP),
     "fla_999_wy_repr_backward": (ALL, _LANE_BLIND),
 }
 
@@ -177,8 +175,6 @@ CHUNK_O_EMULATOR = {(3, 6): "named", (3, 7): "named", (3, 8): "exact", (3, 9): "
 
 
 @pytest.mark.emulated
-@_xfail_on(((3, 7),), "the emulator runs 3.7.1's PTX (the same race, addresses checked by hand) to a wrong result, "
-                      "rows 16-63, without naming a failure; why it names 3.6's and not this one is not settled")
 def test_chunk_o_on_the_emulator():
     import bwtriton.emu as emu  # noqa: PLC0415 - the emulator's import is heavy; only this test needs it
     expected = _on(CHUNK_O_EMULATOR, "emulator verdict")

@@ -7,7 +7,9 @@ pending -- its TMEM columns unreadable, its shared-memory operands reserved -- u
 completes, which is when a thread waits on the commit's mbarrier. The commit carries the sequence number of the
 newest op it covers; waiters record it, and tcgen05.ld refuses TMEM cells whose newest writer they did not
 observe. tcgen05.ld is asynchronous towards TMEM until tcgen05.wait::ld: a TMEM write or dealloc over cells a
-pending load reads is an error (register reads of its results before the wait are not: P9). All of this is
+pending load reads is an error (register reads of its results before the wait are not: P9), and a tcgen05.ld of
+cells another warp's tcgen05.st wrote needs that store completed (tcgen05.wait::st) and observed (a barrier):
+one check per order of the same cross-warp race, so the schedule cannot hide it. All of this is
 tracked per (lane, column) cell, not per column: Triton packs two M=64 accumulators into the same columns at
 lane offsets 0 and 16, and an MMA into one never races a load of the other."""
 from __future__ import annotations
@@ -308,13 +310,45 @@ def _check_observed(w, c: np.ndarray, line: int, text: str) -> None:
         if not code:
             continue
         key, idx = engine.writer_of(code)
-        if not clock.saw(key, idx):
+        if key[0] == "st":
+            _check_st_observed(w, key, idx, c[codes == code], line, text)
+        elif not clock.saw(key, idx):
             bad = int(c[codes == code][0])
             raise TmemRaceError(f"tcgen05.ld reads {_cell_text(bad)} written by an asynchronous MMA/cp whose "
                                 f"completion this warp never observed (the load at PTX line {line} reads "
                                 f"{_cells_text(c)}; no wait on its tcgen05.commit mbarrier, directly or through a "
                                 "barrier; another warp's wait does not order this load)",
                                 where=w.where())
+
+
+def _check_st_observed(w, key: tuple, idx: int, cells: np.ndarray, line: int, text: str) -> None:
+    """Warp `w`'s tcgen05.ld (PTX line `line`) reads `cells`, last written by event `idx` of the tcgen05.st source
+    `key` ("st", issuer, PTX line): another warp's store must be complete (its tcgen05.wait::st) and observed by
+    `w` (a barrier or mbarrier handoff after that wait). Unordered, the schedule decides whether the load sees the
+    store -- the same race as a store overwriting a pending load, met in the other order; a warp's own stores are
+    ordered before its later loads."""
+    if key[1] == issuer_of(w) or clock_of(w).saw(key, idx):
+        return
+    st_line, wid = key[2], key[1][2]
+    st_text = w.cta.tmem.st_sites.get(st_line, "")
+    raise TmemRaceError(
+        f"tcgen05.st writes TMEM {_cells_text(cells)} (warp {wid}, PTX line {st_line}: `{short(st_text)}`) that the "
+        f"tcgen05.ld at PTX line {line} (`{short(text)}`) of warp {w.wid} reads, with nothing ordering the two: "
+        f"warp {w.wid} never observed the store's completion, so it may read the TMEM before or after it. Order "
+        f"them with tcgen05.wait::st in warp {wid} and then a barrier (bar.sync) or an mbarrier handoff that warp "
+        f"{w.wid} waits on -- before the load if it should see the store, before the store if not",
+        where=w.where())
+
+
+def _record_st(w, cells: np.ndarray, line: int, text: str) -> None:
+    """Warp `w`'s tcgen05.st at PTX line `line` wrote `cells`: the newest writer of those cells is event n of the
+    source ("st", warp, line), complete at the warp's next tcgen05.wait::st (the line in the source names the
+    store in a later reader's error)."""
+    engine, tm = engine_of(w), w.cta.tmem
+    key = ("st", issuer_of(w), line)
+    tm.st_sites.setdefault(line, text)
+    tm.writer_seq[cells] = engine.writer_code(key, engine.next_event(key))
+    engine.st_keys.setdefault(issuer_of(w), set()).add(key)
 
 
 def _st(ins: Instruction, prog: Program) -> Callable:
@@ -326,7 +360,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
     srcs = list(ops[-1].items) if ops[-1].kind == "vec" else [ops[-1]]
     readers = [prog.src(s, U32, ins) for s in srcs]
 
-    line = ins.line
+    line, text = ins.line, ins.text
 
     def st(w):
         _require_whole_warp(w, "tcgen05.st")
@@ -344,6 +378,7 @@ def _st(ins: Instruction, prog: Program) -> Callable:
         if packed:
             vals = np.stack([vals & 0xFFFF, vals >> 16], axis=2).reshape(32, -1)
         tm.data[lanes, cols] = vals
+        _record_st(w, cells, line, text)
     return st
 
 
@@ -689,6 +724,12 @@ def _wait(ins: Instruction) -> Callable:
             if n:
                 clock_of(w)[key] = n
         return wait_ld
+    if what == "st":
+        def wait_st(w):
+            engine, clock = engine_of(w), clock_of(w)
+            for key in engine.st_keys.get(issuer_of(w), ()):
+                clock[key] = engine.counter[key]
+        return wait_st
     return lambda w: None
 
 

@@ -37,7 +37,8 @@ class Clock(dict):
     """A vector clock: event source -> the newest of its events whose completion this holder has observed. The
     sources: ("tc", issuer) counts a thread's tcgen05.mma/cp (a tcgen05.commit covers a prefix of them),
     ("bulk", issuer) its TMA stores / bulk copies to global (retired in order by wait_group), ("ld", warp) a
-    warp's tcgen05.ld (completed by its tcgen05.wait::ld), ("tx", mbarrier) the TMA loads / bulk copies to shared
+    warp's tcgen05.ld (completed by its tcgen05.wait::ld), ("st", warp, PTX line) a warp's tcgen05.st at that line
+    (completed by its tcgen05.wait::st), ("tx", mbarrier) the TMA loads / bulk copies to shared
     completing on an mbarrier (in phase order), ("cp", warp) a warp's cp.async (retired in order by
     wait_group)."""
 
@@ -118,6 +119,7 @@ class AsyncEngine:
         self._source_no: dict[tuple, int] = {}
         self.barrier_clocks: dict[int, list] = {}  # id(mbarrier) -> [mbarrier, arrivals' clock, completed clock]
         self.commits: dict[tuple, list] = {}       # ("tc", issuer) -> its recent commits: (covered up to, text)
+        self.st_keys: dict[tuple, set] = {}        # issuer -> its ("st", issuer, line) sources (tcgen05.wait::st)
         #: id(shared memory) -> [memory, {(lo, hi, ("st", warp)): (epoch, line)}]: generic stores of a CTA with
         #: several warps or of a multi-CTA cluster, which another warp's or CTA's async proxy may read only after
         #: observing them

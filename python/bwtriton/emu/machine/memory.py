@@ -304,12 +304,14 @@ class TensorMemory:
     relinquished: bool = False
     last_alloc: int = 1 << 30
     # Per cell (flat index lane * TMEM_COLS + column: two M=64 accumulators share columns at different lanes):
-    # the newest async op (MMA / cp) that wrote it, and how many queued ops still write it.
+    # the newest writer (async MMA / cp, or a warp's tcgen05.st) of it, and how many queued ops still write it.
     writer_seq: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_LANES * TMEM_COLS, dtype=np.int64))
     inflight: np.ndarray = field(default_factory=lambda: np.zeros(TMEM_LANES * TMEM_COLS, dtype=np.int64))
     # tcgen05.ld not yet followed by tcgen05.wait::ld: warp id -> [lane quarter, event number per cell, PTX line,
     # text, event source]
     pending_ld: dict = field(default_factory=dict)
+    # PTX line -> text of the tcgen05.st instructions that wrote this TMEM (writer_seq names their events)
+    st_sites: dict = field(default_factory=dict)
 
     def allocate(self, ncols: int) -> Optional[int]:
         """First fit, aligned to ncols (power of two). None when no room."""

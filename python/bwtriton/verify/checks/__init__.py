@@ -29,10 +29,12 @@ from .expect_bytes import check_expect_bytes, check_multicast_mask
 from .pair_arrivals import check_pair_tx_balance
 from .tma_store import check_tma_store_fence
 from .tmem_lifetime import check_alloc_columns, check_alloc_lifetime, check_ld_st_shapes
+from .tmem_cross_warp import check_tmem_cross_warp
 
 ALL_CHECKS: tuple[Callable[[Ctx], None], ...] = (
     check_cta_group, check_cluster, check_sync_aligned, check_single_thread_issue, check_alloc_columns,
-    check_alloc_lifetime, check_ld_st_shapes, check_mma, check_ld_wait, check_st_wait, check_accumulator_sync,
+    check_alloc_lifetime, check_ld_st_shapes, check_mma, check_ld_wait, check_tmem_cross_warp, check_st_wait,
+    check_accumulator_sync,
     check_proxy_fence, check_alloc_result_barrier, check_async_copies, check_barrier_arrivals,
     check_lane_quarter_by_warp, check_leader_issue,
     check_cross_warp, check_pair_operands_synced, check_release_order, check_expect_bytes, check_multicast_mask,
