@@ -126,10 +126,6 @@ def test_dhu_backward_compiles_on_every_version():
 
 # ---- what a correct verifier says about Triton's PTX --------------------------------------------------------------
 
-_LANE_BLIND = ("the verifier compares TMEM by column only: Triton packs two 64-row accumulators into the same columns "
-               "at lane offsets 0 and 16, and P11 pairs a read of one with the other's commit (issue 45, item 1)")
-_P15_WARNING = "a proven missing proxy fence is only a P15 warning (issue 45, item 2)"
-
 #: case -> minor version -> the verifier errors ('check/rule') a correct verifier reports; "any" = some error.
 VERIFIER_EXPECTED = {
     "triton_10590_fwd_h_recurrence": {(3, 6): {"missing-proxy-fence/P15"}, (3, 7): set(), (3, 8): set(),
@@ -141,11 +137,9 @@ VERIFIER_EXPECTED = {
     "fla_999_wy_repr_backward": {v: set() for v in ALL},
     "fla_612_dhu_backward": {v: set() for v in ALL},
 }
-#: case -> (minor versions where our verifier is wrong today, why)
-VERIFIER_WRONG = {
-    "triton_10590_fwd_h_recurrence": (ALL, f"{_LANE_BLIND}; on 3.6 also: {_P15_WARNING}"),
-    "fla_999_wy_repr_backward": (ALL, _LANE_BLIND),
-}
+#: case -> (minor versions where our verifier is wrong today, why); none since TMEM is lanes x columns and a proven
+#: missing proxy fence is an error
+VERIFIER_WRONG: dict = {}
 
 
 @pytest.mark.parametrize("case", [
@@ -162,7 +156,6 @@ def test_verifier_verdict(case):
 
 # ---- what the default pipeline and the emulator say --------------------------------------------------------------
 
-@_xfail_on(ALL, f"the default pipeline refuses the kernel on the false P11 errors: {_LANE_BLIND}")
 def test_fwd_h_goes_through_the_default_pipeline_fenced():
     """A correct pipeline compiles the recurrence on every version and leaves no unfenced MMA in the loop."""
     final = _compiled("triton_10590_fwd_h_recurrence", "default")
