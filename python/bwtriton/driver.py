@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import CompileError, InputError, UnknownStageError, suggest
+from .errors import BwTritonError, CompileError, InputError, UnknownStageError, suggest
 from .pairing import should_pair
 from .compat.versions import check_supported
 from .pipeline import PassSelection, resolve_passes, stages_hook, triton_stage_name
@@ -288,7 +288,7 @@ def _run_triton(src: Any, tgt: Target, selection: PassSelection, opts: dict[str,
     try:
         with stages_hook(selection, tgt), native:
             return triton.compile(src, target=tgt.gpu_target(), options=opts, _env_vars=env_vars)
-    except CompileError:
+    except BwTritonError:  # ours, raised by a pass inside Triton's stage: already names the problem and the fix
         raise
     except triton.compiler.errors.CompilationError as exc:
         raise CompileError(f"Triton's front end rejected the kernel:\n{_front_end_message(exc)}") from None
