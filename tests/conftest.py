@@ -27,16 +27,18 @@ HAS_CUDA = _has_cuda()
 #: The compat selection: what tools/run_tests.py's version matrix runs on every other supported Triton release
 #: (besides lit, which runs whole there). Chosen to cover each layer once -- the CLI contract, the driver and stage
 #: hook, every pass, the verifier on the kernel corpus and upstream-style kernels, the emulator's numerics, the
-#: emulated kernel library and the formats' CPU paths -- within a few minutes on 2 cores. A test file may also
-#: mark itself (`pytestmark = pytest.mark.compat`).
+#: emulated kernel library and the formats' CPU paths -- within a few minutes on 2 cores. run_tests.py --compat
+#: runs these files (so a file outside the selection that does not import on a release cannot stop the run);
+#: `-m compat` selects the same tests.
 COMPAT_SELECTION = (
-    "test_architecture.py",
+    "test_architecture.py", "compat/test_compat_versions.py", "compat/test_compat_doctor.py",
     "cli/test_cli.py",
     "driver/test_driver.py",
     "passes/test_pipeline.py", "passes/test_pair_ctas.py", "passes/test_passes_pair_ctas_versions.py",
     "passes/test_insert_proxy_fence.py",
-    "verify/test_verify_corpus.py", "verify/test_verify_recurrence.py", "verify/test_verify_fail_loudly.py",
-    "emu/test_emu_numerics.py", "emu/test_emu_tmem_lanes.py",
+    "corpus/test_blackwell_bugs.py", "corpus/test_ptx_facts.py",
+    "verify/test_verify_recurrence.py", "verify/test_verify_fail_loudly.py", "verify/test_tmem_cross_warp.py",
+    "emu/test_emu_tmem_lanes.py", "emu/test_emu_triton_versions.py",
     "kernels/test_emulated_kernels_matmul.py",
     "tmem/test_tmem_lanes.py",
     "formats/test_formats_nvfp4.py", "tools/test_run_tests.py",

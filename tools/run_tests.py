@@ -92,6 +92,15 @@ def run_lit() -> tuple[int, int, int, int]:
     return proc.returncode, passed, failed, counts["Unsupported"]
 
 
+def compat_files() -> list[str]:
+    """The compat selection's test files (tests/conftest.py's COMPAT_SELECTION, read without importing it)."""
+    import ast
+    tree = ast.parse((ROOT / "tests" / "conftest.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") ==
+                "COMPAT_SELECTION")
+    return [f"tests/{name}" for name in ast.literal_eval(node.value)]
+
+
 def _installed_triton() -> str:
     from bwtriton.compat.versions import installed_text  # the package under test (tools/ is not a package)
     return installed_text() or "none"
@@ -134,7 +143,7 @@ def main(argv: list[str]) -> int:
     args = [a for a in argv if a not in own and not a.startswith("--versions=")]
     versions = _matrix_versions(argv, args)
     if "--compat" in argv:
-        args = ["-m", "compat", *args]
+        args = [*compat_files(), *args]
     print(f"Triton {_installed_triton()}: {'compat selection' if '--compat' in argv else 'pytest'}", flush=True)
     rc_py, p1, f1, s1 = run_pytest(args)
     rc_lit, p2, f2, s2 = run_lit() if with_lit else (0, 0, 0, 0)

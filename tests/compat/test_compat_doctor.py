@@ -9,7 +9,6 @@ import pytest
 from bwtriton.cli import main
 from bwtriton.compat import features, versions
 
-pytestmark = pytest.mark.compat
 
 
 def test_doctor_names_every_component_and_the_installed_triton(capsys):

@@ -15,7 +15,6 @@ from bwtriton.compat import versions
 from bwtriton.compat.stage_hook import StagesHook
 from bwtriton.compat.versions import SUPPORTED, SUPPORTED_RANGE, UnsupportedTritonError, parse_version
 
-pytestmark = pytest.mark.compat
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -23,7 +23,6 @@ CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "blackwell_bugs"
 MINOR = installed()[:2]
 #: Keyed by Triton minor version, so it belongs in the version matrix (tools/run_tests.py runs `-m compat` on
 #: every supported release).
-pytestmark = pytest.mark.compat
 
 
 def _load(name: str):

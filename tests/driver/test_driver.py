@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 import bwtriton
+from bwtriton.compat.versions import installed
 from bwtriton.errors import CompileError, InputError, UnknownTargetError
 from bwtriton.examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature
 
@@ -109,6 +110,8 @@ def test_error_inside_a_called_jit_function_says_what_went_wrong_there():
                      msg)
 
 
+@pytest.mark.skipif(installed()[:2] >= (3, 9), reason="Triton 3.9 lowers NVFP4 tl.dot_scaled for sm_90a itself "
+                    "(measured: the kernel compiles), so this kernel no longer fails in Triton's pipeline")
 def test_triton_pipeline_failure_quotes_the_diagnostic_not_the_ir_dump():
     """Upstream Triton 3.6 asserts in AccelerateMatmul on NVFP4 dot_scaled for sm_90 (measured); with our
     NVFP4 lowering disabled we must surface that as a short CompileError naming the failing pass."""
