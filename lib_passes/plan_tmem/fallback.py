@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 from bwtriton import mlir as mu
@@ -318,10 +317,11 @@ def _backward_slice(roots: list[str], producer: dict[str, irt.Op]) -> set[int]:
 
 def lower_ttir_to_ttgir(ttir: str, context: Any, metadata: dict, capability: int) -> Any:
     """Parse `ttir` into `context` and run Triton's own `make_ttgir` on it with the compile's options."""
-    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.backends.nvidia.compiler import CUDABackend, CUDAOptions
     mod = mu.reparse(ttir, context)
-    opt = SimpleNamespace(num_warps=metadata.get("num_warps", 4), num_ctas=metadata.get("num_ctas", 1),
-                          num_stages=metadata.get("num_stages", 3), maxnreg=metadata.get("maxnreg"))
+    # Triton's own options class: make_ttgir reads more fields on later releases (3.9: clc), each with a default.
+    opt = CUDAOptions(num_warps=metadata.get("num_warps", 4), num_ctas=metadata.get("num_ctas", 1),
+                      num_stages=metadata.get("num_stages", 3), maxnreg=metadata.get("maxnreg"))
     scratch: dict = {}
     out = CUDABackend.make_ttgir(mod, scratch, opt, capability)
     if "tensordesc_meta" in scratch:
