@@ -70,6 +70,13 @@ def _has_exit_barrier(lines: list[str], ret: int, barrier: tuple[str, ...]) -> b
     return len(prev) == len(barrier) and all(p.startswith(op.split(" ")[0]) for p, op in zip(prev, barrier))
 
 
+def _has_full_barrier_before(lines: list[str], idx: int, barrier: tuple[str, ...]) -> bool:
+    """Whether the lines just before `idx` are exactly `barrier` (ignoring locations; the printer drops a default
+    `{relaxed = false}`; a relaxed barrier does not count: it does not order the peer's loads)."""
+    prev = [ln.split(" loc(")[0].strip() for ln in lines[max(0, idx - len(barrier)):idx]]
+    return len(prev) == len(barrier) and all(p in (op, op.split(" ")[0]) for p, op in zip(prev, barrier))
+
+
 @register_pass
 class PairCtas(Pass):
     name = "pair-ctas"
@@ -185,6 +192,8 @@ class PairCtas(Pass):
                 ctx.error(f"line {ln.index + 1}: the MMA sits in {parent or 'an unknown region'}; this Triton needs "
                           f"a cluster barrier before each 2-CTA MMA issue and the pass only places it in a function "
                           f"body or loop body (uniform control flow)")
+            if _has_full_barrier_before(body, ln.index, barrier):
+                continue  # a re-run: the barrier this pass placed is already there
             text = body[ln.index]
             indent = text[:len(text) - len(text.lstrip())]
             body[ln.index:ln.index] = [indent + b + "\n" for b in barrier]

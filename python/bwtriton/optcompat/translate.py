@@ -16,6 +16,7 @@ import sys
 import tempfile
 from typing import Sequence
 
+from ..compat.opt import translate_to_asm_extra_args
 from ..errors import BwTritonError, InputError
 from ..mlir.module import new_context
 
@@ -49,9 +50,11 @@ def translate(mlir_text: str, opt_level: int | None) -> str:
 def llc(llvm_ir: str, triple: str, cpu: str, features: str) -> str:
     """LLVM IR text -> target assembly (PTX for nvptx64-nvidia-cuda), like `llc -mtriple -mcpu -mattr`."""
     from triton._C.libtriton import llvm
+
     llvm.init_targets()
+    extra = translate_to_asm_extra_args()
     try:
-        return llvm.translate_to_asm(llvm_ir, triple, cpu, features, [], False, False)
+        return llvm.translate_to_asm(llvm_ir, triple, cpu, features, [], False, False, *extra)
     except RuntimeError as exc:
         raise InputError(f"llc: {exc}") from None
 
