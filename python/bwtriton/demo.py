@@ -51,11 +51,12 @@ def _scaled_case(kind: str) -> DemoCase:
 
 
 def _two_cta_case() -> DemoCase:
-    from .examples.tma_matmul import matmul_tma_bt_kernel, tma_bt_spec  # heavy: imports Triton
+    # the pointer-fed tile: it pairs on every supported Triton (3.8 itself rejects the TMA b.T form at num_ctas=2)
+    from .examples.matmul import matmul_constexprs, matmul_kernel, matmul_signature  # heavy: imports Triton
 
     def build(target: str):
-        spec = tma_bt_spec("fp16")
-        return bw_compile(matmul_tma_bt_kernel, target=target, two_cta=True, **spec)
+        return bw_compile(matmul_kernel, signature=matmul_signature("fp16"), constexprs=matmul_constexprs(256),
+                          target=target, two_cta=True)
     # cta_group::2 needs Blackwell; on other GPUs this case is compile-only.
     return DemoCase("tl.dot fp16 two_cta", build, None)
 

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Sequence
 from .errors import UnknownPassError, suggest
 from .pipeline import all_passes
 from .ptx import parse_ptx
+from .ptx.descriptors import spelled_scale_vec
 from .tmem import write_tmem_map
 
 # `--report` short names -> pass names.
@@ -95,8 +96,9 @@ def ptx_census(ptx: str) -> dict[str, Any]:
                         kinds[mod[len("kind::"):]] += 1
                     elif mod.startswith("cta_group::"):
                         groups.add(int(mod.split("::")[1]))
-                    elif mod.startswith("scale_vec::"):
-                        scale_vecs.add(mod.split("::")[1])
+                if op == "tcgen05.mma" and "block_scale" in ins.modifiers:
+                    sv = spelled_scale_vec(ins.modifiers, ins.modifier_value("kind") or "")
+                    scale_vecs.update([sv] if sv else [])
                 if op == "tcgen05.alloc":
                     cols = ins.operands[-1]
                     alloc_cols.append(getattr(cols, "value", str(cols)))

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from bwtriton.cli import main
-from bwtriton.compat.versions import installed
 
 KERNELS = Path(__file__).resolve().parents[2] / "python" / "bwtriton" / "examples"
 MATMUL = f"{KERNELS / 'matmul.py'}:matmul_kernel"
@@ -103,8 +102,6 @@ def demo_output():
     return rc, buf.getvalue()
 
 
-@pytest.mark.xfail(installed()[:2] >= (3, 9), strict=True, reason="the demo's census reads no scale_vec from Triton "
-                   "3.9's block-scaled MMA (its PTX spells the scale vector differently); not yet fixed")
 def test_demo_fits_100_columns_with_a_legend_and_spaced_counts(demo_output):
     rc, out = demo_output
     assert rc == 0 and max(len(line) for line in out.splitlines()) <= 100

@@ -445,3 +445,17 @@ def idesc_problems(d: InstrDesc, *, cta_group: int, scale_vec: Optional[str] = N
 
 def to_dict(obj) -> dict:
     return asdict(obj)
+
+
+def spelled_scale_vec(modifiers: "list[str] | tuple[str, ...]", kind: str) -> Optional[str]:
+    """The scale vector a block-scaled MMA's modifiers name ('1X', '2X', '4X'), or None when they name none.
+    PTX spells it `scale_vec::4X` or, as Triton 3.8+ emit it, by block size: `block16` is 4X, `block32` is 2X
+    (1X for kind::mxf8f6f4)."""
+    for m in modifiers:
+        if m.startswith("scale_vec::"):
+            return m.split("::")[1]
+        if m == "block16":
+            return "4X"
+        if m == "block32":
+            return "1X" if kind == "mxf8f6f4" else "2X"
+    return None

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc
+from ...ptx.descriptors import BLOCK_SCALED, InstrDesc, decode_idesc, spelled_scale_vec
 from ...ptx.ir import Instruction
 from . import operands as opnd
 from ..machine.async_engine import AsyncOp, clock_of, engine_of, issuer_of, short
@@ -434,14 +434,8 @@ _SCALE_NSF = {("mxf8f6f4", "1X"): 1, ("mxf4", "2X"): 2, ("mxf4nvf4", "2X"): 2, (
 
 
 def _scale_vec(ins: Instruction, kind: str) -> str:
-    for m in ins.modifiers:
-        if m.startswith("scale_vec::"):
-            return m.split("::")[1]
-        if m == "block16":
-            return "4X"
-        if m == "block32":
-            return "1X" if kind == "mxf8f6f4" else "2X"
-    return "1X" if kind == "mxf8f6f4" else "2X"
+    """The MMA's scale vector; the kind's default when the instruction spells none."""
+    return spelled_scale_vec(ins.modifiers, kind) or ("1X" if kind == "mxf8f6f4" else "2X")
 
 
 def _mma(ins: Instruction, prog: Program) -> Callable:  # noqa: C901
